@@ -1,0 +1,8 @@
+// cli.h: the dspec subcommands. Each lives in its own cmd_<name>.c and is listed in main.c's table.
+// Calls the library layers; the only place allowed to exit() or write generated text to stdout.
+#pragma once
+
+#include "core/core.h"
+
+// Each subcommand: argv[0] is the subcommand name. Returns the process exit code.
+int ds_cli_info(int argc, char **argv);

@@ -1,0 +1,46 @@
+// main.c: `dspec <command> [args]`: dispatches to the subcommands of cli.h and prints help.
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command k_commands[] = {
+    {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
+};
+
+static void print_help(FILE *f) {
+    fprintf(f, "dspec %s: Qwen3.5-family inference with block-diffusion speculative decoding\n\n",
+            dspec_version());
+    fprintf(f, "usage: dspec <command> [options]   (dspec <command> --help for its options)\n\n");
+    fprintf(f, "commands:\n");
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_commands); i++) {
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
+    }
+    fprintf(f, "  %-10s %s\n", "version", "print the version");
+    fprintf(f, "  %-10s %s\n", "help", "print this help");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        print_help(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("dspec %s\n", dspec_version());
+        return 0;
+    }
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_commands); i++) {
+        if (!strcmp(argv[1], k_commands[i].name)) {
+            return k_commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "dspec: unknown command '%s'\n\n", argv[1]);
+    print_help(stderr);
+    return 2;
+}

@@ -1,0 +1,135 @@
+// core.h: the bottom layer: errors, logging, asserts, overflow-checked size math, arenas, the thread
+// pool, timing and CPU feature flags. Calls only libc/pthreads. Called by every other layer.
+// Spec: STYLE.md §2.3-2.8.
+//
+// Usage:
+//     if (n > max) return ds_err_set(err, DSPEC_ERR_INVALID, "ctx: %" PRId64 " > %" PRId64, n, max);
+//     size_t bytes; if (ds_mul_ovf(&bytes, a, b)) return ds_err_set(err, DSPEC_ERR_FORMAT, "...");
+//     ds_pool *pool; ds_pool_new(&pool, 0, err); ds_pool_run(pool, fn, ctx, n_tasks); ds_pool_free(pool);
+//
+// Rules: no mutable globals except the log sink/level (atomic) and the once-initialised CPU flags.
+// DS_ASSERT is for programmer errors only; bad input returns a status.
+#pragma once
+
+#include "dspec.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- errors ------------------------------------------------------------------------------------
+
+// Formats err->msg (if err != NULL), sets err->code and returns code. Never fails.
+dspec_status ds_err_set(dspec_err *err, dspec_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// Prepends context to an existing message ("drafter: " + msg). NULL-tolerant; truncates safely.
+void ds_err_prefix(dspec_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Clears err to DSPEC_OK with an empty message. NULL-tolerant.
+void ds_err_clear(dspec_err *err);
+
+// Always-on assert for programmer errors: prints file, line and expression, then aborts.
+#define DS_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            ds_assert_fail(__FILE__, __LINE__, #cond);                                             \
+        }                                                                                          \
+    } while (0)
+_Noreturn void ds_assert_fail(const char *file, int line, const char *expr);
+
+// ---- logging -----------------------------------------------------------------------------------
+
+#define DS_LOG_ERROR DSPEC_LOG_ERROR
+#define DS_LOG_WARN DSPEC_LOG_WARN
+#define DS_LOG_INFO DSPEC_LOG_INFO
+#define DS_LOG_DEBUG DSPEC_LOG_DEBUG
+
+// Tests the level before evaluating the arguments.
+#define ds_log(level, ...)                                                                         \
+    do {                                                                                           \
+        if (ds_log_enabled(level)) {                                                               \
+            ds_log_write(level, __VA_ARGS__);                                                      \
+        }                                                                                          \
+    } while (0)
+bool ds_log_enabled(dspec_log_level level);
+void ds_log_write(dspec_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// ---- overflow-checked size math (true on overflow) ---------------------------------------------
+
+static inline bool ds_mul_ovf(size_t *out, size_t a, size_t b) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool ds_add_ovf(size_t *out, size_t a, size_t b) {
+    return __builtin_add_overflow(a, b, out);
+}
+static inline bool ds_mul_ovf_u64(uint64_t *out, uint64_t a, uint64_t b) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool ds_add_ovf_u64(uint64_t *out, uint64_t a, uint64_t b) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+#define DS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DS_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+// Aligned allocation (size rounded up to the alignment); free with ds_aligned_free. NULL on failure.
+void *ds_aligned_alloc(size_t align, size_t size);
+void ds_aligned_free(void *p);
+
+// ---- arena: bump allocator for per-step scratch ------------------------------------------------
+
+typedef struct ds_arena {
+    uint8_t *base; // owned, 64-byte aligned
+    size_t size;   // capacity in bytes
+    size_t used;   // bytes handed out since the last reset
+    size_t peak;   // high-water mark over the arena's life
+} ds_arena;
+
+// Allocates the backing store. On failure returns DSPEC_ERR_NOMEM naming the size.
+dspec_status ds_arena_init(ds_arena *a, size_t size, dspec_err *err);
+void ds_arena_deinit(ds_arena *a);
+// Returns `size` bytes aligned to `align` (a power of two). Overflow is a sizing bug: asserts.
+void *ds_arena_alloc(ds_arena *a, size_t size, size_t align);
+static inline void ds_arena_reset(ds_arena *a) {
+    a->used = 0;
+}
+
+// ---- thread pool -------------------------------------------------------------------------------
+
+typedef struct ds_pool ds_pool;
+
+// Task function: called once for each task index in [0, n_tasks). `thread` is the worker index in
+// [0, n_threads) (0 is the calling thread), for per-thread scratch.
+typedef void (*ds_pool_fn)(void *ctx, int64_t task, int thread);
+
+// Creates a pool of n_threads workers including the caller (0 = number of online CPUs).
+dspec_status ds_pool_new(ds_pool **out, int n_threads, dspec_err *err);
+void ds_pool_free(ds_pool *pool);
+int ds_pool_n_threads(const ds_pool *pool);
+// Runs fn for every task index and returns when all are done. Tasks are handed out dynamically;
+// callers must make results independent of which thread runs a task. Not reentrant.
+void ds_pool_run(ds_pool *pool, ds_pool_fn fn, void *ctx, int64_t n_tasks);
+
+// ---- timing ------------------------------------------------------------------------------------
+
+// Monotonic time in seconds.
+double ds_time_now(void);
+
+// ---- CPU features (detected once, at first call) -----------------------------------------------
+
+typedef struct ds_cpu_features {
+    bool avx2;    // AVX2 + FMA + F16C, OS-enabled YMM state
+    bool avx512;  // AVX-512 F/BW/VL, OS-enabled ZMM state
+    bool avx512_vnni;
+} ds_cpu_features;
+
+const ds_cpu_features *ds_cpu_get(void);
+
+// Limits which features the kernels may use (for tests and benchmarks): 0 = scalar only,
+// 1 = up to AVX2, 2 = up to AVX-512. Affects kernel choice for objects created afterwards.
+void ds_cpu_set_max_level(int level);
+int ds_cpu_max_level(void);

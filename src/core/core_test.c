@@ -1,0 +1,109 @@
+// core_test.c: errors, arena, overflow helpers, thread pool, CPU flags.
+#include "core/core.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static void test_err_set_and_prefix(void **state) {
+    (void)state;
+    dspec_err err;
+    ds_err_clear(&err);
+    assert_int_equal(err.code, DSPEC_OK);
+    dspec_status s = ds_err_set(&err, DSPEC_ERR_FORMAT, "tensor %s: ne[1]=%d", "x", 3);
+    assert_int_equal(s, DSPEC_ERR_FORMAT);
+    assert_string_equal(err.msg, "tensor x: ne[1]=3");
+    ds_err_prefix(&err, "%s: ", "m.gguf");
+    assert_string_equal(err.msg, "m.gguf: tensor x: ne[1]=3");
+    assert_int_equal(ds_err_set(NULL, DSPEC_ERR_IO, "ignored"), DSPEC_ERR_IO);
+    ds_err_prefix(NULL, "x");
+    assert_string_equal(dspec_status_name(DSPEC_ERR_NOMEM), "DSPEC_ERR_NOMEM");
+}
+
+static void test_overflow(void **state) {
+    (void)state;
+    size_t out;
+    assert_false(ds_mul_ovf(&out, 1u << 20, 1u << 10));
+    assert_int_equal(out, (size_t)1 << 30);
+    assert_true(ds_mul_ovf(&out, SIZE_MAX / 2, 3));
+    assert_true(ds_add_ovf(&out, SIZE_MAX, 1));
+    uint64_t o64;
+    assert_true(ds_mul_ovf_u64(&o64, UINT64_MAX, 2));
+}
+
+static void test_arena(void **state) {
+    (void)state;
+    ds_arena a;
+    assert_int_equal(ds_arena_init(&a, 1024, NULL), DSPEC_OK);
+    uint8_t *p = ds_arena_alloc(&a, 10, 1);
+    uint8_t *q = ds_arena_alloc(&a, 100, 64);
+    assert_true(((uintptr_t)q & 63) == 0);
+    assert_true(q >= p + 10);
+    size_t used = a.used;
+    ds_arena_reset(&a);
+    assert_int_equal(a.used, 0);
+    assert_true(a.peak >= used);
+    ds_arena_deinit(&a);
+}
+
+typedef struct sum_ctx {
+    int64_t *out;
+    atomic_int calls;
+} sum_ctx;
+
+static void square_task(void *ctx, int64_t task, int thread) {
+    sum_ctx *c = ctx;
+    (void)thread;
+    c->out[task] = task * task;
+    atomic_fetch_add(&c->calls, 1);
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    for (int nt = 1; nt <= 4; nt++) {
+        ds_pool *pool;
+        assert_int_equal(ds_pool_new(&pool, nt, NULL), DSPEC_OK);
+        assert_int_equal(ds_pool_n_threads(pool), nt);
+        int64_t out[1000];
+        for (int rep = 0; rep < 20; rep++) {
+            sum_ctx c = {.out = out};
+            atomic_store(&c.calls, 0);
+            memset(out, 0xff, sizeof(out));
+            int64_t n = 1 + rep * 49;
+            ds_pool_run(pool, square_task, &c, n);
+            assert_int_equal(atomic_load(&c.calls), n);
+            for (int64_t i = 0; i < n; i++) {
+                assert_int_equal(out[i], i * i);
+            }
+        }
+        ds_pool_free(pool);
+    }
+    ds_pool_free(NULL);
+}
+
+static void test_cpu_levels(void **state) {
+    (void)state;
+    const ds_cpu_features *f = ds_cpu_get();
+    assert_non_null(f);
+    if (f->avx512) {
+        assert_true(f->avx2);
+    }
+    ds_cpu_set_max_level(0);
+    assert_int_equal(ds_cpu_max_level(), 0);
+    ds_cpu_set_max_level(2);
+    assert_true(ds_cpu_max_level() >= 0);
+    assert_true(ds_time_now() > 0.0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_err_set_and_prefix), cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_arena),               cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_cpu_levels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,186 @@
+// dtype.h: element and block types of GGUF tensors: ids (ggml's values), sizes, block layouts,
+// dequantize/quantize of rows, and CPU dot-product kernels against the activation type llama.cpp
+// uses for each weight type. Calls core/. Called by gguf/, backend/cpu, model/, cli/.
+// Spec: target-qwen35.md §2.13 (vec_dot types), §5 (ids), §5.1 (block layouts and dequantisation).
+//
+// Usage:
+//     const ds_type_traits *tt = ds_type_traits_get(DS_TYPE_Q4_K);
+//     size_t bytes = ds_type_row_size(DS_TYPE_Q4_K, n);          // n a multiple of 256
+//     ds_dequantize_row(DS_TYPE_Q4_K, y, x, n);                  // x: n/256 blocks, y: n floats
+//     ds_quantize_row(DS_TYPE_Q8_K, act_q, act, n, &err);        // refuses NaN/Inf
+//     float s; ds_vec_dot(DS_TYPE_Q4_K, n, &s, w_row, act_q);     // act_q in ds_type_vec_dot(Q4_K)
+//
+// Rules: all functions are thread-safe and allocate nothing. Row lengths must be multiples of the
+// block size (callers validate file data at the boundary; here it is asserted). Kernels are chosen
+// once per process from ds_cpu_get() and ds_cpu_max_level() (scalar, AVX2, AVX-512); every SIMD
+// kernel is tested against the scalar reference.
+#pragma once
+
+#include "core/core.h"
+
+#include <assert.h>
+
+// On-disk type ids: exactly ggml's `enum ggml_type` values. Grow only at the end.
+typedef enum ds_type {
+    DS_TYPE_F32 = 0,
+    DS_TYPE_F16 = 1,
+    DS_TYPE_Q4_0 = 2,
+    DS_TYPE_Q4_1 = 3,
+    // 4, 5: removed Q4_2 / Q4_3
+    DS_TYPE_Q5_0 = 6,
+    DS_TYPE_Q5_1 = 7,
+    DS_TYPE_Q8_0 = 8,
+    DS_TYPE_Q8_1 = 9,
+    DS_TYPE_Q2_K = 10,
+    DS_TYPE_Q3_K = 11,
+    DS_TYPE_Q4_K = 12,
+    DS_TYPE_Q5_K = 13,
+    DS_TYPE_Q6_K = 14,
+    DS_TYPE_Q8_K = 15,
+    DS_TYPE_IQ2_XXS = 16,
+    DS_TYPE_IQ2_XS = 17,
+    DS_TYPE_IQ3_XXS = 18,
+    DS_TYPE_IQ1_S = 19,
+    DS_TYPE_IQ4_NL = 20,
+    DS_TYPE_IQ3_S = 21,
+    DS_TYPE_IQ2_S = 22,
+    DS_TYPE_IQ4_XS = 23,
+    DS_TYPE_I8 = 24,
+    DS_TYPE_I16 = 25,
+    DS_TYPE_I32 = 26,
+    DS_TYPE_I64 = 27,
+    DS_TYPE_F64 = 28,
+    DS_TYPE_IQ1_M = 29,
+    DS_TYPE_BF16 = 30,
+    // 31..33: removed Q4_0_4_4 / Q4_0_4_8 / Q4_0_8_8
+    DS_TYPE_TQ1_0 = 34,
+    DS_TYPE_TQ2_0 = 35,
+    // 36..38: removed IQ4_NL_4_4 / _4_8 / _8_8
+    DS_TYPE_MXFP4 = 39,
+    DS_TYPE_NVFP4 = 40,
+    DS_TYPE_COUNT = 41,
+} ds_type;
+
+#define DS_QK 32   // elements per block of the 32-element types
+#define DS_QK_K 256 // elements per super-block of the K-quants and IQ4_XS
+
+typedef uint16_t ds_fp16;  // IEEE binary16 bits
+typedef uint16_t ds_bf16;  // upper half of an IEEE binary32
+
+// ---- block layouts (byte-exact with ggml-common.h) ---------------------------------------------
+
+typedef struct ds_block_q8_0 {
+    ds_fp16 d;
+    int8_t qs[DS_QK];
+} ds_block_q8_0;
+static_assert(sizeof(ds_block_q8_0) == 34, "Q8_0 block layout");
+
+typedef struct ds_block_q4_0 {
+    ds_fp16 d;
+    uint8_t qs[DS_QK / 2];
+} ds_block_q4_0;
+static_assert(sizeof(ds_block_q4_0) == 18, "Q4_0 block layout");
+
+typedef struct ds_block_q4_k {
+    ds_fp16 d;
+    ds_fp16 dmin;
+    uint8_t scales[12]; // 8 six-bit scales and 8 six-bit mins, packed (target-qwen35.md §5.1)
+    uint8_t qs[DS_QK_K / 2];
+} ds_block_q4_k;
+static_assert(sizeof(ds_block_q4_k) == 144, "Q4_K block layout");
+
+typedef struct ds_block_q5_k {
+    ds_fp16 d;
+    ds_fp16 dmin;
+    uint8_t scales[12];
+    uint8_t qh[DS_QK_K / 8];
+    uint8_t qs[DS_QK_K / 2];
+} ds_block_q5_k;
+static_assert(sizeof(ds_block_q5_k) == 176, "Q5_K block layout");
+
+typedef struct ds_block_q6_k {
+    uint8_t ql[DS_QK_K / 2];
+    uint8_t qh[DS_QK_K / 4];
+    int8_t scales[DS_QK_K / 16];
+    ds_fp16 d; // last
+} ds_block_q6_k;
+static_assert(sizeof(ds_block_q6_k) == 210, "Q6_K block layout");
+
+typedef struct ds_block_iq4_xs {
+    ds_fp16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[DS_QK_K / 64];
+    uint8_t qs[DS_QK_K / 2];
+} ds_block_iq4_xs;
+static_assert(sizeof(ds_block_iq4_xs) == 136, "IQ4_XS block layout");
+
+// Activation type of the K-quant dot products: float scale, 256 int8, 16 partial sums of 16.
+typedef struct ds_block_q8_k {
+    float d;
+    int8_t qs[DS_QK_K];
+    int16_t bsums[DS_QK_K / 16];
+} ds_block_q8_k;
+static_assert(sizeof(ds_block_q8_k) == 292, "Q8_K block layout");
+
+// ---- type traits -------------------------------------------------------------------------------
+
+// y[0..n) = dequantized x (n elements, whole blocks).
+typedef void (*ds_to_float_fn)(float *restrict y, const void *restrict x, int64_t n);
+// y = quantized x (n elements, whole blocks). x must be finite (callers check; see ds_quantize_row).
+typedef void (*ds_from_float_fn)(void *restrict y, const float *restrict x, int64_t n);
+// *s = dot(w, a) over n elements; w in the weight type, a in its vec_dot type.
+typedef void (*ds_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict w,
+                              const void *restrict a);
+
+typedef struct ds_type_traits {
+    const char *name;      // "q4_K", as ggml names it
+    int64_t block_elems;   // elements per block (1 for plain types)
+    size_t block_bytes;    // bytes per block
+    bool is_quantized;
+    ds_to_float_fn to_float;       // NULL if we cannot dequantize this type
+    ds_from_float_fn from_float;   // NULL if we cannot quantize to this type
+    ds_vec_dot_fn vec_dot;         // NULL if no CPU dot kernel
+    ds_type vec_dot_type;          // activation type for vec_dot
+} ds_type_traits;
+
+// Traits of a type id, or NULL for an id that is not a known ggml type (removed or out of range).
+// Sizes are known for every ggml type so any GGUF can be listed, even where no kernel exists.
+const ds_type_traits *ds_type_traits_get(ds_type t);
+
+// Name of a type ("q4_K"), or "unknown(N)" in a static buffer-free form ("?") for unknown ids.
+const char *ds_type_name(ds_type t);
+
+// Bytes of a row of n elements. n must be a multiple of the block size (asserted).
+size_t ds_type_row_size(ds_type t, int64_t n);
+
+// Type id from its name ("q4_k", case-insensitive, also "Q4_K_M"-style file-type names are NOT
+// accepted here). Returns false if unknown.
+bool ds_type_from_name(const char *name, ds_type *out);
+
+// Dequantize a row (asserts to_float exists).
+void ds_dequantize_row(ds_type t, float *restrict y, const void *restrict x, int64_t n);
+
+// Quantize a row with the reference quantizer. Refuses NaN/Inf inputs (DSPEC_ERR_INVALID naming
+// the element index) and types without a quantizer (DSPEC_ERR_UNSUPPORTED).
+dspec_status ds_quantize_row(ds_type t, void *restrict y, const float *restrict x, int64_t n,
+                             dspec_err *err);
+
+// Activation type of a weight type's dot kernel (target-qwen35.md §2.13).
+ds_type ds_type_vec_dot(ds_type t);
+
+// *s = dot over n elements of weight row w (type t) and activation row a (type ds_type_vec_dot(t)).
+void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
+                const void *restrict a);
+
+// ---- scalar conversions ------------------------------------------------------------------------
+
+float ds_fp16_to_f32(ds_fp16 h);
+ds_fp16 ds_f32_to_fp16(float f); // round to nearest even, like ggml's GGML_FP32_TO_FP16
+static inline float ds_bf16_to_f32(ds_bf16 h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+ds_bf16 ds_f32_to_bf16(float f); // round to nearest even; NaN stays NaN (ggml semantics)
