@@ -58,7 +58,8 @@ typedef enum ds_type {
     // 36..38: removed IQ4_NL_4_4 / _4_8 / _8_8
     DS_TYPE_MXFP4 = 39,
     DS_TYPE_NVFP4 = 40,
-    DS_TYPE_COUNT = 41,
+    DS_TYPE_Q1_0 = 41,
+    DS_TYPE_COUNT = 42,
 } ds_type;
 
 #define DS_QK 32   // elements per block of the 32-element types
