@@ -40,6 +40,11 @@ typedef enum ds_gguf_type {
     DS_GGUF_TYPE_COUNT = 13,
 } ds_gguf_type;
 
+// Bytes of one element of a fixed-size value type; 0 for STRING, ARRAY and unknown codes.
+size_t ds_gguf_type_size(ds_gguf_type t);
+// Short name of a value type ("u32", "str", "arr"), "unknown" for bad codes.
+const char *ds_gguf_type_name(ds_gguf_type t);
+
 #define DS_GGUF_DEFAULT_ALIGNMENT 32
 #define DS_GGUF_MAX_DIMS 4
 
@@ -91,7 +96,10 @@ ds_gguf_type ds_gguf_kv_type(const ds_gguf *g, int64_t i);
 ds_gguf_type ds_gguf_kv_arr_type(const ds_gguf *g, int64_t i);
 uint64_t ds_gguf_kv_arr_count(const ds_gguf *g, int64_t i);
 // Raw little-endian scalar value pointer (scalars) or element data (arrays of fixed-size types).
+// For nested arrays: the raw bytes of the inner arrays (each: i32 type, u64 count, elements).
 const void *ds_gguf_kv_data(const ds_gguf *g, int64_t i);
+// Bytes at ds_gguf_kv_data: the scalar size, the string length, or all array elements.
+size_t ds_gguf_kv_data_size(const ds_gguf *g, int64_t i);
 // String value of a STRING kv, or element j of a STRING array.
 ds_str ds_gguf_kv_str(const ds_gguf *g, int64_t i);
 ds_str ds_gguf_kv_arr_str(const ds_gguf *g, int64_t i, uint64_t j);
@@ -135,7 +143,11 @@ typedef struct ds_gguf_writer ds_gguf_writer;
 
 dspec_status ds_gguf_writer_new(ds_gguf_writer **out, dspec_err *err);
 void ds_gguf_writer_free(ds_gguf_writer *w);
-void ds_gguf_writer_set_alignment(ds_gguf_writer *w, size_t alignment); // also writes the KV
+// Setters fail only on a bad argument or out of memory. They take no err: the first failure is
+// also remembered and reported (with its message) by ds_gguf_writer_begin.
+// Sets the data alignment (a power of two) and writes it as the u32 key general.alignment
+// (setting that key with ds_gguf_writer_set_u32 is equivalent; any other type is refused).
+dspec_status ds_gguf_writer_set_alignment(ds_gguf_writer *w, size_t alignment);
 dspec_status ds_gguf_writer_set_u8(ds_gguf_writer *w, const char *key, uint8_t v);
 dspec_status ds_gguf_writer_set_i8(ds_gguf_writer *w, const char *key, int8_t v);
 dspec_status ds_gguf_writer_set_u16(ds_gguf_writer *w, const char *key, uint16_t v);
@@ -154,17 +166,30 @@ dspec_status ds_gguf_writer_set_arr(ds_gguf_writer *w, const char *key, ds_gguf_
 // Array of strings (copied). lens may be NULL for NUL-terminated strings.
 dspec_status ds_gguf_writer_set_arr_str(ds_gguf_writer *w, const char *key,
                                         const char *const *strs, const size_t *lens, uint64_t n);
-// Copies every KV of an open file (for rewriting), except `general.alignment`.
+// Array of arrays: n inner arrays of fixed-size type `inner`, inner i has counts[i] elements at
+// data[i] (copied).
+dspec_status ds_gguf_writer_set_arr_arr(ds_gguf_writer *w, const char *key, ds_gguf_type inner,
+                                        const void *const *data, const uint64_t *counts,
+                                        uint64_t n);
+// Copies every KV of an open file (for rewriting), except `general.alignment` and `split.*`
+// (they describe the source file's layout), nested arrays included.
 dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err);
 
-// Declares a tensor; offsets are assigned in declaration order with alignment padding.
+// Declares a tensor; offsets are assigned in declaration order with alignment padding. Refuses
+// (DSPEC_ERR_INVALID) names of 0 or more than 63 bytes (llama.cpp's limit), duplicates, unknown
+// types, n_dims outside 1..4, ne <= 0, ne[0] not a multiple of the block size, and calls after
+// begin.
 dspec_status ds_gguf_writer_add_tensor(ds_gguf_writer *w, const char *name, ds_type type,
                                        int n_dims, const int64_t *ne, dspec_err *err);
+// Creates `path` and writes the header, KVs, tensor infos and padding. Reports a remembered
+// setter failure instead, writing nothing.
 dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err *err);
 // Appends bytes of tensor `index` (the tensors must be written in order; a tensor may arrive in
 // several pieces; the writer checks that each tensor receives exactly its byte size).
 dspec_status ds_gguf_writer_write_tensor_data(ds_gguf_writer *w, int64_t index, const void *data,
                                               size_t n, dspec_err *err);
+// Checks that every tensor is complete and closes the file. ds_gguf_writer_free on a writer that
+// began but did not finish deletes the partial file.
 dspec_status ds_gguf_writer_finish(ds_gguf_writer *w, dspec_err *err);
 
 // ---- safetensors -------------------------------------------------------------------------------
