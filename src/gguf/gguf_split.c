@@ -72,15 +72,20 @@ dspec_status ds_gguf_open_split(ds_gguf *g, dspec_err *err) {
         return DSPEC_OK; // a single file
     }
     int64_t count, no, total;
-    dspec_status s;
-    if ((s = split_key(g, g->path, "split.count", &count, err)) != DSPEC_OK ||
-        (s = split_key(g, g->path, "split.no", &no, err)) != DSPEC_OK ||
-        (s = split_key(g, g->path, "split.tensors.count", &total, err)) != DSPEC_OK) {
+    dspec_status s = split_key(g, g->path, "split.count", &count, err);
+    if (s != DSPEC_OK) {
         return s;
     }
     if (count < 1 || count > MAX_SPLITS) {
         return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: split.count = %" PRId64 ", expected 1..%d",
                           g->path, count, MAX_SPLITS);
+    }
+    if (count == 1) {
+        return DSPEC_OK; // a set of one shard is a single file
+    }
+    if ((s = split_key(g, g->path, "split.no", &no, err)) != DSPEC_OK ||
+        (s = split_key(g, g->path, "split.tensors.count", &total, err)) != DSPEC_OK) {
+        return s;
     }
     if (no != 0) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "%s: this is shard %" PRId64 " of %" PRId64
@@ -88,7 +93,7 @@ dspec_status ds_gguf_open_split(ds_gguf *g, dspec_err *err) {
                           g->path, no + 1, count, no, (int)count);
     }
     size_t prefix = 0;
-    if (count > 1 && (s = split_prefix(g->path, count, &prefix, err)) != DSPEC_OK) {
+    if ((s = split_prefix(g->path, count, &prefix, err)) != DSPEC_OK) {
         return s;
     }
     ds_gguf_shard *shards = realloc(g->shards, (size_t)count * sizeof(ds_gguf_shard));
