@@ -7,7 +7,7 @@
 //     const ds_type_traits *tt = ds_type_traits_get(DS_TYPE_Q4_K);
 //     size_t bytes = ds_type_row_size(DS_TYPE_Q4_K, n);          // n a multiple of 256
 //     ds_dequantize_row(DS_TYPE_Q4_K, y, x, n);                  // x: n/256 blocks, y: n floats
-//     ds_quantize_row(DS_TYPE_Q8_K, act_q, act, n, &err);        // refuses NaN/Inf
+//     ds_quantize_act(DS_TYPE_Q8_K, act_q, act, n);              // activation -> vec_dot type
 //     float s; ds_vec_dot(DS_TYPE_Q4_K, n, &s, w_row, act_q);     // act_q in ds_type_vec_dot(Q4_K)
 //
 // Rules: all functions are thread-safe and allocate nothing. Row lengths must be multiples of the
@@ -115,6 +115,12 @@ typedef struct ds_block_iq4_xs {
 } ds_block_iq4_xs;
 static_assert(sizeof(ds_block_iq4_xs) == 136, "IQ4_XS block layout");
 
+typedef struct ds_block_iq4_nl {
+    ds_fp16 d;
+    uint8_t qs[DS_QK / 2]; // indices into the 16-entry non-linear code book ds_iq4nl_values
+} ds_block_iq4_nl;
+static_assert(sizeof(ds_block_iq4_nl) == 18, "IQ4_NL block layout");
+
 // Activation type of the K-quant dot products: float scale, 256 int8, 16 partial sums of 16.
 typedef struct ds_block_q8_k {
     float d;
@@ -139,8 +145,8 @@ typedef struct ds_type_traits {
     size_t block_bytes;    // bytes per block
     bool is_quantized;
     ds_to_float_fn to_float;       // NULL if we cannot dequantize this type
-    ds_from_float_fn from_float;   // NULL if we cannot quantize to this type
-    ds_vec_dot_fn vec_dot;         // NULL if no CPU dot kernel
+    ds_from_float_fn from_float;   // reference (file) quantizer; NULL if none. x must be finite
+    ds_vec_dot_fn vec_dot;         // SCALAR reference dot, NULL if none (ds_vec_dot picks SIMD)
     ds_type vec_dot_type;          // activation type for vec_dot
 } ds_type_traits;
 
@@ -148,7 +154,7 @@ typedef struct ds_type_traits {
 // Sizes are known for every ggml type so any GGUF can be listed, even where no kernel exists.
 const ds_type_traits *ds_type_traits_get(ds_type t);
 
-// Name of a type ("q4_K"), or "unknown(N)" in a static buffer-free form ("?") for unknown ids.
+// Name of a type ("q4_K", ggml's spelling), or "?" for an unknown id.
 const char *ds_type_name(ds_type t);
 
 // Bytes of a row of n elements. n must be a multiple of the block size (asserted).
@@ -161,22 +167,71 @@ bool ds_type_from_name(const char *name, ds_type *out);
 // Dequantize a row (asserts to_float exists).
 void ds_dequantize_row(ds_type t, float *restrict y, const void *restrict x, int64_t n);
 
-// Quantize a row with the reference quantizer. Refuses NaN/Inf inputs (DSPEC_ERR_INVALID naming
-// the element index) and types without a quantizer (DSPEC_ERR_UNSUPPORTED).
+// Quantize a row with the reference quantizer: the same algorithm and float operations as
+// llama.cpp's quantize_row_*_ref (Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q8_K) or quantize_iq4_nl/_xs without an
+// importance matrix (IQ4_NL/IQ4_XS), so the bytes equal llama-quantize's. Refuses NaN/Inf inputs
+// (DSPEC_ERR_INVALID naming the element index), a length that is not a multiple of the block
+// (DSPEC_ERR_INVALID) and types without a quantizer (DSPEC_ERR_UNSUPPORTED). Quantizers: F32, F16,
+// BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q8_K.
 dspec_status ds_quantize_row(ds_type t, void *restrict y, const float *restrict x, int64_t n,
                              dspec_err *err);
 
-// Activation type of a weight type's dot kernel (target-qwen35.md §2.13).
+// Activation type of a weight type's dot kernel (target-qwen35.md §2.13). Asserts a kernel exists.
 ds_type ds_type_vec_dot(ds_type t);
 
-// *s = dot over n elements of weight row w (type t) and activation row a (type ds_type_vec_dot(t)).
+// ---- dot products ------------------------------------------------------------------------------
+//
+// Kernels exist for F32·F32, F16·F16, BF16·BF16, Q8_0·Q8_0, Q4_0·Q8_0, IQ4_NL·Q8_0 and
+// Q4_K/Q5_K/Q6_K/IQ4_XS·Q8_K. Levels: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (a level without its
+// own kernel for a type uses the next lower one). Every level gives the SAME BITS as the scalar
+// reference, because the summation order is fixed by this contract:
+//   F32/F16/BF16: products w[i]*a[i] rounded to f32 (exact for F16/BF16 inputs) are added into 32
+//     lane sums, lane = i mod 32, then lanes l += l+16, l += l+8, ... (pairwise tree) to lane 0.
+//   Q8_0/Q4_0/IQ4_NL·Q8_0: per block of 32 an exact int32 sum s_b, t_b = (float)s_b*(dw*da) added
+//     into 8 lane sums (lane = block mod 8), then the same tree over 8 lanes.
+//   Q4_K/Q5_K·Q8_K: per super-block, exact isum = sum_j sc_j*sum(q*q8) and msum = sum_j m_j*bsum_j,
+//     sum += (dw*da)*(float)isum - (dminw*da)*(float)msum, super-blocks in order.
+//   Q6_K/IQ4_XS·Q8_K: per super-block sum += (dw*da)*(float)isum, isum the exact scaled int sum.
+// No fused multiply-add is used anywhere. A result depends only on (w row, a row, n): never on
+// other rows, threads or batch size. Integer sums assume activation int8 values in [-127, 127],
+// which ds_quantize_act and ds_quantize_row always produce (hand-made -128·-128 pairs would differ
+// between scalar and SIMD).
+
+// *s = dot over n elements of weight row w (type t) and activation row a (type
+// ds_type_vec_dot(t)), with the best kernel allowed by ds_cpu_max_level() (evaluated per call, so
+// ds_cpu_set_max_level takes effect at once).
 void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
                 const void *restrict a);
+
+// One weight row against nr activation rows: s[r*s_stride] = dot(w, a_r) with
+// a_r = (const char *)a + r*a_stride, r in [0, nr). Bit-identical to nr calls of ds_vec_dot (it is
+// the same kernel); the weight row stays in L1 across the rows, so it is read from memory once.
+void ds_vec_dot_rows(ds_type t, int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                     const void *a, size_t a_stride);
+
+// The kernel of type t used at `level` (clamped to what this CPU and ds_cpu_max_level() allow), or
+// NULL if t has no dot kernel. For tests and benchmarks that compare levels.
+ds_vec_dot_fn ds_vec_dot_get(ds_type t, int level);
+// The level whose kernel ds_vec_dot_get(t, level) returns (-1 if none): tells a benchmark whether
+// a type has its own AVX2/AVX-512 kernel.
+int ds_vec_dot_level(ds_type t, int level);
+
+// ---- activation quantizers ---------------------------------------------------------------------
+
+// Converts an activation row to a vec_dot type (F32: copy, F16/BF16: round to nearest even, Q8_0,
+// Q8_K) the way llama.cpp's CPU backend does on x86, with the best kernel allowed (bit-identical
+// at every level except NaN payloads in F16). Q8_K is quantize_row_q8_K_ref's algorithm. Q8_0 is
+// the x86 runtime quantizer (NOT the file quantizer ds_quantize_row uses): d = amax/127 stored as
+// fp16, q = round-half-even(x*(127/amax)). x must be finite (not checked: this is the hot path;
+// results for NaN/Inf are unspecified but memory-safe). n a multiple of the block size (asserted).
+void ds_quantize_act(ds_type t, void *restrict y, const float *restrict x, int64_t n);
+// The activation quantizer of type t at `level` (clamped like ds_vec_dot_get), NULL if none.
+ds_from_float_fn ds_quantize_act_get(ds_type t, int level);
 
 // ---- scalar conversions ------------------------------------------------------------------------
 
 float ds_fp16_to_f32(ds_fp16 h);
-ds_fp16 ds_f32_to_fp16(float f); // round to nearest even, like ggml's GGML_FP32_TO_FP16
+ds_fp16 ds_f32_to_fp16(float f); // round to nearest even, like ggml's GGML_FP32_TO_FP16; NaN -> 0x7e00
 static inline float ds_bf16_to_f32(ds_bf16 h) {
     union {
         uint32_t u;

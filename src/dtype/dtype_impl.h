@@ -1,17 +1,100 @@
-// dtype_impl.h: internal declarations shared by the files of src/dtype/ (row converters, quantizers
-// and the per-ISA dot kernels). Not for use outside src/dtype/; the contract is dtype.h.
+// dtype_impl.h: internal declarations shared by the files of src/dtype/ (row converters, reference
+// quantizers, per-ISA dot kernels and activation quantizers). Not for use outside src/dtype/; the
+// contract, including the summation order every kernel follows, is in dtype.h.
 #pragma once
 
 #include "dtype/dtype.h"
 
-// ---- plain types (convert.c) -------------------------------------------------------------------
+#define DS_DOT_LANES 32 // partial sums of the float dot kernels (dtype.h, "Dot products")
+
+extern const int8_t ds_iq4nl_values[16];
+
+// ---- row converters and reference quantizers (convert.c, quants.c) -----------------------------
 void ds_f32_to_float(float *restrict y, const void *restrict x, int64_t n);
 void ds_f32_from_float(void *restrict y, const float *restrict x, int64_t n);
 void ds_f16_to_float(float *restrict y, const void *restrict x, int64_t n);
 void ds_f16_from_float(void *restrict y, const float *restrict x, int64_t n);
 void ds_bf16_to_float(float *restrict y, const void *restrict x, int64_t n);
 void ds_bf16_from_float(void *restrict y, const float *restrict x, int64_t n);
-
-// ---- 32-element block types (quants.c) ---------------------------------------------------------
 void ds_q8_0_to_float(float *restrict y, const void *restrict x, int64_t n);
 void ds_q8_0_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_q4_0_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_q4_0_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_q4_k_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_q4_k_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_q5_k_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_q5_k_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_q6_k_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_q6_k_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_iq4_nl_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_iq4_nl_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_iq4_xs_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_iq4_xs_from_float(void *restrict y, const float *restrict x, int64_t n);
+void ds_q8_k_to_float(float *restrict y, const void *restrict x, int64_t n);
+void ds_q8_k_from_float(void *restrict y, const float *restrict x, int64_t n);
+
+// ---- scalar reference dot kernels (dot.c) ------------------------------------------------------
+void ds_dot_f32_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_f16_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_bf16_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_q8_0_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_q4_0_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_iq4_nl_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_q4_k_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_q5_k_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_q6_k_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+void ds_dot_iq4_xs_scalar(int64_t n, float *restrict s, const void *restrict w,
+    const void *restrict a);
+
+// Fills one Q8_K block from 256 floats whose first element of largest magnitude is `max` (0 for an
+// all-zero block). Shared by the scalar and SIMD Q8_K quantizers so they agree bit for bit.
+void ds_q8_k_block_from_max(ds_block_q8_k *b, const float *x, float max);
+
+// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K block's 12 packed scale bytes.
+void ds_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
+
+// The float step of the super-block kernels: (fp16(d)*ad)*isum - (fp16(dmin)*ad)*msum.
+static inline float ds_ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
+    float dd = ds_fp16_to_f32(d) * ad;
+    float dm = ds_fp16_to_f32(dmin) * ad;
+    return dd * (float)isum - dm * (float)msum;
+}
+
+// Final reductions of the lane partial sums (in place; return lane 0).
+float ds_lanes32_reduce(float acc[DS_DOT_LANES]);
+float ds_lanes8_reduce(float acc[8]);
+
+// ---- AVX2 kernels (dot_avx2.c); only called when ds_cpu_get()->avx2 ----------------------------
+void ds_dot_f32_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_f16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a);
+void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a);
+void ds_act_f16_avx2(void *restrict y, const float *restrict x, int64_t n);
+void ds_act_bf16_avx2(void *restrict y, const float *restrict x, int64_t n);
+void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n);
+void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n);
+
+// ---- AVX-512 kernels (dot_avx512.c); only called when ds_cpu_get()->avx512 ---------------------
+void ds_dot_f32_avx512(int64_t n, float *restrict s, const void *restrict w,
+                       const void *restrict a);
+void ds_dot_f16_avx512(int64_t n, float *restrict s, const void *restrict w,
+                       const void *restrict a);
+void ds_dot_bf16_avx512(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a);

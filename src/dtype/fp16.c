@@ -44,7 +44,7 @@ ds_fp16 ds_f32_to_fp16(float f) {
         if (abs == 0x7f800000u) {
             return (ds_fp16)(sign | 0x7c00u);
         }
-        return (ds_fp16)(sign | 0x7e00u | ((abs >> 13) & 0x3ffu)); // quiet nan, keep top payload
+        return (ds_fp16)(sign | 0x7e00u); // canonical quiet nan, as ggml writes it
     }
     if (abs >= 0x477ff000u) { // >= 65520 rounds to inf
         return (ds_fp16)(sign | 0x7c00u);

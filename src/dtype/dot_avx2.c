@@ -1,0 +1,402 @@
+// dot_avx2.c: AVX2/FMA/F16C kernels of the hot dot products and activation quantizers. Each one
+// reproduces its scalar reference in dot.c bit for bit (same integer sums, same float operations
+// in the same order; no fused multiply-add), which dtype_test.c checks. Calls dtype_impl.h
+// helpers. Called only through dot.c's dispatch when ds_cpu_get()->avx2 holds.
+// Spec: target-qwen35.md §2.13.
+#include "dtype/dtype_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+// 8 vectors of 8 int32 -> one vector of their 8 total sums (exact integer arithmetic).
+static inline __m256i hsum8_i32(const __m256i v[8]) {
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
+    __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
+    __m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i h0123 = _mm256_hadd_epi32(h01, h23); // lo lane: halves of s0..s3 from lo, hi from hi
+    __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+    __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
+    __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
+    return _mm256_add_epi32(lo, hi);
+}
+
+// Signed int8 x int8 products summed in pairs, then in fours: 8 int32 partial sums. Exact while
+// x != -128 or y != -128 (our quantizers never produce -128 in activations).
+static inline __m256i dot_i8_32(__m256i x, __m256i y) {
+    __m256i ax = _mm256_sign_epi8(x, x);
+    __m256i sy = _mm256_sign_epi8(y, x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+}
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
+static inline __m256i nibbles_32(const uint8_t *q) {
+    __m128i t = _mm_loadu_si128((const __m128i *)q);
+    __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
+}
+
+// ---- float types -------------------------------------------------------------------------------
+
+#define FLOAT_DOT_BODY(LOAD8, SCALAR_ELEM)                                                         \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),               \
+                     _mm256_setzero_ps()};                                                         \
+    int64_t i = 0;                                                                                 \
+    for (; i + DS_DOT_LANES <= n; i += DS_DOT_LANES) {                                            \
+        for (int k = 0; k < 4; k++) {                                                              \
+            acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(LOAD8(x, i + 8 * k), LOAD8(y, i + 8 * k))); \
+        }                                                                                          \
+    }                                                                                              \
+    float lanes[DS_DOT_LANES];                                                                     \
+    for (int k = 0; k < 4; k++) {                                                                  \
+        _mm256_storeu_ps(lanes + 8 * k, acc[k]);                                                   \
+    }                                                                                              \
+    for (; i < n; i++) {                                                                           \
+        float p = SCALAR_ELEM(x, i) * SCALAR_ELEM(y, i);                                           \
+        lanes[i % DS_DOT_LANES] += p;                                                              \
+    }                                                                                              \
+    *s = ds_lanes32_reduce(lanes);
+
+#define LOAD8_F32(p, i) _mm256_loadu_ps((p) + (i))
+#define ELEM_F32(p, i) ((p)[i])
+#define LOAD8_F16(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (i))))
+#define ELEM_F16(p, i) _cvtsh_ss((p)[i])
+#define LOAD8_BF16(p, i)                                                                           \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                                         \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((p) + (i)))), 16))
+#define ELEM_BF16(p, i) ds_bf16_to_f32((p)[i])
+
+void ds_dot_f32_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a) {
+    const float *x = w, *y = a;
+    FLOAT_DOT_BODY(LOAD8_F32, ELEM_F32)
+}
+
+void ds_dot_f16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a) {
+    const ds_fp16 *x = w, *y = a;
+    FLOAT_DOT_BODY(LOAD8_F16, ELEM_F16)
+}
+
+void ds_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    const ds_bf16 *x = w, *y = a;
+    FLOAT_DOT_BODY(LOAD8_BF16, ELEM_BF16)
+}
+
+// ---- 32-element blocks against Q8_0 ------------------------------------------------------------
+
+// Groups of 8 blocks: 8 integer sums in one vector, times the 8 products dw*da, added lane-wise
+// (lane = block index mod 8, as in the scalar kernel); the tail continues in scalar code.
+#define Q8_0_FAMILY_DOT(BLOCK_T, ISUM)                                                             \
+    const BLOCK_T *x = w;                                                                          \
+    const ds_block_q8_0 *y = a;                                                                    \
+    int64_t nb = n / DS_QK, ib = 0;                                                                \
+    __m256 acc = _mm256_setzero_ps();                                                              \
+    for (; ib + 8 <= nb; ib += 8) {                                                                \
+        __m256i v[8];                                                                              \
+        float dd[8];                                                                               \
+        for (int k = 0; k < 8; k++) {                                                              \
+            v[k] = ISUM(&x[ib + k], &y[ib + k]);                                                   \
+            dd[k] = _cvtsh_ss(x[ib + k].d) * _cvtsh_ss(y[ib + k].d);                              \
+        }                                                                                          \
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hsum8_i32(v)), _mm256_loadu_ps(dd));          \
+        acc = _mm256_add_ps(acc, t);                                                               \
+    }                                                                                              \
+    float lanes[8];                                                                                \
+    _mm256_storeu_ps(lanes, acc);                                                                  \
+    for (; ib < nb; ib++) {                                                                        \
+        float t = (float)hsum_i32(ISUM(&x[ib], &y[ib])) *                                          \
+                  (_cvtsh_ss(x[ib].d) * _cvtsh_ss(y[ib].d));                                       \
+        lanes[ib % 8] += t;                                                                        \
+    }                                                                                              \
+    *s = ds_lanes8_reduce(lanes);
+
+static inline __m256i isum_q8_0(const ds_block_q8_0 *x, const ds_block_q8_0 *y) {
+    return dot_i8_32(_mm256_loadu_si256((const __m256i *)x->qs),
+                     _mm256_loadu_si256((const __m256i *)y->qs));
+}
+
+static inline __m256i isum_q4_0(const ds_block_q4_0 *x, const ds_block_q8_0 *y) {
+    __m256i q = _mm256_sub_epi8(nibbles_32(x->qs), _mm256_set1_epi8(8));
+    return dot_i8_32(q, _mm256_loadu_si256((const __m256i *)y->qs));
+}
+
+static inline __m256i iq4_table(void) {
+    __m128i t = _mm_loadu_si128((const __m128i *)ds_iq4nl_values);
+    return _mm256_set_m128i(t, t);
+}
+
+static inline __m256i isum_iq4_nl(const ds_block_iq4_nl *x, const ds_block_q8_0 *y) {
+    __m256i q = _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
+    return dot_i8_32(q, _mm256_loadu_si256((const __m256i *)y->qs));
+}
+
+void ds_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    Q8_0_FAMILY_DOT(ds_block_q8_0, isum_q8_0)
+}
+
+void ds_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    Q8_0_FAMILY_DOT(ds_block_q4_0, isum_q4_0)
+}
+
+void ds_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a) {
+    Q8_0_FAMILY_DOT(ds_block_iq4_nl, isum_iq4_nl)
+}
+
+// ---- super-blocks against Q8_K -----------------------------------------------------------------
+
+void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    const ds_block_q4_k *x = w;
+    const ds_block_q8_k *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            ds_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+        }
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+            __m256i lo = _mm256_and_si256(bits, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int32_t msum = 0;
+        for (int j = 0; j < 8; j++) {
+            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        sum += ds_ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), msum);
+    }
+    *s = sum;
+}
+
+void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    const ds_block_q5_k *x = w;
+    const ds_block_q8_k *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i one = _mm256_set1_epi8(1);
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            ds_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+        }
+        const uint8_t *ql = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, ql += 32, q8 += 64) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                         _mm256_slli_epi16(h1, 4));
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int32_t msum = 0;
+        for (int j = 0; j < 8; j++) {
+            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        sum += ds_ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), msum);
+    }
+    *s = sum;
+}
+
+void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w,
+                      const void *restrict a) {
+    const ds_block_q6_k *x = w;
+    const ds_block_q8_k *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi8(32);
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        const uint8_t *ql = x[i].ql;
+        const uint8_t *qhp = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int k = 0; k < 2; k++, ql += 64, qhp += 32, sc += 8, q8 += 128) {
+            __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+            __m256i q6[4];
+            q6[0] = _mm256_or_si256(_mm256_and_si256(b1, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q6[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q6[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q6[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int c = 0; c < 4; c++) {
+                __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
+                // sum (q6 - 32) * q8 = sum q6*q8 - 32 * sum q8, per pair of elements (int16, exact)
+                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[c], y8),
+                                             _mm256_maddubs_epi16(k32, y8));
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
+            }
+        }
+        sum += ds_ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
+    }
+    *s = sum;
+}
+
+void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a) {
+    const ds_block_iq4_xs *x = w;
+    const ds_block_q8_k *y = a;
+    const __m256i table = iq4_table();
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        const uint8_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++, qs += 16, q8 += 32) {
+            int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
+                     (((x[i].scales_h >> 2 * ib) & 3) << 4);
+            __m256i v = _mm256_shuffle_epi8(table, nibbles_32(qs));
+            __m256i y8 = _mm256_loadu_si256((const __m256i *)q8);
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y8, v));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)(ls - 32))));
+        }
+        sum += ds_ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
+    }
+    *s = sum;
+}
+
+// ---- activation quantizers ---------------------------------------------------------------------
+
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// 32 int32 (four vectors, element order) -> 32 int8 with signed saturation, in element order.
+static inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    __m256i a = _mm256_packs_epi32(i0, i1);
+    __m256i b = _mm256_packs_epi32(i2, i3);
+    __m256i c = _mm256_packs_epi16(a, b);
+    return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n) {
+    ds_block_q8_0 *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / DS_QK; i++, x += DS_QK) {
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+        }
+        float m = hmax_ps(amax);
+        b[i].d = ds_f32_to_fp16(m / 127.f);
+        __m256 id = _mm256_set1_ps(m != 0.0f ? 127.f / m : 0.0f);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        _mm256_storeu_si256((__m256i *)b[i].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n) {
+    ds_block_q8_k *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / DS_QK_K; i++, x += DS_QK_K) {
+        __m256 amaxv = _mm256_setzero_ps();
+        for (int k = 0; k < DS_QK_K; k += 8) {
+            amaxv = _mm256_max_ps(amaxv, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        }
+        float amax = hmax_ps(amaxv);
+        if (amax == 0.0f) {
+            memset(&b[i], 0, sizeof(b[i]));
+            continue;
+        }
+        float max = 0; // first element of magnitude amax, with its sign (as the scalar scan picks)
+        for (int k = 0; k < DS_QK_K; k += 8) {
+            __m256 eq = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)),
+                                      _mm256_set1_ps(amax), _CMP_EQ_OQ);
+            int mask = _mm256_movemask_ps(eq);
+            if (mask) {
+                max = x[k + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        float iscale = -127.f / max;
+        __m256 vs = _mm256_set1_ps(iscale);
+        __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < DS_QK_K; k += 32) {
+            __m256i q[4];
+            for (int c = 0; c < 4; c++) {
+                q[c] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * c))), lim);
+            }
+            b[i].bsums[k / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+            b[i].bsums[k / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(b[i].qs + k), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+        }
+        b[i].d = 1 / iscale;
+    }
+}
+
+void ds_act_f16_avx2(void *restrict y, const float *restrict x, int64_t n) {
+    ds_fp16 *h = y;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++) {
+        h[i] = ds_f32_to_fp16(x[i]);
+    }
+}
+
+void ds_act_bf16_avx2(void *restrict y, const float *restrict x, int64_t n) {
+    ds_bf16 *h = y;
+    int64_t i = 0;
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int k = 0; k < 2; k++) {
+            __m256i u = _mm256_loadu_si256((const __m256i *)(x + i + 8 * k));
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            __m256i rounded = _mm256_srli_epi32(
+                _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+            __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
+            __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+            r[k] = _mm256_blendv_epi8(rounded, quiet, is_nan);
+        }
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)(h + i), p);
+    }
+    for (; i < n; i++) {
+        h[i] = ds_f32_to_bf16(x[i]);
+    }
+}
