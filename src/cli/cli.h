@@ -6,3 +6,5 @@
 
 // Each subcommand: argv[0] is the subcommand name. Returns the process exit code.
 int ds_cli_info(int argc, char **argv);
+int ds_cli_tensor(int argc, char **argv);
+int ds_cli_logits(int argc, char **argv);

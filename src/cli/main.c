@@ -11,7 +11,9 @@ typedef struct command {
 } command;
 
 static const command k_commands[] = {
+    {"logits", ds_cli_logits, "run the target forward on token ids: logits, hidden states"},
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
+    {"tensor", ds_cli_tensor, "dequantize one GGUF tensor to f32: stats, optional raw dump"},
 };
 
 static void print_help(FILE *f) {
