@@ -1,0 +1,138 @@
+// backend.h: the op interface every compute backend implements (CPU here; CUDA in backend/cuda),
+// over tensors that live in the backend's memory. Calls core/, dtype/. Called by model/, draft/.
+// Spec: DESIGN.md §3 "Backend", target-qwen35.md §2 (the math each op computes).
+//
+// Usage:
+//     ds_backend *be; ds_backend_cpu_new(&be, n_threads, &err);
+//     ds_tensor x = ds_tensor_2d(buf, DS_TYPE_F32, n_embd, n_rows);
+//     be->ops.rmsnorm(be, &y, &x, &w, eps);       // or ds_be_rmsnorm(be, &y, &x, &w, eps)
+//     ds_backend_free(be);
+//
+// Rules: ops are eager and run in order on the backend's one stream; outputs never alias inputs
+// unless an op says "in place allowed". Shapes are ggml order ({ne0, ne1, ...}, ne0 fastest,
+// contiguous rows unless nb says otherwise). A row (one token) is computed exactly the same way
+// whatever the number of rows in the call (batch invariance, DESIGN.md §4.2). Shape errors are
+// programmer errors (asserted): callers validated the model at load time. A backend is used by one
+// thread at a time.
+#pragma once
+
+#include "core/core.h"
+#include "dtype/dtype.h"
+
+typedef struct ds_tensor {
+    void *data;      // backend memory (host memory for the CPU backend)
+    ds_type type;
+    int64_t ne[4];   // elements per dim, ne[0] fastest
+    size_t nb[4];    // byte strides; nb[0] = element/block size
+} ds_tensor;
+
+// Contiguous tensor views.
+ds_tensor ds_tensor_1d(void *data, ds_type type, int64_t ne0);
+ds_tensor ds_tensor_2d(void *data, ds_type type, int64_t ne0, int64_t ne1);
+ds_tensor ds_tensor_3d(void *data, ds_type type, int64_t ne0, int64_t ne1, int64_t ne2);
+int64_t ds_tensor_nelements(const ds_tensor *t);
+size_t ds_tensor_nbytes(const ds_tensor *t); // contiguous size
+bool ds_tensor_is_contiguous(const ds_tensor *t);
+// Row view: rows [r0, r0+n) of dim 1 of a 2-D tensor.
+ds_tensor ds_tensor_rows(const ds_tensor *t, int64_t r0, int64_t n);
+
+typedef struct ds_backend ds_backend;
+
+// Parameters of the attention op (one attention layer, one batch).
+typedef struct ds_attn_params {
+    int64_t n_past;        // committed KV rows [0, n_past) visible to every batch row
+    const int32_t *parent; // host array [n]: batch row parent index (-1 = committed prefix);
+                           // NULL = chain (row i sees batch rows 0..i)
+    float scale;           // softmax scale (1/sqrt(head_dim))
+} ds_attn_params;
+
+// Parameters of the gated-delta-rule op.
+typedef struct ds_gdn_params {
+    const int32_t *parent; // host array [n] as in ds_attn_params; NULL = chain
+    float q_scale;         // 1/sqrt(d_k), applied to q after L2 normalisation
+    float eps;             // L2-norm epsilon of q and k
+} ds_gdn_params;
+
+typedef struct ds_backend_ops {
+    // y{n_out, n} = W{n_in, n_out} · x{n_in, n}, f32 in/out. x is converted to W's vec_dot type
+    // per row (as llama.cpp does). `scale` (may be NULL) is a {1} f32 tensor multiplied in.
+    void (*matmul)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x);
+    // MoE: for row r and slot j, y[:, j, r] = W[:, :, ids[j, r]] · x[:, r or (j, r)].
+    // W {n_in, n_out, n_expert}; x {n_in, n} (broadcast over slots) or {n_in, k, n};
+    // ids host int32 [n * k]; y {n_out, k, n}.
+    void (*matmul_id)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
+                      const int32_t *ids, int64_t k);
+    // y{ne0, n} = rows `ids` (host int32 [n]) of table {ne0, n_vocab}, dequantized to f32.
+    void (*get_rows)(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
+    // y = x / sqrt(mean(x^2) + eps) * w over ne0, for every row of x (x viewed as {ne0, rows});
+    // w {ne0} or NULL. Sum of squares in double, scale in float (llama.cpp CPU). In place allowed.
+    void (*rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                    float eps);
+    // y = x + b (same shape). In place allowed (y == x).
+    void (*add)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
+    // y = silu(g) * u (same shapes, g and u may be strided views of one tensor).
+    void (*swiglu)(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_tensor *u);
+    // y = x * sigmoid(g) (same shapes; g may be strided). In place allowed (y == x).
+    void (*mul_sigmoid)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *g);
+    // In-place NEOX RoPE on the first n_rot dims of each head of x {head_dim, n_head, n}
+    // (x may be strided), positions pos (host int32 [n]), theta_i = pos * base^(-2i/n_rot).
+    void (*rope_neox)(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
+    // Copies x {ne0, n} (f32) into rows [row0, row0+n) of dst {ne0, n_ctx} (F32 or F16),
+    // converting.
+    void (*store_rows)(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+    // Causal softmax attention of q {hd, n_head, n} against cache rows k/v {hd * n_kv, n_ctx}
+    // (F32 or F16; batch rows already stored at [n_past, n_past + n)). GQA: head h uses kv head
+    // h / (n_head / n_kv). out {hd * n_head, n} f32.
+    void (*attention)(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                      const ds_tensor *v, int n_kv, const ds_attn_params *p);
+    // DeltaNet causal conv + SiLU: for batch row t and channel ch,
+    // out[ch, t] = silu(sum_{j<K} w[j, ch] * in_j[ch]) where in_{K-1} = x[:, t] and in_0..in_{K-2}
+    // are the K-1 previous inputs along the row's history (chain: earlier batch rows; tree: the
+    // parent chain), continuing into `window` {C, K-1} (row j = time slot j, oldest first) at the
+    // start. w {K, C} (tap K-1 multiplies the current input). window is NOT modified.
+    void (*conv_silu)(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
+                      const ds_tensor *window, const int32_t *parent);
+    // DeltaNet gates: beta = sigmoid(b), g = a_log_neg * softplus(alpha + dt_bias), per value
+    // head. b, alpha {H_v, n}; dt_bias, ssm_a {H_v}. Outputs beta, g {H_v, n}.
+    void (*gdn_gates)(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
+                      const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
+    // Gated delta rule over n rows (target-qwen35.md §2.5) with q/k L2-normalised inside.
+    // qkv {conv_dim, n} = [q (d_k*H_k) | k (d_k*H_k) | v (d_v*H_v)] after conv+silu; beta, g
+    // {H_v, n}; state {d_v * d_k, H_v} f32 (per head, element (key i, value j) at j*d_k + i,
+    // tiled head order: v head h uses k head h % H_k). out {d_v * H_v, n}.
+    // If state_out is NULL the state is read only (verify); else the final state after the last
+    // row (chain) is written there (may equal state: in place).
+    void (*gated_delta)(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
+                        const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
+                        ds_tensor *state_out, int n_k_heads, int n_v_heads,
+                        const ds_gdn_params *p);
+    // y{d, H, n} = rmsnorm(x per head of d, eps) * w{d} * silu(z) (DeltaNet output norm).
+    void (*gated_rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                          const ds_tensor *z, float eps);
+    // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
+    void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
+    // Copy device -> host / host -> device / device -> device (bytes).
+    void (*read)(ds_backend *be, void *dst_host, const void *src, size_t n);
+    void (*write)(ds_backend *be, void *dst, const void *src_host, size_t n);
+    void (*copy)(ds_backend *be, void *dst, const void *src, size_t n);
+    // Memory: zeroed allocation of backend memory; NULL on failure.
+    void *(*alloc)(ds_backend *be, size_t n);
+    void (*free)(ds_backend *be, void *p);
+    // Waits for queued work (no-op on the CPU).
+    void (*sync)(ds_backend *be);
+    // Releases the backend.
+    void (*destroy)(ds_backend *be);
+} ds_backend_ops;
+
+struct ds_backend {
+    const char *name;   // "cpu", "cuda"
+    ds_backend_ops ops;
+    void *ctx;          // implementation state
+    bool weights_in_host_memory; // true: weights may point into the GGUF mapping directly
+};
+
+// The CPU backend: complete, threaded (ds_pool with n_threads, 0 = all CPUs), SIMD via dtype/.
+dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err);
+// The CPU backend's pool (for callers that run host-side loops in parallel), or NULL.
+ds_pool *ds_backend_cpu_pool(ds_backend *be);
+void ds_backend_free(ds_backend *be);

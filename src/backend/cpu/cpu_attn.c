@@ -1,0 +1,158 @@
+// cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores and softmax attention over the cache with
+// chain or tree visibility. Spec: target-qwen35.md §2.7-2.8. Called through the op table.
+#include "backend/cpu/cpu_impl.h"
+
+void ds_cpu_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base) {
+    (void)be;
+    int64_t n_head = x->ne[1], n = x->ne[2];
+    int half = n_rot / 2;
+    DS_ASSERT(n_rot % 2 == 0 && n_rot <= x->ne[0] && half <= 512);
+    double inv_freq[512];
+    for (int i = 0; i < half; i++) {
+        inv_freq[i] = pow((double)base, -2.0 * i / (double)n_rot);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        float cs[512], sn[512];
+        for (int i = 0; i < half; i++) {
+            double th = (double)pos[t] * inv_freq[i];
+            cs[i] = (float)cos(th);
+            sn[i] = (float)sin(th);
+        }
+        for (int64_t h = 0; h < n_head; h++) {
+            float *v = ds_cpu_row(x, h, t, 0);
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
+void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x) {
+    (void)be;
+    int64_t ne0 = x->ne[0], n = ds_cpu_nrows(x);
+    DS_ASSERT(dst->ne[0] == ne0 && row0 >= 0 && row0 + n <= dst->ne[1]);
+    for (int64_t r = 0; r < n; r++) {
+        const float *src = ds_cpu_row_flat(x, r);
+        void *d = ds_cpu_row(dst, row0 + r, 0, 0);
+        if (dst->type == DS_TYPE_F32) {
+            memcpy(d, src, (size_t)ne0 * sizeof(float));
+        } else {
+            DS_ASSERT(dst->type == DS_TYPE_F16);
+            ds_fp16 *h = d;
+            for (int64_t i = 0; i < ne0; i++) {
+                h[i] = ds_f32_to_fp16(src[i]);
+            }
+        }
+    }
+}
+
+typedef struct attn_job {
+    ds_tensor *out;
+    const ds_tensor *q, *k, *v;
+    int64_t hd, n_head, n_rows, n_past;
+    int group;              // query heads per kv head
+    float scale;
+    const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
+    int64_t vis_stride;     // ints per row in vis
+    float *scratch;         // per thread: n_past + n_rows scores + hd accumulators
+    int64_t scratch_stride; // floats per thread
+} attn_job;
+
+static void kv_row(float *dst, const ds_tensor *c, int64_t row, int64_t off, int64_t hd) {
+    const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];
+    if (c->type == DS_TYPE_F32) {
+        memcpy(dst, (const float *)base + off, (size_t)hd * sizeof(float));
+    } else {
+        const ds_fp16 *h = (const ds_fp16 *)base + off;
+        for (int64_t i = 0; i < hd; i++) {
+            dst[i] = ds_fp16_to_f32(h[i]);
+        }
+    }
+}
+
+// One (row, head) pair: softmax(q·K^T * scale) · V over the visible cache rows, in cache order.
+static void attn_task(void *ctx, int64_t task, int thread) {
+    const attn_job *j = ctx;
+    int64_t t = task / j->n_head, h = task % j->n_head;
+    int64_t kvh = h / j->group, hd = j->hd;
+    float *sc = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
+    float *kr = sc + j->n_past + j->n_rows;
+    float *acc = kr + hd;
+    const float *q = ds_cpu_row(j->q, h, t, 0);
+    // visible rows: committed prefix, then batch rows (chain: 0..t; tree: ancestors and self)
+    int64_t n_vis = 0;
+    float mx = -INFINITY;
+    const int32_t *vis = j->vis ? j->vis + t * j->vis_stride : NULL;
+    int64_t n_batch_vis = t + 1;
+    if (vis) {
+        for (n_batch_vis = 0; vis[n_batch_vis] >= 0; n_batch_vis++) {
+        }
+    }
+    int64_t total = j->n_past + n_batch_vis;
+    for (int64_t i = 0; i < total; i++) {
+        int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
+        kv_row(kr, j->k, row, kvh * hd, hd);
+        float s = 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+            s += q[d] * kr[d];
+        }
+        s *= j->scale;
+        sc[n_vis++] = s;
+        mx = s > mx ? s : mx;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vis; i++) {
+        sc[i] = expf(sc[i] - mx);
+        sum += sc[i];
+    }
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int64_t i = 0; i < total; i++) {
+        int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
+        kv_row(kr, j->v, row, kvh * hd, hd);
+        for (int64_t d = 0; d < hd; d++) {
+            acc[d] += sc[i] * kr[d];
+        }
+    }
+    float inv = (float)(1.0 / sum);
+    float *o = (float *)ds_cpu_row(j->out, t, 0, 0) + h * hd;
+    for (int64_t d = 0; d < hd; d++) {
+        o[d] = acc[d] * inv;
+    }
+}
+
+void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                      const ds_tensor *v, int n_kv, const ds_attn_params *p) {
+    int64_t hd = q->ne[0], n_head = q->ne[1], n = q->ne[2];
+    DS_ASSERT(n_head % n_kv == 0 && k->ne[0] == hd * n_kv && v->ne[0] == hd * n_kv);
+    DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == n && p->n_past + n <= k->ne[1]);
+    cpu_ctx *c = cpu_of(be);
+    int64_t per_thread = p->n_past + n + 2 * hd;
+    size_t score_bytes = (size_t)c->n_threads * (size_t)per_thread * sizeof(float);
+    size_t vis_ints = p->parent ? (size_t)n * (size_t)(n + 1) : 0;
+    uint8_t *buf = ds_cpu_scratch(be, score_bytes + vis_ints * sizeof(int32_t));
+    attn_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head, .n_rows = n,
+                  .n_past = p->n_past, .group = (int)(n_head / n_kv), .scale = p->scale,
+                  .scratch = (float *)buf, .scratch_stride = per_thread};
+    if (p->parent) {
+        int32_t *vis = (int32_t *)(buf + score_bytes);
+        for (int64_t t = 0; t < n; t++) {
+            int32_t *row = vis + t * (n + 1);
+            int64_t cnt = 0;
+            for (int64_t a = t; a >= 0; a = p->parent[a]) {
+                DS_ASSERT(a < n && (p->parent[a] < a));
+                row[cnt++] = (int32_t)a;
+            }
+            for (int64_t i = 0; i < cnt / 2; i++) { // ascending order = cache order
+                int32_t tmp = row[i];
+                row[i] = row[cnt - 1 - i];
+                row[cnt - 1 - i] = tmp;
+            }
+            row[cnt] = -1;
+        }
+        j.vis = vis;
+        j.vis_stride = n + 1;
+    }
+    ds_cpu_parallel(be, attn_task, &j, n * n_head, n * n_head * (p->n_past + n) * hd);
+}

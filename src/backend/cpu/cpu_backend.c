@@ -1,0 +1,115 @@
+// cpu_backend.c: the CPU backend object: construction, memory, scratch, copies, the op table.
+// Owns the thread pool. Calls core/, dtype/. Called through backend/backend.h.
+#include "backend/cpu/cpu_impl.h"
+
+#include <stdlib.h>
+
+void *ds_cpu_scratch(ds_backend *be, size_t n) {
+    cpu_ctx *c = cpu_of(be);
+    if (n > c->scratch_size) {
+        ds_aligned_free(c->scratch);
+        size_t grow = n + n / 4;
+        c->scratch = ds_aligned_alloc(64, grow);
+        DS_ASSERT(c->scratch != NULL);
+        c->scratch_size = grow;
+    }
+    return c->scratch;
+}
+
+void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work) {
+    cpu_ctx *c = cpu_of(be);
+    if (c->n_threads > 1 && n_tasks > 1 && work >= 16384) {
+        ds_pool_run(c->pool, fn, ctx, n_tasks);
+        return;
+    }
+    for (int64_t t = 0; t < n_tasks; t++) {
+        fn(ctx, t, 0);
+    }
+}
+
+static void cpu_read(ds_backend *be, void *dst, const void *src, size_t n) {
+    (void)be;
+    memcpy(dst, src, n);
+}
+
+static void cpu_copy(ds_backend *be, void *dst, const void *src, size_t n) {
+    (void)be;
+    memmove(dst, src, n);
+}
+
+static void *cpu_alloc(ds_backend *be, size_t n) {
+    (void)be;
+    void *p = ds_aligned_alloc(64, n ? n : 64);
+    if (p) {
+        memset(p, 0, n);
+    }
+    return p;
+}
+
+static void cpu_free(ds_backend *be, void *p) {
+    (void)be;
+    ds_aligned_free(p);
+}
+
+static void cpu_sync(ds_backend *be) {
+    (void)be;
+}
+
+static void cpu_destroy(ds_backend *be) {
+    cpu_ctx *c = cpu_of(be);
+    ds_pool_free(c->pool);
+    ds_aligned_free(c->scratch);
+    free(c);
+    free(be);
+}
+
+dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err) {
+    *out = NULL;
+    ds_backend *be = calloc(1, sizeof(*be));
+    cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    dspec_status st = ds_pool_new(&c->pool, n_threads, err);
+    if (st != DSPEC_OK) {
+        free(be);
+        free(c);
+        return st;
+    }
+    c->n_threads = ds_pool_n_threads(c->pool);
+    be->name = "cpu";
+    be->ctx = c;
+    be->weights_in_host_memory = true;
+    be->ops = (ds_backend_ops){
+        .matmul = ds_cpu_matmul,
+        .matmul_id = ds_cpu_matmul_id,
+        .get_rows = ds_cpu_get_rows,
+        .rmsnorm = ds_cpu_rmsnorm,
+        .add = ds_cpu_add,
+        .swiglu = ds_cpu_swiglu,
+        .mul_sigmoid = ds_cpu_mul_sigmoid,
+        .rope_neox = ds_cpu_rope_neox,
+        .store_rows = ds_cpu_store_rows,
+        .attention = ds_cpu_attention,
+        .conv_silu = ds_cpu_conv_silu,
+        .gdn_gates = ds_cpu_gdn_gates,
+        .gated_delta = ds_cpu_gated_delta,
+        .gated_rmsnorm = ds_cpu_gated_rmsnorm,
+        .argmax = ds_cpu_argmax,
+        .read = cpu_read,
+        .write = cpu_read,
+        .copy = cpu_copy,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .sync = cpu_sync,
+        .destroy = cpu_destroy,
+    };
+    *out = be;
+    return DSPEC_OK;
+}
+
+ds_pool *ds_backend_cpu_pool(ds_backend *be) {
+    return strcmp(be->name, "cpu") == 0 ? cpu_of(be)->pool : NULL;
+}

@@ -1,0 +1,100 @@
+// cpu_elem.c: row-wise and elementwise ops: RMSNorm, gated RMSNorm, add, SwiGLU, sigmoid gate,
+// argmax. Each row is computed independently (batch invariance). Called through the op table.
+#include "backend/cpu/cpu_impl.h"
+
+static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double sum = 0.0; // llama.cpp CPU: sum of squares in double, scale in float
+    for (int64_t i = 0; i < n; i++) {
+        sum += (double)x[i] * (double)x[i];
+    }
+    float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = x[i] * scale * w[i];
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = x[i] * scale;
+        }
+    }
+}
+
+void ds_cpu_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                    float eps) {
+    (void)be;
+    int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(y->ne[0] == n && ds_cpu_nrows(y) == rows && x->type == DS_TYPE_F32);
+    DS_ASSERT(!w || (w->ne[0] == n && w->type == DS_TYPE_F32));
+    for (int64_t r = 0; r < rows; r++) {
+        rmsnorm_row(ds_cpu_row_flat(y, r), ds_cpu_row_flat(x, r), w ? w->data : NULL, n, eps);
+    }
+}
+
+void ds_cpu_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                          const ds_tensor *z, float eps) {
+    (void)be;
+    int64_t d = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(w->ne[0] == d && ds_cpu_nrows(z) == rows && z->ne[0] == d);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = ds_cpu_row_flat(y, r);
+        const float *zr = ds_cpu_row_flat(z, r);
+        rmsnorm_row(yr, ds_cpu_row_flat(x, r), w->data, d, eps);
+        for (int64_t i = 0; i < d; i++) {
+            yr[i] *= ds_cpu_silu(zr[i]);
+        }
+    }
+}
+
+void ds_cpu_add(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b) {
+    (void)be;
+    int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(b->ne[0] == n && ds_cpu_nrows(b) == rows && ds_cpu_nrows(y) == rows);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = ds_cpu_row_flat(y, r);
+        const float *xr = ds_cpu_row_flat(x, r), *br = ds_cpu_row_flat(b, r);
+        for (int64_t i = 0; i < n; i++) {
+            yr[i] = xr[i] + br[i];
+        }
+    }
+}
+
+void ds_cpu_swiglu(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_tensor *u) {
+    (void)be;
+    int64_t n = g->ne[0], rows = ds_cpu_nrows(g);
+    DS_ASSERT(u->ne[0] == n && ds_cpu_nrows(u) == rows && ds_cpu_nrows(y) == rows);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = ds_cpu_row_flat(y, r);
+        const float *gr = ds_cpu_row_flat(g, r), *ur = ds_cpu_row_flat(u, r);
+        for (int64_t i = 0; i < n; i++) {
+            yr[i] = ds_cpu_silu(gr[i]) * ur[i];
+        }
+    }
+}
+
+void ds_cpu_mul_sigmoid(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *g) {
+    (void)be;
+    int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(g->ne[0] == n && ds_cpu_nrows(g) == rows && ds_cpu_nrows(y) == rows);
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = ds_cpu_row_flat(y, r);
+        const float *xr = ds_cpu_row_flat(x, r), *gr = ds_cpu_row_flat(g, r);
+        for (int64_t i = 0; i < n; i++) {
+            yr[i] = xr[i] * ds_cpu_sigmoid(gr[i]);
+        }
+    }
+}
+
+void ds_cpu_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    (void)be;
+    int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = ds_cpu_row_flat(x, r);
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++) {
+            if (xr[i] > xr[best]) {
+                best = i;
+            }
+        }
+        out[r] = (int32_t)best;
+    }
+}

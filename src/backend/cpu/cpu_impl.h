@@ -1,0 +1,79 @@
+// cpu_impl.h: private state and helpers of the CPU backend (backend/cpu/*.c only).
+#pragma once
+
+#include "backend/backend.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct cpu_ctx {
+    ds_pool *pool;
+    int n_threads;
+    // Growable scratch: per-call buffers (quantized activations, per-thread work). Grows only when
+    // a larger batch arrives; steady-state steps allocate nothing.
+    uint8_t *scratch;
+    size_t scratch_size;
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_of(ds_backend *be) {
+    return (cpu_ctx *)be->ctx;
+}
+
+// Returns at least n bytes of 64-byte-aligned scratch (contents undefined). Asserts on OOM.
+void *ds_cpu_scratch(ds_backend *be, size_t n);
+
+// Row pointer of a tensor at (i1, i2, i3).
+static inline void *ds_cpu_row(const ds_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
+    return (uint8_t *)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] +
+           (size_t)i3 * t->nb[3];
+}
+
+// Number of rows (ne1 * ne2 * ne3) and row pointer by flat row index.
+static inline int64_t ds_cpu_nrows(const ds_tensor *t) {
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
+static inline void *ds_cpu_row_flat(const ds_tensor *t, int64_t r) {
+    int64_t i1 = r % t->ne[1];
+    int64_t i2 = (r / t->ne[1]) % t->ne[2];
+    int64_t i3 = r / (t->ne[1] * t->ne[2]);
+    return ds_cpu_row(t, i1, i2, i3);
+}
+
+static inline float ds_cpu_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+static inline float ds_cpu_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static inline float ds_cpu_softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// Runs fn over n_tasks with the pool when the work is large enough to pay for it, else inline.
+void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
+
+// Op implementations (one family per file).
+void ds_cpu_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x);
+void ds_cpu_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
+                      const int32_t *ids, int64_t k);
+void ds_cpu_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
+void ds_cpu_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                    float eps);
+void ds_cpu_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                          const ds_tensor *z, float eps);
+void ds_cpu_add(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
+void ds_cpu_swiglu(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_tensor *u);
+void ds_cpu_mul_sigmoid(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *g);
+void ds_cpu_argmax(ds_backend *be, int32_t *out, const ds_tensor *x);
+void ds_cpu_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
+void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                      const ds_tensor *v, int n_kv, const ds_attn_params *p);
+void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
+                      const ds_tensor *window, const int32_t *parent);
+void ds_cpu_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
+                      const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
+void ds_cpu_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
+                        const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
+                        ds_tensor *state_out, int n_k_heads, int n_v_heads,
+                        const ds_gdn_params *p);

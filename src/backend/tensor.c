@@ -1,0 +1,55 @@
+// tensor.c: ds_tensor view helpers shared by every backend. Calls dtype/. Called by model/, draft/.
+#include "backend/backend.h"
+
+static ds_tensor tensor_make(void *data, ds_type type, int64_t ne0, int64_t ne1, int64_t ne2) {
+    const ds_type_traits *tt = ds_type_traits_get(type);
+    DS_ASSERT(tt != NULL && ne0 % tt->block_elems == 0);
+    ds_tensor t = {.data = data, .type = type, .ne = {ne0, ne1, ne2, 1}};
+    t.nb[0] = tt->block_bytes;
+    t.nb[1] = ds_type_row_size(type, ne0);
+    t.nb[2] = t.nb[1] * (size_t)ne1;
+    t.nb[3] = t.nb[2] * (size_t)ne2;
+    return t;
+}
+
+ds_tensor ds_tensor_1d(void *data, ds_type type, int64_t ne0) {
+    return tensor_make(data, type, ne0, 1, 1);
+}
+
+ds_tensor ds_tensor_2d(void *data, ds_type type, int64_t ne0, int64_t ne1) {
+    return tensor_make(data, type, ne0, ne1, 1);
+}
+
+ds_tensor ds_tensor_3d(void *data, ds_type type, int64_t ne0, int64_t ne1, int64_t ne2) {
+    return tensor_make(data, type, ne0, ne1, ne2);
+}
+
+int64_t ds_tensor_nelements(const ds_tensor *t) {
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+size_t ds_tensor_nbytes(const ds_tensor *t) {
+    return ds_type_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
+bool ds_tensor_is_contiguous(const ds_tensor *t) {
+    size_t row = ds_type_row_size(t->type, t->ne[0]);
+    return t->nb[1] == row && t->nb[2] == row * (size_t)t->ne[1] &&
+           t->nb[3] == t->nb[2] * (size_t)t->ne[2];
+}
+
+ds_tensor ds_tensor_rows(const ds_tensor *t, int64_t r0, int64_t n) {
+    DS_ASSERT(r0 >= 0 && r0 + n <= t->ne[1] && t->ne[2] == 1 && t->ne[3] == 1);
+    ds_tensor v = *t;
+    v.data = (uint8_t *)t->data + (size_t)r0 * t->nb[1];
+    v.ne[1] = n;
+    v.nb[2] = v.nb[1] * (size_t)n;
+    v.nb[3] = v.nb[2];
+    return v;
+}
+
+void ds_backend_free(ds_backend *be) {
+    if (be) {
+        be->ops.destroy(be);
+    }
+}

@@ -1,0 +1,126 @@
+// model.h: the Qwen3.5-family target model (qwen35 dense, qwen35moe): hyperparameters and weights
+// from a llama.cpp GGUF, per-sequence state (KV cache + DeltaNet conv windows and states), and one
+// forward entry point over a batch of rows (prefill, decode, chain verify, tree verify).
+// Calls backend/, gguf/, dtype/, core/. Called by draft/, spec/, engine/, cli/.
+// Spec: target-qwen35.md §1-3, §7; DESIGN.md §3 "Target forward", "State".
+//
+// Usage:
+//     ds_model *m;   ds_model_load(&m, "m.gguf", be, &err);         // validates every tensor
+//     ds_state *st;  ds_state_new(&st, m, &(ds_state_params){.n_ctx = 4096}, &err);
+//     ds_batch b = {.n = n, .tokens = ids, .logits = out, .n_logits = 1, .logits_rows = &last};
+//     ds_model_forward(m, st, &b, &err);        // prefill (chunked internally) / decode
+//     b.speculative = true; ds_model_forward(...);   // verify: recurrent state untouched
+//     ds_state_commit(st, n_accepted, NULL, &err);   // exact: == AR state of the accepted rows
+//     ds_state_free(st); ds_model_free(m);
+//
+// Rules: a ds_model is immutable after load and may be shared by several states and threads (the
+// backend it was loaded with must outlive it and is used by one thread at a time). A ds_state
+// belongs to one sequence and one thread. Weights point into the GGUF mapping on the CPU backend.
+#pragma once
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+
+#define DS_MODEL_MAX_LAYERS 512
+#define DS_MODEL_MAX_TAPS 16
+
+typedef enum ds_arch {
+    DS_ARCH_QWEN35 = 0,
+    DS_ARCH_QWEN35MOE = 1,
+} ds_arch;
+
+typedef struct ds_model_hparams {
+    ds_arch arch;
+    int64_t n_vocab;        // rows of token_embd
+    int64_t n_embd;
+    int n_layer;            // trunk layers = block_count - nextn_predict_layers
+    int n_nextn;            // MTP layers in the file (ignored by the forward)
+    int64_t n_ctx_train;
+    int n_head, n_head_kv;  // full attention
+    int64_t head_dim;       // key_length (== value_length)
+    int n_rot;              // rope.dimension_count
+    float rope_base;
+    float eps;              // rms eps, also the L2-norm eps of DeltaNet q/k
+    int64_t n_ff;           // dense FFN width
+    // Gated DeltaNet
+    int d_conv;             // conv kernel (4)
+    int64_t d_state;        // head dim of k and v (ssm.state_size)
+    int n_k_heads;          // H_k (ssm.group_count)
+    int n_v_heads;          // H_v (ssm.time_step_rank)
+    int64_t d_inner;        // H_v * d_state (ssm.inner_size)
+    int64_t conv_dim;       // 2 * H_k * d_state + d_inner
+    bool recurrent[DS_MODEL_MAX_LAYERS];
+    // MoE
+    int n_expert, n_expert_used;
+    int64_t n_ff_exp, n_ff_shexp;
+    bool tied_output;       // no output.weight: lm_head = token_embd
+} ds_model_hparams;
+
+typedef struct ds_model ds_model;
+
+// Loads a qwen35 / qwen35moe GGUF (split sets too). Refuses other architectures and inconsistent
+// files with DSPEC_ERR_FORMAT naming the key or tensor (expected vs found shape/type).
+dspec_status ds_model_load(ds_model **out, const char *path, ds_backend *be, dspec_err *err);
+// Same, from an already open GGUF (borrowed; must outlive the model).
+dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be,
+                                dspec_err *err);
+void ds_model_free(ds_model *m);
+const ds_model_hparams *ds_model_hparams_get(const ds_model *m);
+const ds_gguf *ds_model_gguf(const ds_model *m);
+ds_backend *ds_model_backend(const ds_model *m);
+// Weight bytes the forward reads per token (for roofline reports).
+size_t ds_model_weight_bytes(const ds_model *m);
+
+// ---- state ---------------------------------------------------------------------------------------
+
+typedef struct ds_state_params {
+    int64_t n_ctx;          // KV capacity in tokens (0 = 4096)
+    int64_t n_batch;        // prefill chunk (rows per internal forward; 0 = 256)
+    int64_t n_verify;       // max rows of a speculative batch (0 = 64)
+    ds_type kv_type;        // DS_TYPE_F32 or DS_TYPE_F16 (F16 is llama.cpp's default)
+} ds_state_params;
+
+typedef struct ds_state ds_state;
+
+dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_params *p,
+                          dspec_err *err);
+void ds_state_free(ds_state *st);
+// Empties the sequence (n_past = 0, zero recurrent state).
+void ds_state_reset(ds_state *st);
+int64_t ds_state_n_past(const ds_state *st);
+int64_t ds_state_n_ctx(const ds_state *st);
+// Copies the full state (KV rows [0, n_past), conv windows, S) of src into dst (same model and
+// capacities). Used for snapshots (prefix reuse) and tests.
+dspec_status ds_state_copy(ds_state *dst, const ds_state *src, dspec_err *err);
+// Bytes of the recurrent state (conv windows + S) and of the KV cache (all n_ctx rows).
+size_t ds_state_recurrent_bytes(const ds_state *st);
+size_t ds_state_kv_bytes(const ds_state *st);
+
+// ---- forward -------------------------------------------------------------------------------------
+
+typedef struct ds_batch {
+    int64_t n;                 // rows
+    const int32_t *tokens;     // [n]
+    // Tree rows (speculative only): parent batch index of each row (-1 = child of the committed
+    // prefix); rows must be topologically ordered (parent < row). NULL = chain. Positions are
+    // n_past + depth.
+    const int32_t *parent;
+    // Outputs (all optional; host memory)
+    int64_t n_logits;          // number of rows to compute logits for (0 = none)
+    const int32_t *logits_rows;// [n_logits] batch rows; NULL = the last n_logits rows
+    float *logits;             // [n_logits * n_vocab] or NULL
+    int32_t *argmax;           // [n_logits] greedy token per logits row, or NULL
+    int n_taps;                // hidden states captured after these layers (0-based)
+    const int *tap_layers;     // [n_taps]
+    float *taps;               // [n * n_taps * n_embd]: row-major (row, tap, n_embd)
+    // Speculative: K/V rows are written at n_past + i but n_past and the recurrent state do not
+    // advance until ds_state_commit. Non-speculative: the state advances by n (chain only).
+    bool speculative;
+} ds_batch;
+
+dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err);
+
+// After a speculative forward of n rows: keeps `n_accept` rows along `path` (batch indices, each
+// the child of the previous; NULL = rows 0..n_accept-1 of a chain) and makes the state exactly
+// (bitwise on the CPU) what plain decoding of those tokens would have produced. n_accept may be 0.
+dspec_status ds_state_commit(ds_state *st, int64_t n_accept, const int32_t *path, dspec_err *err);

@@ -1,0 +1,283 @@
+// qwen35_forward.c: the target forward over a batch of rows: embedding, per layer (RMSNorm ->
+// Gated DeltaNet or gated attention -> residual -> RMSNorm -> FFN/MoE -> residual), taps, final
+// norm and lm_head for the requested rows. Prefill is split into n_batch chunks; decode, chain
+// verify and tree verify are the same call (target-qwen35.md §2.3-2.10, DESIGN.md §3).
+// Calls backend/ ops only. Called via model.h.
+#include "model/model_impl.h"
+
+#include <math.h>
+
+#include <string.h>
+
+// A contiguous {ne0, n} f32 view of an activation buffer.
+static ds_tensor view(const ds_tensor *buf, int64_t ne0, int64_t n) {
+    return ds_tensor_2d(buf->data, DS_TYPE_F32, ne0, n);
+}
+
+void ds_qwen35_mm(ds_backend *be, ds_tensor *y, const ds_weight *w, const ds_tensor *x) {
+    be->ops.matmul(be, y, &w->t, x);
+    if (w->scale) { // per-tensor scale of NVFP4-derived files (host memory on the CPU backend)
+        int64_t n = ds_tensor_nelements(y);
+        float *yd = y->data;
+        for (int64_t i = 0; i < n; i++) yd[i] *= w->scale[0];
+    }
+}
+
+typedef struct chunk {
+    const int32_t *tokens;
+    const int32_t *parent;
+    int64_t n;
+    int64_t row0;      // index of the chunk's first row in the caller's batch
+    bool spec;
+} chunk;
+
+static void layer_deltanet(const ds_model *m, ds_state *st, int il, const chunk *c,
+                           ds_tensor *out, const ds_tensor *cur) {
+    const ds_model_hparams *hp = &m->hp;
+    const ds_layer *L = &m->layers[il];
+    ds_backend *be = m->be;
+    ds_acts *a = &st->acts;
+    ds_rec_state *r = &st->rec[il];
+    int64_t n = c->n;
+    ds_tensor qkv_pre = view(&a->qkv_pre, hp->conv_dim, n), qkv = view(&a->qkv, hp->conv_dim, n);
+    ds_tensor z = view(&a->z, hp->d_inner, n), o = view(&a->o, hp->d_inner, n);
+    ds_tensor bb = view(&a->bb, hp->n_v_heads, n), aa = view(&a->aa, hp->n_v_heads, n);
+    ds_tensor beta = view(&a->beta, hp->n_v_heads, n), g = view(&a->g, hp->n_v_heads, n);
+    // projections
+    ds_qwen35_mm(be, &qkv_pre, &L->attn_qkv, cur);
+    ds_qwen35_mm(be, &z, &L->attn_gate, cur);
+    ds_qwen35_mm(be, &bb, &L->ssm_beta, cur);
+    ds_qwen35_mm(be, &aa, &L->ssm_alpha, cur);
+    // beta = sigmoid(b); g = ssm_a * softplus(alpha + dt_bias)
+    be->ops.gdn_gates(be, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
+    // causal conv + silu over [window | rows]
+    be->ops.conv_silu(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent);
+    // gated delta rule; a speculative batch leaves S untouched and records its rows
+    ds_gdn_params gp = {.parent = c->parent, .q_scale = 1.0f / sqrtf((float)hp->d_state),
+                        .eps = hp->eps};
+    be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, c->spec ? NULL : &r->S, hp->n_k_heads,
+                        hp->n_v_heads, &gp);
+    if (c->spec) {
+        be->ops.copy(be, r->pend_qkv.data, qkv_pre.data, ds_tensor_nbytes(&qkv_pre));
+        be->ops.copy(be, r->pend_beta.data, beta.data, ds_tensor_nbytes(&beta));
+        be->ops.copy(be, r->pend_g.data, g.data, ds_tensor_nbytes(&g));
+    } else {
+        int64_t K1 = hp->d_conv - 1;
+        size_t rb = qkv_pre.nb[1];
+        if (n >= K1) {
+            be->ops.copy(be, r->window.data, ds_tensor_rows(&qkv_pre, n - K1, K1).data,
+                         (size_t)K1 * rb);
+        } else {
+            be->ops.copy(be, r->window.data, ds_tensor_rows(&r->window, n, K1 - n).data,
+                         (size_t)(K1 - n) * rb);
+            be->ops.copy(be, ds_tensor_rows(&r->window, K1 - n, n).data, qkv_pre.data,
+                         (size_t)n * rb);
+        }
+    }
+    // gated RMSNorm per value head, then the output projection
+    ds_tensor oh = ds_tensor_2d(o.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);
+    ds_tensor zh = ds_tensor_2d(z.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);
+    be->ops.gated_rmsnorm(be, &oh, &oh, &L->ssm_norm.t, &zh, hp->eps);
+    ds_qwen35_mm(be, out, &L->ssm_out, &o);
+}
+
+static void layer_attention(const ds_model *m, ds_state *st, int il, const chunk *c,
+                            ds_tensor *out, const ds_tensor *cur) {
+    const ds_model_hparams *hp = &m->hp;
+    const ds_layer *L = &m->layers[il];
+    ds_backend *be = m->be;
+    ds_acts *a = &st->acts;
+    int64_t n = c->n, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    ds_tensor qg = view(&a->qg, 2 * nh * hd, n);
+    ds_tensor k = view(&a->kk, nkv * hd, n), v = view(&a->vv, nkv * hd, n);
+    ds_qwen35_mm(be, &qg, &L->attn_q, cur);
+    ds_qwen35_mm(be, &k, &L->attn_k, cur);
+    ds_qwen35_mm(be, &v, &L->attn_v, cur);
+    // per head [query(hd) | gate(hd)] interleave: strided views
+    ds_tensor q = ds_tensor_3d(qg.data, DS_TYPE_F32, hd, nh, n);
+    q.nb[1] = 2 * (size_t)hd * sizeof(float);
+    q.nb[2] = qg.nb[1];
+    q.nb[3] = q.nb[2] * (size_t)n;
+    ds_tensor gate = q;
+    gate.data = (float *)qg.data + hd;
+    ds_tensor kh = ds_tensor_3d(k.data, DS_TYPE_F32, hd, nkv, n);
+    be->ops.rmsnorm(be, &q, &q, &L->attn_q_norm.t, hp->eps);
+    be->ops.rmsnorm(be, &kh, &kh, &L->attn_k_norm.t, hp->eps);
+    be->ops.rope_neox(be, &q, st->pos, hp->n_rot, hp->rope_base);
+    be->ops.rope_neox(be, &kh, st->pos, hp->n_rot, hp->rope_base);
+    be->ops.store_rows(be, &st->kv[il].k, st->n_past, &k);
+    be->ops.store_rows(be, &st->kv[il].v, st->n_past, &v);
+    ds_tensor o = view(&a->o, nh * hd, n);
+    ds_attn_params ap = {.n_past = st->n_past, .parent = c->parent,
+                         .scale = 1.0f / sqrtf((float)hd)};
+    be->ops.attention(be, &o, &q, &st->kv[il].k, &st->kv[il].v, (int)nkv, &ap);
+    ds_tensor oh = ds_tensor_3d(o.data, DS_TYPE_F32, hd, nh, n);
+    be->ops.mul_sigmoid(be, &oh, &oh, &gate);
+    ds_qwen35_mm(be, out, &L->attn_output, &o);
+}
+
+static void ffn_dense(const ds_model *m, ds_state *st, const ds_layer *L, ds_tensor *out,
+                      const ds_tensor *f, int64_t n) {
+    ds_backend *be = m->be;
+    ds_tensor ga = view(&st->acts.ff_a, m->hp.n_ff, n), ub = view(&st->acts.ff_b, m->hp.n_ff, n);
+    ds_qwen35_mm(be, &ga, &L->ffn_gate, f);
+    ds_qwen35_mm(be, &ub, &L->ffn_up, f);
+    be->ops.swiglu(be, &ga, &ga, &ub);
+    ds_qwen35_mm(be, out, &L->ffn_down, &ga);
+}
+
+// Copies the requested rows' hidden state to the caller's tap buffer.
+static void capture_taps(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c,
+                         int il) {
+    for (int t = 0; t < b->n_taps; t++) {
+        if (b->tap_layers[t] != il) continue;
+        size_t row_bytes = (size_t)m->hp.n_embd * sizeof(float);
+        for (int64_t i = 0; i < c->n; i++) {
+            float *dst = b->taps + ((c->row0 + i) * b->n_taps + t) * m->hp.n_embd;
+            m->be->ops.read(m->be, dst, ds_tensor_rows(&st->acts.x, i, 1).data, row_bytes);
+        }
+    }
+}
+
+static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
+    ds_backend *be = m->be;
+    ds_acts *a = &st->acts;
+    const ds_model_hparams *hp = &m->hp;
+    // rows of this chunk that were asked for, in the caller's order
+    int64_t nl = 0;
+    int32_t *out_idx = st->ids; // host scratch (>= rows)
+    for (int64_t j = 0; j < b->n_logits; j++) {
+        int64_t row = b->logits_rows ? b->logits_rows[j] : b->n - b->n_logits + j;
+        if (row < c->row0 || row >= c->row0 + c->n) continue;
+        be->ops.copy(be, ds_tensor_rows(&a->cur, nl, 1).data,
+                     ds_tensor_rows(&a->x, row - c->row0, 1).data, a->x.nb[1]);
+        out_idx[nl++] = (int32_t)j;
+    }
+    if (nl == 0) return;
+    ds_tensor h = view(&a->cur, hp->n_embd, nl), lg = view(&a->logits, hp->n_vocab, nl);
+    be->ops.rmsnorm(be, &h, &h, &m->output_norm.t, hp->eps);
+    ds_qwen35_mm(be, &lg, &m->output, &h);
+    size_t rb = (size_t)hp->n_vocab * sizeof(float);
+    for (int64_t i = 0; i < nl; i++) {
+        if (b->logits) {
+            be->ops.read(be, b->logits + (size_t)out_idx[i] * (size_t)hp->n_vocab,
+                         ds_tensor_rows(&lg, i, 1).data, rb);
+        }
+    }
+    if (b->argmax) {
+        int32_t *am = st->logit_rows;
+        be->ops.argmax(be, am, &lg);
+        for (int64_t i = 0; i < nl; i++) b->argmax[out_idx[i]] = am[i];
+    }
+}
+
+static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
+    const ds_model_hparams *hp = &m->hp;
+    ds_backend *be = m->be;
+    ds_acts *a = &st->acts;
+    int64_t n = c->n;
+    for (int64_t i = 0; i < n; i++) { // positions: chain n_past + i, tree n_past + depth
+        int64_t d = 0;
+        if (c->parent) {
+            for (int64_t p = c->parent[i]; p >= 0; p = c->parent[p]) d++;
+        } else {
+            d = i;
+        }
+        st->pos[i] = (int32_t)(st->n_past + d);
+    }
+    ds_tensor x = view(&a->x, hp->n_embd, n), cur = view(&a->cur, hp->n_embd, n);
+    ds_tensor tmp = view(&a->tmp, hp->n_embd, n);
+    be->ops.get_rows(be, &x, &m->token_embd.t, c->tokens);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const ds_layer *L = &m->layers[il];
+        be->ops.rmsnorm(be, &cur, &x, &L->attn_norm.t, hp->eps);
+        if (L->recurrent) {
+            layer_deltanet(m, st, il, c, &tmp, &cur);
+        } else {
+            layer_attention(m, st, il, c, &tmp, &cur);
+        }
+        be->ops.add(be, &x, &x, &tmp);
+        be->ops.rmsnorm(be, &cur, &x, &L->post_attention_norm.t, hp->eps);
+        if (hp->arch == DS_ARCH_QWEN35MOE) {
+            ds_qwen35_ffn_moe(m, st, L, &tmp, &cur, n);
+        } else {
+            ffn_dense(m, st, L, &tmp, &cur, n);
+        }
+        be->ops.add(be, &x, &x, &tmp);
+        if (b->n_taps) capture_taps(m, st, b, c, il);
+    }
+    if (b->n_logits) compute_logits(m, st, b, c);
+}
+
+static dspec_status validate_batch(const ds_model *m, const ds_state *st, const ds_batch *b,
+                                   dspec_err *err) {
+    if (b->n <= 0 || !b->tokens) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: empty batch");
+    }
+    if (st->n_past + b->n > st->p.n_ctx) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %" PRId64 " + %" PRId64 " tokens "
+                          "exceed the context of %" PRId64, st->n_past, b->n, st->p.n_ctx);
+    }
+    if (b->speculative && b->n > st->p.n_verify) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: speculative batch of %" PRId64
+                          " rows exceeds n_verify %" PRId64, b->n, st->p.n_verify);
+    }
+    if (b->parent && !b->speculative) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: tree rows need a speculative batch");
+    }
+    if (st->pending_n) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: the last speculative batch was not "
+                          "committed");
+    }
+    for (int64_t i = 0; i < b->n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "forward: token %d at row %" PRId64
+                              " outside the vocabulary of %" PRId64, b->tokens[i], i,
+                              m->hp.n_vocab);
+        }
+        if (b->parent && (b->parent[i] < -1 || b->parent[i] >= i)) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "forward: parent[%" PRId64 "] = %d must be "
+                              "-1 or an earlier row", i, b->parent[i]);
+        }
+    }
+    if (b->n_logits < 0 || b->n_logits > b->n) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: n_logits %" PRId64 " of %" PRId64
+                          " rows", b->n_logits, b->n);
+    }
+    for (int64_t j = 0; b->logits_rows && j < b->n_logits; j++) {
+        if (b->logits_rows[j] < 0 || b->logits_rows[j] >= b->n) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "forward: logits row %d out of range",
+                              b->logits_rows[j]);
+        }
+    }
+    if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS || (b->n_taps && !b->taps)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %d taps (at most %d)", b->n_taps,
+                          DS_MODEL_MAX_TAPS);
+    }
+    for (int t = 0; t < b->n_taps; t++) {
+        if (b->tap_layers[t] < 0 || b->tap_layers[t] >= m->hp.n_layer) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "forward: tap layer %d outside 0..%d",
+                              b->tap_layers[t], m->hp.n_layer - 1);
+        }
+    }
+    return DSPEC_OK;
+}
+
+dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err) {
+    dspec_status s = validate_batch(m, st, b, err);
+    if (s != DSPEC_OK) return s;
+    if (b->speculative) {
+        chunk c = {.tokens = b->tokens, .parent = b->parent, .n = b->n, .row0 = 0, .spec = true};
+        forward_chunk(m, st, b, &c);
+        st->pending_n = b->n;
+        st->pending_tree = b->parent != NULL;
+        if (b->parent) memcpy(st->pending_parent, b->parent, (size_t)b->n * sizeof(int32_t));
+        return DSPEC_OK;
+    }
+    for (int64_t r0 = 0; r0 < b->n; r0 += st->p.n_batch) {
+        chunk c = {.tokens = b->tokens + r0, .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
+        forward_chunk(m, st, b, &c);
+        st->n_past += c.n;
+    }
+    return DSPEC_OK;
+}
