@@ -216,6 +216,12 @@ CONVERSATIONS = [
         ' "small": 0.0001, "tiny": 1.5e-07, "whole": 3.0, "filters": {"lang": "en", "n": [1, 2.0, null]},'
         ' "tags": ["a", "b"], "exact": true, "off": false, "none": null, "empty_obj": {}, "empty_arr": [],'
         ' "nested": {"k": {"deep": ["x", {"y": "\\u4e2d\\t"}]}}}')])], [SEARCH_TOOL]),
+    ("tool_call_floats", [U("nums"), A("", tool_calls=[tc(
+        "calc",
+        '{"a": 1e15, "b": 1e16, "c": 0.0001, "d": 1e-05, "e": 0.1, "f": -0.0, "g": 123456789.123,'
+        ' "h": 5e-324, "i": 1.7976931348623157e308, "j": 1e22, "k": 0.30000000000000004, "l": 100.0,'
+        ' "m": -1.5e-10, "n": 9007199254740993, "o": -9223372036854775808, "p": 2.5e-5, "q": 1234.5e10,'
+        ' "obj": {"ctl": "\\u0001\\u001f\\u007f \\b\\f\\r / \\\\ \\u00e9"}}')]), U("next")], None),
     ("tool_call_no_args", [U("time?"), A(None, tool_calls=[tc("now", None)]), T("12:00"), A("It is noon.")],
      [NO_PARAMS_TOOL]),
     ("tool_call_empty_args", [U("time?"), A("", tool_calls=[tc("now", "{}")])], [NO_PARAMS_TOOL]),
