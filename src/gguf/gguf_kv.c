@@ -207,8 +207,8 @@ dspec_status ds_gguf_parse_kvs(ds_gguf *g, ds_gguf_cursor *c, int64_t n_kv) {
     // The smallest KV is 8 (key length) + 4 (type) + 1 (u8) bytes: check before allocating.
     if ((uint64_t)n_kv > (c->size - c->pos) / 13) {
         return ds_err_set(c->err, DSPEC_ERR_FORMAT,
-                          "%s: n_kv %" PRId64 " cannot fit in the remaining %zu bytes", c->name,
-                          n_kv, c->size - c->pos);
+                          "%s: offset %zu: n_kv %" PRId64 " cannot fit in the remaining %zu bytes",
+                          c->name, c->pos, n_kv, c->size - c->pos);
     }
     g->kv = calloc((size_t)n_kv + 1, sizeof(ds_gguf_kv));
     if (!g->kv || !ds_name_index_init(&g->kv_index, n_kv)) {
