@@ -33,8 +33,6 @@ static const uint8_t *quantize_acts(ds_backend *be, const ds_tensor *x, ds_type 
             return x->data;
         }
     }
-    const ds_type_traits *tt = ds_type_traits_get(vdt);
-    DS_ASSERT(tt && (tt->from_float || vdt == DS_TYPE_F32));
     size_t rs = ds_type_row_size(vdt, n_in);
     uint8_t *buf = ds_cpu_scratch(be, rs * (size_t)n_rows);
     for (int64_t r = 0; r < n_rows; r++) {
@@ -42,7 +40,7 @@ static const uint8_t *quantize_acts(ds_backend *be, const ds_tensor *x, ds_type 
         if (vdt == DS_TYPE_F32) {
             memcpy(buf + (size_t)r * rs, src, rs);
         } else {
-            tt->from_float(buf + (size_t)r * rs, src, n_in);
+            ds_quantize_act(vdt, buf + (size_t)r * rs, src, n_in);
         }
     }
     *stride = rs;
@@ -54,13 +52,11 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     const mm_job *j = ctx;
     int64_t o0 = task * MM_ROWS_PER_TASK;
     int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
+    float *y0 = ds_cpu_row(j->y, 0, 0, 0);
+    int64_t y_stride = (int64_t)(j->y->nb[1] / sizeof(float));
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *wrow = (const uint8_t *)j->w->data + (size_t)o * j->w->nb[1];
-        for (int64_t r = 0; r < j->n_rows; r++) {
-            float s;
-            ds_vec_dot(j->wt, j->n_in, &s, wrow, j->act + (size_t)r * j->act_stride);
-            ((float *)ds_cpu_row(j->y, r, 0, 0))[o] = s;
-        }
+        ds_vec_dot_rows(j->wt, j->n_in, j->n_rows, y0 + o, y_stride, wrow, j->act, j->act_stride);
     }
 }
 

@@ -1,0 +1,241 @@
+// model_test.c: invariants of the target forward on random synthetic models (every arch and
+// several weight types): batch invariance (a batch == single steps, bitwise), chunked prefill,
+// exact commit after speculative batches, tree rows == the same path as a chain, and errors.
+// Fidelity against transformers is tests/oracle/test_model_fixtures.py.
+#include "model/model.h"
+#include "model/synth.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fixture {
+    char path[64];
+    ds_backend *be;
+    ds_model *m;
+    int64_t V;
+} fixture;
+
+static int fixture_open(fixture *f, ds_arch arch, ds_type wt, bool fused, bool tied) {
+    snprintf(f->path, sizeof(f->path), "/tmp/dspec_model_test_XXXXXX");
+    int fd = mkstemp(f->path);
+    if (fd < 0) return -1;
+    close(fd);
+    ds_synth_params p = ds_synth_tiny(arch, wt, 42);
+    p.fused_gate_up = fused;
+    p.tied = tied;
+    dspec_err err = {0};
+    if (ds_synth_write(f->path, &p, &err) != DSPEC_OK ||
+        ds_backend_cpu_new(&f->be, 2, &err) != DSPEC_OK ||
+        ds_model_load(&f->m, f->path, f->be, &err) != DSPEC_OK) {
+        print_error("fixture: %s\n", err.msg);
+        return -1;
+    }
+    f->V = ds_model_hparams_get(f->m)->n_vocab;
+    return 0;
+}
+
+static void fixture_close(fixture *f) {
+    ds_model_free(f->m);
+    ds_backend_free(f->be);
+    unlink(f->path);
+}
+
+static ds_state *new_state(fixture *f, int64_t n_batch) {
+    ds_state *st = NULL;
+    ds_state_params sp = {.n_ctx = 128, .n_batch = n_batch, .n_verify = 16};
+    assert_int_equal(ds_state_new(&st, f->m, &sp, NULL), DSPEC_OK);
+    return st;
+}
+
+static void step(fixture *f, ds_state *st, const int32_t *toks, int64_t n, float *logits) {
+    dspec_err err = {0};
+    ds_batch b = {.n = n, .tokens = toks, .n_logits = logits ? n : 0, .logits = logits};
+    if (ds_model_forward(f->m, st, &b, &err) != DSPEC_OK) fail_msg("forward: %s", err.msg);
+}
+
+static const int32_t k_toks[16] = {5, 77, 300, 12, 511, 0, 42, 42, 9, 260, 100, 7, 8, 450, 3, 1};
+
+// One batch of n rows == n single-token steps, and == chunks of 5: all logits bitwise equal.
+static void check_batch_invariance(fixture *f) {
+    int64_t n = 12;
+    float *a = malloc((size_t)(n * f->V) * 4), *b = malloc((size_t)(n * f->V) * 4);
+    float *c = malloc((size_t)(n * f->V) * 4);
+    ds_state *s1 = new_state(f, 64), *s2 = new_state(f, 64), *s3 = new_state(f, 5);
+    step(f, s1, k_toks, n, a);
+    for (int64_t i = 0; i < n; i++) step(f, s2, k_toks + i, 1, b + i * f->V);
+    step(f, s3, k_toks, n, c);
+    assert_memory_equal(a, b, (size_t)(n * f->V) * 4);
+    assert_memory_equal(a, c, (size_t)(n * f->V) * 4);
+    for (int64_t i = 0; i < n * f->V; i++) assert_true(isfinite(a[i]));
+    ds_state_free(s1), ds_state_free(s2), ds_state_free(s3);
+    free(a), free(b), free(c);
+}
+
+// Speculative batch of 5 then commit(k) == plain decoding of those k tokens, for every k; the
+// verify logits equal the single-step logits.
+static void check_commit_exact(fixture *f) {
+    int64_t V = f->V;
+    float *spec = malloc((size_t)(5 * V) * 4), *ref = malloc((size_t)(5 * V) * 4);
+    float *x = malloc((size_t)(3 * V) * 4), *y = malloc((size_t)(3 * V) * 4);
+    for (int64_t k = 0; k <= 5; k++) {
+        ds_state *a = new_state(f, 64), *b = new_state(f, 64);
+        step(f, a, k_toks, 6, NULL);
+        step(f, b, k_toks, 6, NULL);
+        ds_batch sb = {.n = 5, .tokens = k_toks + 6, .n_logits = 5, .logits = spec,
+                       .speculative = true};
+        assert_int_equal(ds_model_forward(f->m, a, &sb, NULL), DSPEC_OK);
+        assert_int_equal(ds_state_commit(a, k, NULL, NULL), DSPEC_OK);
+        for (int64_t i = 0; i < k; i++) step(f, b, k_toks + 6 + i, 1, ref + i * V);
+        assert_memory_equal(spec, ref, (size_t)(k * V) * 4);
+        assert_int_equal(ds_state_n_past(a), ds_state_n_past(b));
+        step(f, a, k_toks + 11, 3, x); // the futures must agree bitwise
+        step(f, b, k_toks + 11, 3, y);
+        assert_memory_equal(x, y, (size_t)(3 * V) * 4);
+        ds_state_free(a), ds_state_free(b);
+    }
+    free(spec), free(ref), free(x), free(y);
+}
+
+// A tree row's logits == the same path run as a chain; committing a tree path == the chain.
+static void check_tree(fixture *f) {
+    int64_t V = f->V;
+    //            row:   0   1   2    3    4    5
+    int32_t toks[6] = {11, 22, 33, 44, 55, 66};
+    int32_t parent[6] = {-1, 0, 0, 1, 2, 4};
+    int32_t path[4] = {0, 2, 4, 5};
+    int32_t chain_toks[4] = {11, 33, 55, 66};
+    float *tl = malloc((size_t)(6 * V) * 4), *cl = malloc((size_t)(4 * V) * 4);
+    float *x = malloc((size_t)(2 * V) * 4), *y = malloc((size_t)(2 * V) * 4);
+    ds_state *a = new_state(f, 64), *b = new_state(f, 64);
+    step(f, a, k_toks, 7, NULL);
+    step(f, b, k_toks, 7, NULL);
+    ds_batch tb = {.n = 6, .tokens = toks, .parent = parent, .n_logits = 6, .logits = tl,
+                   .speculative = true};
+    ds_batch cb = {.n = 4, .tokens = chain_toks, .n_logits = 4, .logits = cl,
+                   .speculative = true};
+    assert_int_equal(ds_model_forward(f->m, a, &tb, NULL), DSPEC_OK);
+    assert_int_equal(ds_model_forward(f->m, b, &cb, NULL), DSPEC_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_memory_equal(tl + path[i] * V, cl + i * V, (size_t)V * 4);
+    }
+    assert_int_equal(ds_state_commit(a, 3, path, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_commit(b, 3, NULL, NULL), DSPEC_OK);
+    step(f, a, k_toks + 8, 2, x);
+    step(f, b, k_toks + 8, 2, y);
+    assert_memory_equal(x, y, (size_t)(2 * V) * 4);
+    ds_state_free(a), ds_state_free(b);
+    free(tl), free(cl), free(x), free(y);
+}
+
+static void check_errors(fixture *f) {
+    ds_state *st = new_state(f, 64);
+    dspec_err err = {0};
+    int32_t bad = (int32_t)f->V;
+    ds_batch b = {.n = 1, .tokens = &bad};
+    assert_int_equal(ds_model_forward(f->m, st, &b, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "outside the vocabulary"));
+    int32_t many[200] = {0};
+    ds_batch big = {.n = 200, .tokens = many};
+    assert_int_equal(ds_model_forward(f->m, st, &big, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "exceed the context"));
+    assert_int_equal(ds_state_commit(st, 1, NULL, &err), DSPEC_ERR_INVALID);
+    int32_t par[2] = {-1, 1};
+    ds_batch tb = {.n = 2, .tokens = many, .parent = par, .speculative = true};
+    assert_int_equal(ds_model_forward(f->m, st, &tb, &err), DSPEC_ERR_INVALID);
+    ds_batch sb = {.n = 2, .tokens = many, .speculative = true};
+    assert_int_equal(ds_model_forward(f->m, st, &sb, &err), DSPEC_OK);
+    assert_int_equal(ds_model_forward(f->m, st, &sb, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "not committed"));
+    assert_int_equal(ds_state_commit(st, 3, NULL, &err), DSPEC_ERR_INVALID);
+    assert_int_equal(ds_state_commit(st, 0, NULL, &err), DSPEC_OK);
+    assert_int_equal(ds_state_n_past(st), 0);
+    ds_state_free(st);
+}
+
+static void run_all(ds_arch arch, ds_type wt, bool fused, bool tied) {
+    fixture f;
+    assert_int_equal(fixture_open(&f, arch, wt, fused, tied), 0);
+    check_batch_invariance(&f);
+    check_commit_exact(&f);
+    check_tree(&f);
+    check_errors(&f);
+    fixture_close(&f);
+}
+
+static void test_dense_f32(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_F32, false, false); }
+static void test_dense_q8_0(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_Q8_0, false, true); }
+static void test_dense_q4_k(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_Q4_K, false, false); }
+static void test_dense_f16(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_F16, false, false); }
+static void test_moe_q6_k(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_Q6_K, false, false); }
+static void test_moe_fused_iq4(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_IQ4_XS, true, false); }
+
+static void test_load_refuses(void **s) {
+    (void)s;
+    char path[64] = "/tmp/dspec_model_bad_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    dspec_err err = {0};
+    ds_backend *be;
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    // wrong architecture
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    ds_gguf_writer_set_str(w, "general.architecture", "llama");
+    assert_int_equal(ds_gguf_writer_begin(w, path, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_model *m = NULL;
+    assert_int_equal(ds_model_load(&m, path, be, &err), DSPEC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "llama"));
+    assert_null(m);
+    // a tensor with the wrong shape: synth with one shape, claim another in metadata
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_F32, 1);
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
+    ds_gguf_writer_set_u32(w, "qwen35.feed_forward_length", 640);
+    char path2[64] = "/tmp/dspec_model_bad2_XXXXXX";
+    fd = mkstemp(path2);
+    close(fd);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_gate.weight"));
+    assert_non_null(strstr(err.msg, "expected {256, 640}"));
+    unlink(path2);
+    unlink(path);
+    ds_backend_free(be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dense_f32),  cmocka_unit_test(test_dense_q8_0),
+        cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
+        cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
+        cmocka_unit_test(test_load_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

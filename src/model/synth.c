@@ -1,0 +1,214 @@
+// synth.c: random-weight qwen35 / qwen35moe GGUF writer (see synth.h). Calls gguf/, dtype/.
+#include "model/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { // splitmix64
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(rng *r) {
+    return (float)((rng_next(r) >> 40) + 0.5) / (float)(1ull << 24);
+}
+
+static float rng_normal(rng *r) {
+    float u = rng_uniform(r), v = rng_uniform(r);
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+ds_synth_params ds_synth_tiny(ds_arch arch, ds_type wtype, uint64_t seed) {
+    ds_synth_params p = {
+        .arch = arch, .n_vocab = 512, .n_embd = 256, .n_layer = 4, .interval = 4, .n_head = 4,
+        .n_head_kv = 2, .head_dim = 64, .n_rot = 16, .rope_base = 1e7f, .n_ff = 512, .d_conv = 4,
+        .d_state = 64, .n_k_heads = 2, .n_v_heads = 4, .n_expert = 4, .n_expert_used = 2,
+        .n_ff_exp = 256, .n_ff_shexp = 256, .wtype = wtype, .out_type = DS_TYPE_COUNT,
+        .seed = seed};
+    return p;
+}
+
+// How a tensor's values are drawn.
+typedef enum fill { FILL_LINEAR, FILL_NORM, FILL_SSM_A, FILL_DT, FILL_CONV, FILL_PLAIN } fill;
+
+typedef struct tdesc {
+    char name[96];
+    ds_type type;
+    int n_dims;
+    int64_t ne[3];
+    fill how;
+} tdesc;
+
+typedef struct tlist {
+    tdesc *t;
+    int n, cap;
+} tlist;
+
+static void add(tlist *l, ds_type type, fill how, int64_t ne0, int64_t ne1, int64_t ne2,
+                const char *fmt, int il) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->t = realloc(l->t, (size_t)l->cap * sizeof(tdesc));
+        DS_ASSERT(l->t);
+    }
+    tdesc *d = &l->t[l->n++];
+    snprintf(d->name, sizeof(d->name), fmt, il);
+    d->type = type;
+    d->how = how;
+    d->ne[0] = ne0, d->ne[1] = ne1, d->ne[2] = ne2;
+    d->n_dims = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
+}
+
+static void build_list(const ds_synth_params *p, tlist *l) {
+    ds_type W = p->wtype, F32 = DS_TYPE_F32;
+    int64_t E = p->n_embd, hd = p->head_dim;
+    int64_t conv = 2 * p->n_k_heads * p->d_state + p->n_v_heads * p->d_state;
+    int64_t din = p->n_v_heads * p->d_state;
+    add(l, W, FILL_PLAIN, E, p->n_vocab, 1, "token_embd.weight", 0);
+    add(l, F32, FILL_NORM, E, 1, 1, "output_norm.weight", 0);
+    if (!p->tied) {
+        add(l, p->out_type == DS_TYPE_COUNT ? W : p->out_type, FILL_LINEAR, E, p->n_vocab, 1,
+            "output.weight", 0);
+    }
+    for (int il = 0; il < p->n_layer; il++) {
+        add(l, F32, FILL_NORM, E, 1, 1, "blk.%d.attn_norm.weight", il);
+        add(l, F32, FILL_NORM, E, 1, 1, "blk.%d.post_attention_norm.weight", il);
+        if ((il + 1) % p->interval != 0) {
+            add(l, W, FILL_LINEAR, E, conv, 1, "blk.%d.attn_qkv.weight", il);
+            add(l, W, FILL_LINEAR, E, din, 1, "blk.%d.attn_gate.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_v_heads, 1, "blk.%d.ssm_beta.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_v_heads, 1, "blk.%d.ssm_alpha.weight", il);
+            add(l, F32, FILL_CONV, p->d_conv, conv, 1, "blk.%d.ssm_conv1d.weight", il);
+            add(l, F32, FILL_DT, p->n_v_heads, 1, 1, "blk.%d.ssm_dt.bias", il);
+            add(l, F32, FILL_SSM_A, p->n_v_heads, 1, 1, "blk.%d.ssm_a", il);
+            add(l, F32, FILL_NORM, p->d_state, 1, 1, "blk.%d.ssm_norm.weight", il);
+            add(l, W, FILL_LINEAR, din, E, 1, "blk.%d.ssm_out.weight", il);
+        } else {
+            add(l, W, FILL_LINEAR, E, 2 * p->n_head * hd, 1, "blk.%d.attn_q.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_head_kv * hd, 1, "blk.%d.attn_k.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_head_kv * hd, 1, "blk.%d.attn_v.weight", il);
+            add(l, W, FILL_LINEAR, p->n_head * hd, E, 1, "blk.%d.attn_output.weight", il);
+            add(l, F32, FILL_NORM, hd, 1, 1, "blk.%d.attn_q_norm.weight", il);
+            add(l, F32, FILL_NORM, hd, 1, 1, "blk.%d.attn_k_norm.weight", il);
+        }
+        if (p->arch == DS_ARCH_QWEN35) {
+            add(l, W, FILL_LINEAR, E, p->n_ff, 1, "blk.%d.ffn_gate.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_ff, 1, "blk.%d.ffn_up.weight", il);
+            add(l, W, FILL_LINEAR, p->n_ff, E, 1, "blk.%d.ffn_down.weight", il);
+            continue;
+        }
+        int64_t Fe = p->n_ff_exp, NE = p->n_expert;
+        add(l, F32, FILL_LINEAR, E, NE, 1, "blk.%d.ffn_gate_inp.weight", il);
+        if (p->fused_gate_up) {
+            add(l, W, FILL_LINEAR, E, 2 * Fe, NE, "blk.%d.ffn_gate_up_exps.weight", il);
+        } else {
+            add(l, W, FILL_LINEAR, E, Fe, NE, "blk.%d.ffn_gate_exps.weight", il);
+            add(l, W, FILL_LINEAR, E, Fe, NE, "blk.%d.ffn_up_exps.weight", il);
+        }
+        add(l, W, FILL_LINEAR, Fe, E, NE, "blk.%d.ffn_down_exps.weight", il);
+        if (p->n_ff_shexp > 0) {
+            add(l, F32, FILL_LINEAR, E, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_ff_shexp, 1, "blk.%d.ffn_gate_shexp.weight", il);
+            add(l, W, FILL_LINEAR, E, p->n_ff_shexp, 1, "blk.%d.ffn_up_shexp.weight", il);
+            add(l, W, FILL_LINEAR, p->n_ff_shexp, E, 1, "blk.%d.ffn_down_shexp.weight", il);
+        }
+    }
+}
+
+static void set_kv(ds_gguf_writer *w, const ds_synth_params *p) {
+    const char *an = p->arch == DS_ARCH_QWEN35MOE ? "qwen35moe" : "qwen35";
+    char k[128];
+#define K(fmt) (snprintf(k, sizeof(k), "%s." fmt, an), k)
+    ds_gguf_writer_set_str(w, "general.architecture", an);
+    ds_gguf_writer_set_str(w, "general.name", "dspec synthetic");
+    ds_gguf_writer_set_u32(w, K("block_count"), (uint32_t)p->n_layer);
+    ds_gguf_writer_set_u32(w, K("context_length"), 262144);
+    ds_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)p->n_embd);
+    if (p->arch == DS_ARCH_QWEN35) {
+        ds_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->n_ff);
+    } else {
+        ds_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)p->n_expert);
+        ds_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)p->n_expert_used);
+        ds_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+        ds_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"),
+                               (uint32_t)p->n_ff_shexp);
+    }
+    ds_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_head);
+    ds_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    ds_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)p->head_dim);
+    ds_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)p->head_dim);
+    ds_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f);
+    ds_gguf_writer_set_f32(w, K("rope.freq_base"), p->rope_base);
+    ds_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)p->n_rot);
+    int32_t sections[4] = {p->n_rot / 6 + (p->n_rot / 2 - 3 * (p->n_rot / 6)), p->n_rot / 6,
+                           p->n_rot / 6, 0};
+    ds_gguf_writer_set_arr(w, K("rope.dimension_sections"), DS_GGUF_INT32, sections, 4);
+    ds_gguf_writer_set_u32(w, K("ssm.conv_kernel"), (uint32_t)p->d_conv);
+    ds_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)p->d_state);
+    ds_gguf_writer_set_u32(w, K("ssm.group_count"), (uint32_t)p->n_k_heads);
+    ds_gguf_writer_set_u32(w, K("ssm.time_step_rank"), (uint32_t)p->n_v_heads);
+    ds_gguf_writer_set_u32(w, K("ssm.inner_size"), (uint32_t)(p->n_v_heads * p->d_state));
+    ds_gguf_writer_set_u32(w, K("full_attention_interval"), (uint32_t)p->interval);
+#undef K
+}
+
+static float draw(rng *r, fill how, int64_t fan_in) {
+    switch (how) {
+    case FILL_LINEAR: return rng_normal(r) / sqrtf((float)fan_in);
+    case FILL_NORM: return 1.0f + 0.1f * rng_normal(r);
+    case FILL_SSM_A: return -expf(logf(0.5f) + rng_uniform(r) * (logf(8.0f) - logf(0.5f)));
+    case FILL_DT: return 0.5f * rng_normal(r);
+    case FILL_CONV: return 0.5f * rng_normal(r);
+    case FILL_PLAIN: return rng_normal(r);
+    }
+    return 0.0f;
+}
+
+dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_err *err) {
+    tlist l = {0};
+    build_list(p, &l);
+    ds_gguf_writer *w = NULL;
+    float *row = NULL;
+    void *q = NULL;
+    dspec_status st = ds_gguf_writer_new(&w, err);
+    if (st != DSPEC_OK) goto done;
+    set_kv(w, p);
+    int64_t max_row = 0;
+    for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
+        st = ds_gguf_writer_add_tensor(w, l.t[i].name, l.t[i].type, l.t[i].n_dims, l.t[i].ne,
+                                       err);
+        max_row = DS_MAX(max_row, l.t[i].ne[0]);
+    }
+    if (st == DSPEC_OK) st = ds_gguf_writer_begin(w, path, err);
+    row = malloc((size_t)max_row * sizeof(float));
+    q = malloc((size_t)max_row * sizeof(float) + 64);
+    if (st == DSPEC_OK && (!row || !q)) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
+    rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 1};
+    for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
+        const tdesc *d = &l.t[i];
+        int64_t rows = d->ne[1] * d->ne[2];
+        for (int64_t rr = 0; rr < rows && st == DSPEC_OK; rr++) {
+            for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
+            st = ds_quantize_row(d->type, q, row, d->ne[0], err);
+            if (st == DSPEC_OK) {
+                st = ds_gguf_writer_write_tensor_data(w, i, q, ds_type_row_size(d->type, d->ne[0]),
+                                                      err);
+            }
+        }
+    }
+    if (st == DSPEC_OK) st = ds_gguf_writer_finish(w, err);
+done:
+    ds_gguf_writer_free(w);
+    free(row);
+    free(q);
+    free(l.t);
+    return st;
+}
