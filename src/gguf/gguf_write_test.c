@@ -357,7 +357,7 @@ static void test_writer_errors(void **state) {
 // Writes shard `no` (0-based) of `count` holding tensors named prefix0..prefix(n-1).
 static void write_shard(const char *base, int no, int count, int total, const char *prefix,
                         int n, int split_no_override) {
-    char name[300];
+    char name[600];
     snprintf(name, sizeof(name), "%s-%05d-of-%05d.gguf", base, no + 1, count);
     ds_gguf_writer *w;
     dspec_err err;
@@ -385,12 +385,12 @@ static void write_shard(const char *base, int no, int count, int total, const ch
 
 static void test_split_set(void **state) {
     (void)state;
-    char base[300];
+    char base[512];
     snprintf(base, sizeof(base), "%s", tmp_path("sp"));
     write_shard(base, 0, 3, 6, "s0.", 1, -1);
     write_shard(base, 1, 3, 6, "s1.", 2, -1);
     write_shard(base, 2, 3, 6, "s2.", 3, -1);
-    char first[320], second[320];
+    char first[600], second[600];
     snprintf(first, sizeof(first), "%s-00001-of-00003.gguf", base);
     snprintf(second, sizeof(second), "%s-00002-of-00003.gguf", base);
     ds_gguf *g;
