@@ -8,3 +8,5 @@
 int ds_cli_info(int argc, char **argv);
 int ds_cli_tensor(int argc, char **argv);
 int ds_cli_logits(int argc, char **argv);
+int ds_cli_convert(int argc, char **argv);
+int ds_cli_tokenize(int argc, char **argv);

@@ -12,8 +12,10 @@ typedef struct command {
 
 static const command k_commands[] = {
     {"logits", ds_cli_logits, "run the target forward on token ids: logits, hidden states"},
+    {"tokenize", ds_cli_tokenize, "text -> token ids with a GGUF's tokenizer (and back)"},
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
     {"tensor", ds_cli_tensor, "dequantize one GGUF tensor to f32: stats, optional raw dump"},
+    {"convert", ds_cli_convert, "convert a Hugging Face Qwen3.5 checkpoint to a GGUF"},
 };
 
 static void print_help(FILE *f) {
