@@ -12,8 +12,8 @@
 //
 // Rules: all functions are thread-safe and allocate nothing. Row lengths must be multiples of the
 // block size (callers validate file data at the boundary; here it is asserted). Kernels are chosen
-// once per process from ds_cpu_get() and ds_cpu_max_level() (scalar, AVX2, AVX-512); every SIMD
-// kernel is tested against the scalar reference.
+// per call from ds_cpu_get() and ds_cpu_max_level() (scalar, AVX2, AVX-512); every SIMD kernel
+// gives the same bits as the scalar reference (see "Dot products").
 #pragma once
 
 #include "core/core.h"
@@ -170,9 +170,11 @@ void ds_dequantize_row(ds_type t, float *restrict y, const void *restrict x, int
 // Quantize a row with the reference quantizer: the same algorithm and float operations as
 // llama.cpp's quantize_row_*_ref (Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q8_K) or quantize_iq4_nl/_xs without an
 // importance matrix (IQ4_NL/IQ4_XS), so the bytes equal llama-quantize's. Refuses NaN/Inf inputs
-// (DSPEC_ERR_INVALID naming the element index), a length that is not a multiple of the block
-// (DSPEC_ERR_INVALID) and types without a quantizer (DSPEC_ERR_UNSUPPORTED). Quantizers: F32, F16,
-// BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q8_K.
+// (DSPEC_ERR_INVALID naming the element index), values whose block scale overflows the type (fp16
+// scales: |x| beyond ~65504*127 for Q8_0; DSPEC_ERR_INVALID naming an element; y is then garbage),
+// a length that is not a multiple of the block (DSPEC_ERR_INVALID) and types without a quantizer
+// (DSPEC_ERR_UNSUPPORTED). Quantizers: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+// IQ4_XS, Q8_K.
 dspec_status ds_quantize_row(ds_type t, void *restrict y, const float *restrict x, int64_t n,
                              dspec_err *err);
 

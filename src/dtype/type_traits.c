@@ -135,5 +135,21 @@ dspec_status ds_quantize_row(ds_type t, void *restrict y, const float *restrict 
         }
     }
     tt->from_float(y, x, n);
+    // A block whose values are too large for its scale field (fp16 overflows at 65504) would
+    // dequantize to Inf/NaN; llama.cpp writes such blocks silently, we refuse them.
+    float buf[DS_QK_K];
+    int64_t per = tt->block_elems > 1 ? tt->block_elems : DS_QK_K;
+    for (int64_t i = 0; i < n; i += per) {
+        int64_t m = DS_MIN(per, n - i);
+        tt->to_float(buf, (const uint8_t *)y + (size_t)(i / tt->block_elems) * tt->block_bytes, m);
+        for (int64_t j = 0; j < m; j++) {
+            if (!isfinite(buf[j])) {
+                return ds_err_set(err, DSPEC_ERR_INVALID,
+                                  "quantize %s: element %" PRId64 " (%g) is out of the type's "
+                                  "range (it or its block scale overflows)",
+                                  tt->name, i + j, (double)x[i + j]);
+            }
+        }
+    }
     return DSPEC_OK;
 }
