@@ -1,0 +1,166 @@
+// loop.c: the greedy chain speculative loop (spec.h). Each stage is its own function; the step
+// function only sequences them. Calls model/ and the ds_proposer. Called by engine/.
+#include "spec/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ds_spec {
+    const ds_model *m;
+    ds_state *st;
+    ds_proposer p;
+    ds_spec_params params;
+    ds_spec_stats stats;
+    int32_t anchor;        // last emitted token, not yet run through the target
+    bool ready;            // prefill done
+    ds_draft_out draft;
+    int32_t *verify_tok;   // [n_slots]
+    int32_t *target_tok;   // [n_slots] argmax after each verify row
+    float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
+    int64_t feat_rows;     // capacity in rows
+};
+
+int64_t ds_spec_accept_greedy(const int32_t *draft, int64_t n_draft, const int32_t *target) {
+    int64_t k = 0;
+    while (k < n_draft && draft[k] == target[k]) k++;
+    return k;
+}
+
+dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const ds_proposer *p,
+                         const ds_spec_params *params, dspec_err *err) {
+    *out = NULL;
+    const ds_model_hparams *hp = ds_model_hparams_get(m);
+    int n_slots = params && params->n_slots > 0 ? params->n_slots : p->block_size;
+    if (n_slots < 2 || n_slots > DS_SPEC_MAX_SLOTS || n_slots > 2 * p->block_size) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "spec: block size %d outside 2..%d (2x the "
+                          "drafter's block size %d)", n_slots,
+                          DS_MIN(DS_SPEC_MAX_SLOTS, 2 * p->block_size), p->block_size);
+    }
+    ds_spec *s = calloc(1, sizeof(*s));
+    if (!s) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    s->m = m;
+    s->st = st;
+    s->p = *p;
+    s->params.n_slots = n_slots;
+    s->feat_rows = DS_MAX(256, n_slots);
+    s->verify_tok = calloc((size_t)n_slots, sizeof(int32_t));
+    s->target_tok = calloc((size_t)n_slots, sizeof(int32_t));
+    s->feats = malloc((size_t)(s->feat_rows * p->n_taps * hp->n_embd) * sizeof(float) + 1);
+    s->draft.logits = NULL;
+    if (!s->verify_tok || !s->target_tok || !s->feats) {
+        ds_spec_free(s);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    }
+    *out = s;
+    return DSPEC_OK;
+}
+
+void ds_spec_free(ds_spec *s) {
+    if (!s) return;
+    free(s->verify_tok);
+    free(s->target_tok);
+    free(s->feats);
+    free(s);
+}
+
+const ds_spec_stats *ds_spec_stats_get(const ds_spec *s) {
+    return &s->stats;
+}
+
+double ds_spec_tau(const ds_spec_stats *st) {
+    return st->steps ? (double)(st->accepted + st->steps) / (double)st->steps : 0.0;
+}
+
+dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32_t *next,
+                             dspec_err *err) {
+    double t0 = ds_time_now();
+    if (n <= 0) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: empty prompt");
+    dspec_status st = DSPEC_OK;
+    for (int64_t r0 = 0; r0 < n && st == DSPEC_OK; r0 += s->feat_rows) {
+        int64_t cn = DS_MIN(s->feat_rows, n - r0);
+        bool last = r0 + cn == n;
+        ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
+                      .argmax = last ? next : NULL, .n_taps = s->p.n_taps,
+                      .tap_layers = s->p.tap_layers, .taps = s->feats};
+        st = ds_model_forward(s->m, s->st, &b, err);
+        if (st == DSPEC_OK) st = s->p.append(s->p.ctx, s->feats, cn, err);
+    }
+    if (st == DSPEC_OK) {
+        s->anchor = *next;
+        s->ready = true;
+    }
+    s->stats.t_prefill += ds_time_now() - t0;
+    return st;
+}
+
+// Stage 1: the drafter proposes up to n_prop tokens after the anchor.
+static dspec_status spec_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop, dspec_err *err) {
+    double t0 = ds_time_now();
+    dspec_status st = s->p.propose(s->p.ctx, s->anchor, s->params.n_slots, &s->draft, err);
+    *n_prop = DS_MIN(s->draft.n_tokens, max_prop);
+    s->stats.t_draft += ds_time_now() - t0;
+    return st;
+}
+
+// Stage 2: one speculative target batch [anchor, d_0 .. d_{n-1}] with greedy tokens and taps.
+static dspec_status spec_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
+    double t0 = ds_time_now();
+    s->verify_tok[0] = s->anchor;
+    memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
+    int64_t n = n_prop + 1;
+    ds_batch b = {.n = n, .tokens = s->verify_tok, .n_logits = n, .argmax = s->target_tok,
+                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps = s->feats,
+                  .speculative = true};
+    dspec_status st = ds_model_forward(s->m, s->st, &b, err);
+    s->stats.t_verify += ds_time_now() - t0;
+    return st;
+}
+
+// Stage 3+4: keep the anchor row and the k accepted rows in the target state.
+static dspec_status spec_commit(ds_spec *s, int64_t k, dspec_err *err) {
+    double t0 = ds_time_now();
+    dspec_status st = ds_state_commit(s->st, k + 1, NULL, err);
+    s->stats.t_commit += ds_time_now() - t0;
+    return st;
+}
+
+// Stage 5: the committed rows' features go to the drafter's context.
+static dspec_status spec_feed(ds_spec *s, int64_t rows, dspec_err *err) {
+    double t0 = ds_time_now();
+    dspec_status st = s->p.append(s->p.ctx, s->feats, rows, err);
+    s->stats.t_feed += ds_time_now() - t0;
+    return st;
+}
+
+dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
+                          dspec_err *err) {
+    *n_out = 0;
+    if (!s->ready) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: step before prefill");
+    if (max_out < 1) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: max_out %" PRId64, max_out);
+    int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
+    if (room < 1) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: context full");
+    // proposals beyond max_out - 1 could never be emitted; beyond room - 1 don't fit
+    int64_t max_prop = DS_MIN(DS_MIN(max_out, room) - 1, s->params.n_slots - 1);
+    int64_t n_prop = 0;
+    dspec_status st = DSPEC_OK;
+    if (max_prop > 0) st = spec_propose(s, max_prop, &n_prop, err);
+    if (st == DSPEC_OK) st = spec_verify(s, n_prop, err);
+    if (st != DSPEC_OK) return st;
+    int64_t k = ds_spec_accept_greedy(s->draft.tokens, n_prop, s->target_tok);
+    if ((st = spec_commit(s, k, err)) != DSPEC_OK) return st;
+    if ((st = spec_feed(s, k + 1, err)) != DSPEC_OK) return st;
+    memcpy(out, s->draft.tokens, (size_t)k * sizeof(int32_t));
+    out[k] = s->target_tok[k]; // bonus: the target's own token after the last accepted row
+    s->anchor = out[k];
+    *n_out = k + 1;
+    ds_spec_stats *ss = &s->stats;
+    ss->steps++;
+    ss->drafted += n_prop;
+    ss->accepted += k;
+    ss->emitted += k + 1;
+    for (int64_t i = 0; i < n_prop; i++) {
+        ss->pos_tried[i]++;
+        if (i < k) ss->pos_accepted[i]++;
+    }
+    return DSPEC_OK;
+}

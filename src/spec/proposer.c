@@ -1,0 +1,21 @@
+// proposer.c: adapts a drafter context (draft/) to the loop's ds_proposer interface.
+#include "spec/spec.h"
+
+static dspec_status drafter_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
+    ds_drafter_proposer *dp = ctx;
+    return ds_draft_ctx_append(dp->ctx, feats, n, err);
+}
+
+static dspec_status drafter_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
+                                    dspec_err *err) {
+    ds_drafter_proposer *dp = ctx;
+    return ds_draft_block(dp->ctx, anchor, n_slots, dp->how, out, err);
+}
+
+void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,
+                                   const ds_drafter *d) {
+    const ds_draft_config *c = ds_drafter_config(d);
+    *p = (ds_proposer){.ctx = dp, .n_taps = c->n_taps, .tap_layers = c->target_layer_ids,
+                       .block_size = c->block_size, .append = drafter_append,
+                       .propose = drafter_propose};
+}

@@ -1,0 +1,79 @@
+// spec.h: the speculative decoding loop for one sequence: propose (a drafter block) -> verify (one
+// target batch) -> accept (longest agreeing prefix + bonus) -> commit (exact target state) ->
+// feed (committed rows' tap features to the drafter) -> emit. Greedy chain verification here;
+// output is byte-identical to plain greedy decoding. Calls model/, draft/ (through ds_proposer),
+// sample/. Called by engine/. Spec: DESIGN.md §1, §3 "Spec loop"; drafters-and-verification.md §2.
+//
+// Usage:
+//     ds_proposer p; ds_spec_proposer_from_drafter(&p, draft_ctx);    // or a test proposer
+//     ds_spec *s; ds_spec_new(&s, model, state, &p, &(ds_spec_params){.n_slots = 8}, &err);
+//     int32_t next; ds_spec_prefill(s, prompt, n_prompt, &next, &err);  // next = first token
+//     while (...) { int32_t out[DS_SPEC_MAX_SLOTS]; int64_t n;
+//                   ds_spec_step(s, out, &n, &err); ... }                 // n >= 1 tokens
+//     ds_spec_free(s);
+//
+// Rules: the loop borrows the model, the state and the proposer; one thread. Stages are separate
+// functions (ds_spec_propose / _verify / _accept / _commit / _feed) with their own tests.
+#pragma once
+
+#include "draft/draft.h"
+#include "model/model.h"
+
+#define DS_SPEC_MAX_SLOTS DS_DRAFT_MAX_BLOCK
+
+// What the loop needs from a drafter: taps to capture, feeding committed rows, proposing.
+typedef struct ds_proposer {
+    void *ctx;
+    int n_taps;
+    const int *tap_layers;
+    int block_size; // the checkpoint's block size (default width)
+    dspec_status (*append)(void *ctx, const float *feats, int64_t n, dspec_err *err);
+    dspec_status (*propose)(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
+                            dspec_err *err);
+} ds_proposer;
+
+// Wraps a drafter context (and its proposer choice) as a ds_proposer (borrowed).
+typedef struct ds_drafter_proposer {
+    ds_draft_ctx *ctx;
+    ds_propose how;
+} ds_drafter_proposer;
+void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,
+                                   const ds_drafter *d);
+
+typedef struct ds_spec_params {
+    int n_slots;          // block width incl. the anchor (0 = the proposer's block size)
+} ds_spec_params;
+
+typedef struct ds_spec_stats {
+    int64_t steps;        // verify steps
+    int64_t drafted;      // proposals verified
+    int64_t accepted;     // proposals accepted
+    int64_t emitted;      // tokens emitted by steps (accepted + bonus)
+    int64_t pos_tried[DS_SPEC_MAX_SLOTS];    // per draft position: times verified
+    int64_t pos_accepted[DS_SPEC_MAX_SLOTS]; // per draft position: times accepted
+    double t_prefill, t_draft, t_verify, t_commit, t_feed; // seconds
+} ds_spec_stats;
+
+typedef struct ds_spec ds_spec;
+
+dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const ds_proposer *p,
+                         const ds_spec_params *params, dspec_err *err);
+void ds_spec_free(ds_spec *s);
+const ds_spec_stats *ds_spec_stats_get(const ds_spec *s);
+// Mean committed tokens per step including the bonus (tau).
+double ds_spec_tau(const ds_spec_stats *st);
+
+// Prefills the prompt (chunked), feeding its features to the proposer; *next = greedy first token,
+// which becomes the anchor of the first step.
+dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32_t *next,
+                             dspec_err *err);
+// One step: out[0..*n_out) = accepted proposals followed by the bonus token (*n_out >= 1).
+// `max_out` caps the tokens the step may commit (>= 1; e.g. remaining budget or context).
+dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
+                          dspec_err *err);
+
+// ---- stages (exposed for tests) ----------------------------------------------------------------
+
+// Number of leading proposals equal to the target's greedy tokens: target[i] is the argmax after
+// row i of the verify batch [anchor, d_0, d_1, ...]; accepted iff d_i == target[i].
+int64_t ds_spec_accept_greedy(const int32_t *draft, int64_t n_draft, const int32_t *target);

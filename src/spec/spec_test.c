@@ -1,0 +1,196 @@
+// spec_test.c: the chain speculative loop with a scripted proposer on a random synthetic target:
+// output byte-identical to plain greedy decoding for block sizes 2..16 and any error pattern,
+// accept counts as scripted, the drafter fed exactly the committed rows' tap features, stats.
+#include "model/synth.h"
+#include "spec/spec.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { N_PROMPT = 7, N_GEN = 40, N_TAPS = 2 };
+static const int k_taps[N_TAPS] = {0, 2};
+
+typedef struct env {
+    char path[64];
+    ds_backend *be;
+    ds_model *m;
+    int64_t E;
+    int32_t prompt[N_PROMPT];
+    int32_t greedy[N_GEN + 1];          // plain greedy continuation
+    float *ref_feats;                   // taps of prompt + greedy rows from a plain forward
+} env;
+
+static env g_env;
+
+// Scripted proposer: proposes the true greedy continuation but corrupts the proposal at
+// position (step % period) when period > 0 (so acceptance follows a known pattern).
+typedef struct script {
+    const env *e;
+    int64_t ctx_len;      // rows appended so far
+    int64_t emitted;      // index into greedy of the next token after the anchor
+    int period;
+    int64_t step;
+    float *fed;           // all appended features
+    int64_t n_mismatch;   // appended rows whose features differ from the reference
+} script;
+
+static dspec_status script_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
+    (void)err;
+    script *s = ctx;
+    size_t row = (size_t)(N_TAPS * s->e->E);
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp(feats + i * row, s->e->ref_feats + (s->ctx_len + i) * row, row * 4) != 0) {
+            s->n_mismatch++;
+        }
+    }
+    s->ctx_len += n;
+    return DSPEC_OK;
+}
+
+static dspec_status script_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
+                                   dspec_err *err) {
+    (void)err;
+    script *s = ctx;
+    // the anchor is greedy[j] where j = ctx_len - N_PROMPT
+    int64_t j = s->ctx_len - N_PROMPT;
+    assert_int_equal(anchor, s->e->greedy[j]);
+    out->n_tokens = n_slots - 1;
+    for (int i = 0; i < n_slots - 1; i++) {
+        int64_t idx = j + 1 + i;
+        out->tokens[i] = idx <= N_GEN ? s->e->greedy[idx] : 0;
+        if (s->period > 0 && i == s->step % s->period) out->tokens[i] = (out->tokens[i] + 1) % 512;
+    }
+    s->step++;
+    return DSPEC_OK;
+}
+
+static int setup(void **state) {
+    (void)state;
+    env *e = &g_env;
+    snprintf(e->path, sizeof(e->path), "/tmp/dspec_spec_test_XXXXXX");
+    int fd = mkstemp(e->path);
+    close(fd);
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_Q8_0, 7);
+    if (ds_synth_write(e->path, &p, NULL) || ds_backend_cpu_new(&e->be, 2, NULL) ||
+        ds_model_load(&e->m, e->path, e->be, NULL)) {
+        return -1;
+    }
+    e->E = ds_model_hparams_get(e->m)->n_embd;
+    for (int i = 0; i < N_PROMPT; i++) e->prompt[i] = (int32_t)(i * 37 % 500);
+    // plain greedy decoding, collecting taps of every row
+    ds_state *st;
+    ds_state_params sp = {.n_ctx = 256};
+    if (ds_state_new(&st, e->m, &sp, NULL)) return -1;
+    e->ref_feats = malloc((size_t)((N_PROMPT + N_GEN + 1) * N_TAPS * e->E) * sizeof(float));
+    ds_batch b = {.n = N_PROMPT, .tokens = e->prompt, .n_logits = 1, .argmax = &e->greedy[0],
+                  .n_taps = N_TAPS, .tap_layers = k_taps, .taps = e->ref_feats};
+    if (ds_model_forward(e->m, st, &b, NULL)) return -1;
+    for (int i = 0; i < N_GEN; i++) {
+        ds_batch s1 = {.n = 1, .tokens = &e->greedy[i], .n_logits = 1, .argmax = &e->greedy[i + 1],
+                       .n_taps = N_TAPS, .tap_layers = k_taps,
+                       .taps = e->ref_feats + (N_PROMPT + i) * N_TAPS * e->E};
+        if (ds_model_forward(e->m, st, &s1, NULL)) return -1;
+    }
+    ds_state_free(st);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ds_model_free(g_env.m);
+    ds_backend_free(g_env.be);
+    free(g_env.ref_feats);
+    unlink(g_env.path);
+    return 0;
+}
+
+static void run_case(int n_slots, int period) {
+    env *e = &g_env;
+    script sc = {.e = e, .period = period};
+    ds_proposer p = {.ctx = &sc, .n_taps = N_TAPS, .tap_layers = k_taps, .block_size = 8,
+                     .append = script_append, .propose = script_propose};
+    ds_state *st;
+    ds_state_params sp = {.n_ctx = 256};
+    assert_int_equal(ds_state_new(&st, e->m, &sp, NULL), DSPEC_OK);
+    ds_spec *s;
+    dspec_err err = {0};
+    assert_int_equal(ds_spec_new(&s, e->m, st, &p, &(ds_spec_params){.n_slots = n_slots}, &err),
+                     DSPEC_OK);
+    int32_t out[N_GEN + DS_SPEC_MAX_SLOTS];
+    int64_t n_out = 0;
+    assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &out[0], &err), DSPEC_OK);
+    n_out = 1;
+    while (n_out < N_GEN) {
+        int64_t n;
+        assert_int_equal(ds_spec_step(s, N_GEN - n_out, out + n_out, &n, &err), DSPEC_OK);
+        assert_true(n >= 1 && n <= n_slots);
+        n_out += n;
+    }
+    assert_int_equal(n_out, N_GEN);
+    assert_memory_equal(out, e->greedy, N_GEN * sizeof(int32_t)); // lossless
+    assert_int_equal(sc.n_mismatch, 0);                          // exact features fed
+    assert_int_equal(sc.ctx_len, ds_state_n_past(st));
+    const ds_spec_stats *ss = ds_spec_stats_get(s);
+    assert_int_equal(ss->emitted, N_GEN - 1);
+    assert_int_equal(ss->emitted, ss->accepted + ss->steps);
+    if (period == 0) { // perfect proposals: every step accepts all (except budget-capped ones)
+        assert_true(ss->steps <= (N_GEN - 1 + n_slots - 1) / n_slots + 1);
+    } else if (period == 1) { // first proposal always wrong: one token per step
+        assert_int_equal(ss->accepted, 0);
+    }
+    int64_t acc = 0;
+    for (int i = 0; i < DS_SPEC_MAX_SLOTS; i++) acc += ss->pos_accepted[i];
+    assert_int_equal(acc, ss->accepted);
+    ds_spec_free(s);
+    ds_state_free(st);
+}
+
+static void test_lossless_perfect(void **s) {
+    (void)s;
+    for (int n = 2; n <= 16; n *= 2) run_case(n, 0);
+}
+
+static void test_lossless_errors(void **s) {
+    (void)s;
+    for (int n = 2; n <= 16; n *= 2) {
+        for (int period = 1; period <= 5; period++) run_case(n, period);
+    }
+}
+
+static void test_accept_greedy(void **s) {
+    (void)s;
+    int32_t d[4] = {1, 2, 3, 4}, t[5] = {1, 2, 9, 4, 7};
+    assert_int_equal(ds_spec_accept_greedy(d, 4, t), 2);
+    assert_int_equal(ds_spec_accept_greedy(d, 0, t), 0);
+    int32_t t2[5] = {1, 2, 3, 4, 5};
+    assert_int_equal(ds_spec_accept_greedy(d, 4, t2), 4);
+}
+
+static void test_bad_params(void **s) {
+    (void)s;
+    ds_proposer p = {.block_size = 4};
+    ds_spec *sp;
+    dspec_err err = {0};
+    assert_int_equal(ds_spec_new(&sp, g_env.m, NULL, &p, &(ds_spec_params){.n_slots = 9}, &err),
+                     DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "block size 9"));
+    assert_int_equal(ds_spec_new(&sp, g_env.m, NULL, &p, &(ds_spec_params){.n_slots = 1}, &err),
+                     DSPEC_ERR_INVALID);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accept_greedy),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_lossless_perfect),
+        cmocka_unit_test(test_lossless_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
