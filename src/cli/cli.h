@@ -10,3 +10,4 @@ int ds_cli_tensor(int argc, char **argv);
 int ds_cli_logits(int argc, char **argv);
 int ds_cli_convert(int argc, char **argv);
 int ds_cli_tokenize(int argc, char **argv);
+int ds_cli_bench(int argc, char **argv);

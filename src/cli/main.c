@@ -16,6 +16,7 @@ static const command k_commands[] = {
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
     {"tensor", ds_cli_tensor, "dequantize one GGUF tensor to f32: stats, optional raw dump"},
     {"convert", ds_cli_convert, "convert a Hugging Face Qwen3.5 checkpoint to a GGUF"},
+    {"bench", ds_cli_bench, "benchmarks: --kernels (CPU dot kernels and quantizers)"},
 };
 
 static void print_help(FILE *f) {

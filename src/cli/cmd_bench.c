@@ -1,0 +1,286 @@
+// cmd_bench.c: `dspec bench MODE`: benchmarks. Modes: --kernels (micro-benchmarks of the CPU dot
+// kernels of dtype/ per ISA level, single- and multi-threaded, plus quantizer throughput). Later
+// modes (model decode, speculative decoding) plug into the same table. Calls dtype/, core/.
+// Spec: bench/README.md (how to read the numbers), target-qwen35.md §2.13 (kernel types).
+#include "cli/cli.h"
+#include "dtype/dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspec bench --kernels [--n N] [--rows R] [--threads T] [--time S] [--type T]\n\n"
+            "--kernels   dot of one activation row with an R x N weight matrix (default 4096 x\n"
+            "            4096) for every weight type, per kernel level (scalar / avx2 / avx512),\n"
+            "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
+            "            weight bytes read; then quantizer throughput in MB/s of f32 input.\n"
+            "--n N       row length (multiple of 256)       --rows R   weight rows\n"
+            "--threads T threads of the multi-threaded run   --time S   seconds per measurement\n"
+            "--type T    only this weight type (e.g. q4_K); may repeat\n");
+}
+
+typedef struct bench_opts {
+    int64_t n, rows;
+    int threads;
+    double time;
+    ds_type only[DS_TYPE_COUNT];
+    int n_only;
+} bench_opts;
+
+typedef struct dot_job {
+    ds_vec_dot_fn fn;
+    int64_t n, rows, chunk;
+    const uint8_t *w;
+    size_t row_bytes;
+    const void *a;
+    float *out;
+} dot_job;
+
+static void dot_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const dot_job *j = ctx;
+    int64_t r0 = task * j->chunk, r1 = DS_MIN(r0 + j->chunk, j->rows);
+    for (int64_t r = r0; r < r1; r++) {
+        j->fn(j->n, &j->out[r], j->w + (size_t)r * j->row_bytes, j->a);
+    }
+}
+
+// Seconds per full matrix pass: repeats for at least opts->time seconds, returns the best pass.
+static double time_matvec(dot_job *j, ds_pool *pool, double min_time) {
+    double best = INFINITY, start = ds_time_now();
+    int reps = 0;
+    while (reps < 3 || ds_time_now() - start < min_time) {
+        double t0 = ds_time_now();
+        if (pool != NULL) {
+            ds_pool_run(pool, dot_task, j, (j->rows + j->chunk - 1) / j->chunk);
+        } else {
+            dot_task(j, 0, 0);
+        }
+        double dt = ds_time_now() - t0;
+        best = dt < best ? dt : best;
+        reps++;
+    }
+    return best;
+}
+
+static bool selected(const bench_opts *o, ds_type t) {
+    if (o->n_only == 0) {
+        return true;
+    }
+    for (int i = 0; i < o->n_only; i++) {
+        if (o->only[i] == t) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static float gauss(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    double u1 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    double u2 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static const ds_type k_bench_types[] = {DS_TYPE_F32,  DS_TYPE_F16,    DS_TYPE_BF16,
+                                        DS_TYPE_Q8_0, DS_TYPE_Q4_0,   DS_TYPE_IQ4_NL,
+                                        DS_TYPE_Q4_K, DS_TYPE_Q5_K,   DS_TYPE_Q6_K,
+                                        DS_TYPE_IQ4_XS};
+
+static int bench_kernels(const bench_opts *o) {
+    dspec_err err;
+    ds_pool *pool = NULL;
+    if (ds_pool_new(&pool, o->threads, &err) != DSPEC_OK) {
+        fprintf(stderr, "dspec bench: %s\n", err.msg);
+        return 1;
+    }
+    const ds_cpu_features *cpu = ds_cpu_get();
+    int nthr = ds_pool_n_threads(pool);
+    printf("dspec bench --kernels: one activation row . %" PRId64 " x %" PRId64
+           " weight matrix; cpu avx2=%d avx512=%d vnni=%d; max level %d; %d threads\n",
+           o->rows, o->n, cpu->avx2, cpu->avx512, cpu->avx512_vnni, ds_cpu_max_level(), nthr);
+    printf("GB/s = weight bytes / best time of a full pass (single thread per level; last column:"
+           " best level, %d threads). '-': no own kernel at that level.\n\n", nthr);
+    printf("%-7s %-5s %10s %9s %9s %9s %12s\n", "type", "act", "MB matrix", "scalar", "avx2",
+           "avx512", "best x thr");
+    float *x = malloc((size_t)o->n * sizeof(float));
+    float *out = malloc((size_t)o->rows * sizeof(float));
+    void *act = malloc(ds_type_row_size(DS_TYPE_F32, o->n)); // largest activation row (f32)
+    if (x == NULL || out == NULL || act == NULL) {
+        fprintf(stderr, "dspec bench: out of memory\n");
+        free(x), free(out), free(act), ds_pool_free(pool);
+        return 1;
+    }
+    uint64_t seed = 1;
+    for (int64_t i = 0; i < o->n; i++) {
+        x[i] = gauss(&seed);
+    }
+    int rc = 0;
+    for (size_t k = 0; k < DS_ARRAY_LEN(k_bench_types) && rc == 0; k++) {
+        ds_type t = k_bench_types[k];
+        if (!selected(o, t)) {
+            continue;
+        }
+        ds_type at = ds_type_vec_dot(t);
+        size_t row_bytes = ds_type_row_size(t, o->n);
+        size_t total;
+        if (ds_mul_ovf(&total, row_bytes, (size_t)o->rows)) {
+            fprintf(stderr, "dspec bench: matrix size overflows\n");
+            rc = 1;
+            break;
+        }
+        uint8_t *w = ds_aligned_alloc(64, total);
+        if (w == NULL) {
+            fprintf(stderr, "dspec bench: cannot allocate %zu bytes for the %s matrix\n", total,
+                    ds_type_name(t));
+            rc = 1;
+            break;
+        }
+        // 16 distinct quantized rows, repeated (quantizing 16 Mi values per type is slow).
+        enum { DISTINCT = 16 };
+        float *row = malloc((size_t)o->n * sizeof(float));
+        for (int64_t r = 0; r < o->rows && row != NULL; r++) {
+            if (r < DISTINCT) {
+                for (int64_t i = 0; i < o->n; i++) {
+                    row[i] = gauss(&seed) * 0.02f;
+                }
+                if (ds_quantize_row(t, w + (size_t)r * row_bytes, row, o->n, &err) != DSPEC_OK) {
+                    fprintf(stderr, "dspec bench: %s\n", err.msg);
+                    rc = 1;
+                    break;
+                }
+            } else {
+                memcpy(w + (size_t)r * row_bytes, w + (size_t)(r % DISTINCT) * row_bytes, row_bytes);
+            }
+        }
+        free(row);
+        if (rc != 0) {
+            ds_aligned_free(w);
+            break;
+        }
+        ds_quantize_act(at, act, x, o->n);
+        printf("%-7s %-5s %10.1f", ds_type_name(t), ds_type_name(at), (double)total / 1e6);
+        int best_level = 0;
+        for (int level = 0; level <= 2; level++) {
+            if (ds_vec_dot_level(t, level) != level) {
+                printf(" %9s", "-");
+                continue;
+            }
+            best_level = level;
+            dot_job j = {ds_vec_dot_get(t, level), o->n, o->rows, o->rows, w, row_bytes, act, out};
+            double dt = time_matvec(&j, NULL, o->time);
+            printf(" %9.2f", (double)total / dt / 1e9);
+            fflush(stdout);
+        }
+        dot_job j = {ds_vec_dot_get(t, best_level), o->n, o->rows, 16, w, row_bytes, act, out};
+        double dt = time_matvec(&j, pool, o->time);
+        printf(" %9.2f x%d\n", (double)total / dt / 1e9, nthr);
+        ds_aligned_free(w);
+    }
+    // Quantizer throughput: reference (file) quantizers and activation quantizers per level.
+    if (rc == 0) {
+        printf("\nquantizers, MB/s of f32 input (one thread, row of %" PRId64 "):\n", o->n);
+        printf("%-7s %12s %9s %9s %9s\n", "type", "reference", "act:scal", "act:avx2", "act:512");
+        static const ds_type qtypes[] = {DS_TYPE_F16,  DS_TYPE_BF16, DS_TYPE_Q8_0,
+                                         DS_TYPE_Q4_0, DS_TYPE_Q4_K, DS_TYPE_Q5_K,
+                                         DS_TYPE_Q6_K, DS_TYPE_IQ4_NL, DS_TYPE_IQ4_XS,
+                                         DS_TYPE_Q8_K};
+        void *q = malloc(ds_type_row_size(DS_TYPE_F32, o->n));
+        for (size_t k = 0; k < DS_ARRAY_LEN(qtypes) && q != NULL; k++) {
+            ds_type t = qtypes[k];
+            double mb = (double)o->n * 4 / 1e6;
+            int reps = 0;
+            double t0 = ds_time_now(), dt;
+            do {
+                (void)ds_quantize_row(t, q, x, o->n, NULL);
+                reps++;
+            } while ((dt = ds_time_now() - t0) < o->time / 4);
+            printf("%-7s %12.1f", ds_type_name(t), mb * reps / dt);
+            for (int level = 0; level <= 2; level++) {
+                ds_from_float_fn f = ds_quantize_act_get(t, level);
+                ds_from_float_fn lower = level > 0 ? ds_quantize_act_get(t, level - 1) : NULL;
+                if (f == NULL || f == lower) {
+                    printf(" %9s", "-");
+                    continue;
+                }
+                reps = 0;
+                t0 = ds_time_now();
+                do {
+                    f(q, x, o->n);
+                    reps++;
+                } while ((dt = ds_time_now() - t0) < o->time / 4);
+                printf(" %9.1f", mb * reps / dt);
+            }
+            printf("\n");
+        }
+        free(q);
+    }
+    free(act);
+    free(out);
+    free(x);
+    ds_pool_free(pool);
+    return rc;
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || v <= 0) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int ds_cli_bench(int argc, char **argv) {
+    bench_opts o = {.n = 4096, .rows = 4096, .threads = 0, .time = 0.5};
+    bool kernels = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t iv;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--kernels")) {
+            kernels = true;
+        } else if (!strcmp(a, "--n") && v && parse_i64(v, &iv) && iv % DS_QK_K == 0) {
+            o.n = iv;
+            i++;
+        } else if (!strcmp(a, "--rows") && v && parse_i64(v, &iv)) {
+            o.rows = iv;
+            i++;
+        } else if (!strcmp(a, "--threads") && v && parse_i64(v, &iv) && iv <= 4096) {
+            o.threads = (int)iv;
+            i++;
+        } else if (!strcmp(a, "--time") && v && atof(v) > 0 && atof(v) < 3600) {
+            o.time = atof(v);
+            i++;
+        } else if (!strcmp(a, "--type") && v) {
+            ds_type t;
+            if (!ds_type_from_name(v, &t) || ds_vec_dot_get(t, 0) == NULL) {
+                fprintf(stderr, "dspec bench: --type %s: not a type with a dot kernel\n", v);
+                return 2;
+            }
+            if (o.n_only < DS_TYPE_COUNT) {
+                o.only[o.n_only++] = t;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "dspec bench: bad or incomplete option '%s'%s%s\n\n", a,
+                    v ? " " : "", v ? v : "");
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!kernels) {
+        fprintf(stderr, "dspec bench: choose a mode (--kernels)\n\n");
+        usage(stderr);
+        return 2;
+    }
+    return bench_kernels(&o) == 0 ? 0 : 1;
+}
