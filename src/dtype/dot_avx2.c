@@ -43,6 +43,41 @@ static inline __m256i nibbles_32(const uint8_t *q) {
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
 }
 
+// fp16 -> f32 with F16C: the same value as ds_fp16_to_f32 for every non-NaN input.
+static inline float h2f(ds_fp16 h) {
+    return _cvtsh_ss(h);
+}
+
+// The float step of dtype_impl.h's ds_ksum_step, with F16C conversions (same operations).
+static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
+    float dd = h2f(d) * ad;
+    float dm = h2f(dmin) * ad;
+    return dd * (float)isum - dm * (float)msum;
+}
+
+// The 8 six-bit scales and mins of a Q4_K / Q5_K block (layout of ds_k4_scale_min), unpacked
+// with 32-bit word operations: sc[j] / mn[j] for j = 0..7.
+static inline void k4_unpack(const uint8_t q[12], uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t u[3], o[4];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
+    o[0] = u[0] & m6;                                       // sc 0..3
+    o[1] = u[1] & m6;                                       // mn 0..3
+    o[2] = (u[2] & m4) | ((u[0] & hi2) >> 2);               // sc 4..7
+    o[3] = ((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2);        // mn 4..7
+    memcpy(sc, &o[0], 4);
+    memcpy(sc + 4, &o[2], 4);
+    memcpy(mn, &o[1], 4);
+    memcpy(mn + 4, &o[3], 4);
+}
+
+// sum_j mn[j] * (bsums[2j] + bsums[2j+1]) with one multiply-add of 16-bit lanes (exact).
+static inline int32_t k4_min_sum(const uint8_t mn[8], const int16_t bsums[16]) {
+    __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    __m256i md = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), md));
+}
+
 // ---- float types -------------------------------------------------------------------------------
 
 #define FLOAT_DOT_BODY(LOAD8, SCALAR_ELEM)                                                         \
@@ -103,7 +138,7 @@ void ds_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w,
         float dd[8];                                                                               \
         for (int k = 0; k < 8; k++) {                                                              \
             v[k] = ISUM(&x[ib + k], &y[ib + k]);                                                   \
-            dd[k] = _cvtsh_ss(x[ib + k].d) * _cvtsh_ss(y[ib + k].d);                              \
+            dd[k] = h2f(x[ib + k].d) * h2f(y[ib + k].d);                              \
         }                                                                                          \
         __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hsum8_i32(v)), _mm256_loadu_ps(dd));          \
         acc = _mm256_add_ps(acc, t);                                                               \
@@ -112,7 +147,7 @@ void ds_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w,
     _mm256_storeu_ps(lanes, acc);                                                                  \
     for (; ib < nb; ib++) {                                                                        \
         float t = (float)hsum_i32(ISUM(&x[ib], &y[ib])) *                                          \
-                  (_cvtsh_ss(x[ib].d) * _cvtsh_ss(y[ib].d));                                       \
+                  (h2f(x[ib].d) * h2f(y[ib].d));                                       \
         lanes[ib % 8] += t;                                                                        \
     }                                                                                              \
     *s = ds_lanes8_reduce(lanes);
@@ -162,9 +197,7 @@ void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
     float sum = 0;
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) {
-            ds_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-        }
+        k4_unpack(x[i].scales, sc, mn);
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
@@ -177,11 +210,7 @@ void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
         }
-        int32_t msum = 0;
-        for (int j = 0; j < 8; j++) {
-            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        sum += ds_ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), msum);
+        sum += ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), k4_min_sum(mn, y[i].bsums));
     }
     *s = sum;
 }
@@ -195,9 +224,7 @@ void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
     float sum = 0;
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) {
-            ds_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-        }
+        k4_unpack(x[i].scales, sc, mn);
         const uint8_t *ql = x[i].qs;
         const int8_t *q8 = y[i].qs;
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
@@ -214,11 +241,7 @@ void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
         }
-        int32_t msum = 0;
-        for (int j = 0; j < 8; j++) {
-            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        sum += ds_ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), msum);
+        sum += ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), k4_min_sum(mn, y[i].bsums));
     }
     *s = sum;
 }
@@ -259,7 +282,7 @@ void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w,
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
             }
         }
-        sum += ds_ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
+        sum += ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
     }
     *s = sum;
 }
@@ -282,7 +305,7 @@ void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
             __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y8, v));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)(ls - 32))));
         }
-        sum += ds_ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
+        sum += ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
     }
     *s = sum;
 }
