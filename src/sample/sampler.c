@@ -1,0 +1,551 @@
+// sampler.c: the sampler object: parameters, penalty history, and the transform chain from logits
+// to the final processed distribution (penalties → top-k → top-p → min-p → temperature), plus
+// drawing. Owns its scratch and RNG. Calls core/ and sample_rng.c. Called by spec/ and engine/.
+// Spec: sample.h (order and semantics), drafters-and-verification.md §2.2.
+#include "sample/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Top-k up to this size uses a heap over the logits (no candidate array is built); larger k uses
+// quickselect over (logit, id) pairs.
+#define HEAP_TOP_K_MAX 256
+// Top-p without top-k buckets candidates by distance from the max logit: 1/8-nat buckets over
+// 32 nats, the last bucket catching the rest.
+#define TOP_P_BUCKETS 257
+#define TOP_P_BUCKET_SCALE 8.0f
+
+typedef struct cand {
+    float l;    // logit
+    int32_t id;
+} cand;
+
+struct ds_sampler {
+    ds_sample_params prm;
+    int64_t n_vocab;
+    ds_sample_rng rng;
+    // penalty history
+    int32_t *counts;   // [n_vocab] occurrences of each token in the window
+    int32_t *uniq;     // [n_uniq] distinct tokens with counts > 0
+    int32_t *uniq_pos; // [n_vocab] index into uniq, or -1
+    int64_t n_uniq;
+    int32_t *ring;     // [repeat_last_n] last accepted tokens (window > 0 only)
+    int64_t ring_head, ring_len;
+    // scratch
+    float *work; // [n_vocab] penalised logits
+    cand *cands; // [n_vocab]
+};
+
+// ---- parameters --------------------------------------------------------------------------------
+
+void ds_sample_params_default(ds_sample_params *p) {
+    *p = (ds_sample_params){
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .frequency_penalty = 0.0f,
+        .presence_penalty = 0.0f,
+        .seed = 0,
+    };
+}
+
+static dspec_status check_params(const ds_sample_params *p, dspec_err *err) {
+    if (isnan(p->temperature) || isinf(p->temperature)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: temperature=%g is not finite",
+                          (double)p->temperature);
+    }
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top_p=%g outside (0, 1]", (double)p->top_p);
+    }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: min_p=%g outside [0, 1]", (double)p->min_p);
+    }
+    if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: repeat_penalty=%g must be finite and > 0",
+                          (double)p->repeat_penalty);
+    }
+    if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: frequency_penalty=%g presence_penalty=%g "
+                          "must be finite", (double)p->frequency_penalty, (double)p->presence_penalty);
+    }
+    if (p->repeat_last_n < -1) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: repeat_last_n=%" PRId64 " (want -1, 0 or "
+                          "a window size)", p->repeat_last_n);
+    }
+    return DSPEC_OK;
+}
+
+static bool penalties_on(const ds_sampler *s) {
+    return s->prm.repeat_last_n != 0 && (s->prm.repeat_penalty != 1.0f ||
+                                         s->prm.frequency_penalty != 0.0f ||
+                                         s->prm.presence_penalty != 0.0f);
+}
+
+// ---- lifecycle ---------------------------------------------------------------------------------
+
+static void *alloc_n(int64_t n, size_t elem) {
+    size_t bytes;
+    if (n <= 0 || ds_mul_ovf(&bytes, (size_t)n, elem)) {
+        return NULL;
+    }
+    return malloc(bytes);
+}
+
+dspec_status ds_sample_new(ds_sampler **out, const ds_sample_params *params, int64_t n_vocab,
+                           dspec_err *err) {
+    *out = NULL;
+    if (n_vocab < 1 || n_vocab > INT32_MAX) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: n_vocab=%" PRId64 " outside [1, %d]",
+                          n_vocab, INT32_MAX);
+    }
+    dspec_status st = check_params(params, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    ds_sampler *s = calloc(1, sizeof(*s));
+    if (!s) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "sample: out of memory");
+    }
+    s->prm = *params;
+    s->n_vocab = n_vocab;
+    s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->uniq = alloc_n(n_vocab, sizeof(int32_t));
+    s->uniq_pos = alloc_n(n_vocab, sizeof(int32_t));
+    s->work = alloc_n(n_vocab, sizeof(float));
+    s->cands = alloc_n(n_vocab, sizeof(cand));
+    if (params->repeat_last_n > 0) {
+        s->ring = alloc_n(params->repeat_last_n, sizeof(int32_t));
+    }
+    if (!s->counts || !s->uniq || !s->uniq_pos || !s->work || !s->cands ||
+        (params->repeat_last_n > 0 && !s->ring)) {
+        ds_sample_free(s);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "sample: out of memory for a %" PRId64
+                          "-token vocabulary (%zu bytes of scratch)", n_vocab,
+                          (size_t)n_vocab * (3 * sizeof(int32_t) + sizeof(float) + sizeof(cand)));
+    }
+    memset(s->uniq_pos, 0xff, (size_t)n_vocab * sizeof(int32_t));
+    ds_sample_rng_seed(&s->rng, params->seed);
+    *out = s;
+    return DSPEC_OK;
+}
+
+void ds_sample_free(ds_sampler *s) {
+    if (!s) {
+        return;
+    }
+    free(s->counts);
+    free(s->uniq);
+    free(s->uniq_pos);
+    free(s->ring);
+    free(s->work);
+    free(s->cands);
+    free(s);
+}
+
+void ds_sample_reset(ds_sampler *s) {
+    for (int64_t i = 0; i < s->n_uniq; i++) {
+        s->counts[s->uniq[i]] = 0;
+        s->uniq_pos[s->uniq[i]] = -1;
+    }
+    s->n_uniq = 0;
+    s->ring_head = s->ring_len = 0;
+    ds_sample_rng_seed(&s->rng, s->prm.seed);
+}
+
+const ds_sample_params *ds_sample_get_params(const ds_sampler *s) {
+    return &s->prm;
+}
+
+ds_sample_rng *ds_sample_get_rng(ds_sampler *s) {
+    return &s->rng;
+}
+
+// ---- penalty history ---------------------------------------------------------------------------
+
+static void count_add(ds_sampler *s, int32_t t) {
+    if (s->counts[t]++ == 0) {
+        s->uniq_pos[t] = (int32_t)s->n_uniq;
+        s->uniq[s->n_uniq++] = t;
+    }
+}
+
+static void count_remove(ds_sampler *s, int32_t t) {
+    if (--s->counts[t] == 0) {
+        int32_t pos = s->uniq_pos[t];
+        int32_t last = s->uniq[--s->n_uniq];
+        s->uniq[pos] = last;
+        s->uniq_pos[last] = pos;
+        s->uniq_pos[t] = -1;
+    }
+}
+
+dspec_status ds_sample_accept(ds_sampler *s, int32_t token, dspec_err *err) {
+    if (token < 0 || token >= s->n_vocab) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: accepted token %" PRId32 " outside [0, %"
+                          PRId64 ")", token, s->n_vocab);
+    }
+    int64_t window = s->prm.repeat_last_n;
+    if (window == 0) {
+        return DSPEC_OK;
+    }
+    if (window > 0) {
+        if (s->ring_len == window) {
+            count_remove(s, s->ring[s->ring_head]);
+        } else {
+            s->ring_len++;
+        }
+        s->ring[s->ring_head] = token;
+        s->ring_head = (s->ring_head + 1) % window;
+    }
+    count_add(s, token);
+    return DSPEC_OK;
+}
+
+// llama.cpp's penalties sampler: repeat penalty (divide positive, multiply negative logits), then
+// frequency and presence.
+static float penalise(const ds_sampler *s, float l, int32_t count) {
+    l = l > 0.0f ? l / s->prm.repeat_penalty : l * s->prm.repeat_penalty;
+    return l - (float)count * s->prm.frequency_penalty - s->prm.presence_penalty;
+}
+
+// ---- greedy ------------------------------------------------------------------------------------
+
+int32_t ds_sample_argmax(const float *logits, int64_t n) {
+    int64_t best = -1;
+    float bv = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = logits[i];
+        if (v > bv || (best < 0 && !isnan(v))) {
+            best = i;
+            bv = v;
+        }
+    }
+    return (int32_t)best;
+}
+
+static dspec_status bad_logit(int64_t i, float v, dspec_err *err) {
+    return ds_err_set(err, DSPEC_ERR_INVALID, "sample: logits[%" PRId64 "] is %s", i,
+                      isnan(v) ? "NaN" : "+inf");
+}
+
+// One pass: argmax of the penalised logits, refusing NaN/+inf. Counts are looked up only when a
+// penalty is on.
+static dspec_status greedy(ds_sampler *s, const float *logits, int32_t *best_out, dspec_err *err) {
+    bool pen = penalties_on(s);
+    int64_t best = -1;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < s->n_vocab; i++) {
+        float v = logits[i];
+        if (isnan(v) || v == INFINITY) {
+            return bad_logit(i, v, err);
+        }
+        if (pen && s->counts[i]) {
+            v = penalise(s, v, s->counts[i]);
+        }
+        if (v > bv) {
+            best = i;
+            bv = v;
+        }
+    }
+    if (best < 0) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf",
+                          s->n_vocab);
+    }
+    *best_out = (int32_t)best;
+    return DSPEC_OK;
+}
+
+// ---- candidate selection -----------------------------------------------------------------------
+
+// Strict total order: larger logit first, then lower id (so results never depend on input order).
+static inline bool better(cand a, cand b) {
+    return a.l > b.l || (a.l == b.l && a.id < b.id);
+}
+
+static int cmp_cand(const void *pa, const void *pb) {
+    cand a = *(const cand *)pa, b = *(const cand *)pb;
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+// Min-heap by `better` (the worst candidate at the root).
+static void heap_sift_down(cand *h, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && better(h[w], h[l])) {
+            w = l;
+        }
+        if (r < n && better(h[w], h[r])) {
+            w = r;
+        }
+        if (w == i) {
+            return;
+        }
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static void heap_sift_up(cand *h, int64_t i) {
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!better(h[p], h[i])) {
+            return;
+        }
+        cand t = h[i];
+        h[i] = h[p];
+        h[p] = t;
+        i = p;
+    }
+}
+
+// Top k of work[0..n) into c[0..k), sorted best first.
+static void top_k_heap(const float *work, int64_t n, int64_t k, cand *c) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        cand x = {work[i], (int32_t)i};
+        if (m < k) {
+            c[m] = x;
+            heap_sift_up(c, m++);
+        } else if (better(x, c[0])) {
+            c[0] = x;
+            heap_sift_down(c, k, 0);
+        }
+    }
+    qsort(c, (size_t)k, sizeof(cand), cmp_cand);
+}
+
+// Rearranges c[lo..hi) so that c[lo..lo+m) holds its m best entries (unordered). Quickselect with
+// median-of-three pivots; deterministic.
+static void select_best(cand *c, int64_t lo, int64_t hi, int64_t m) {
+    int64_t want = lo + m; // boundary index
+    while (hi - lo > 1 && want > lo && want < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        cand a = c[lo], b = c[mid], d = c[hi - 1];
+        cand pivot = better(a, b) ? (better(b, d) ? b : better(a, d) ? d : a)
+                                  : (better(a, d) ? a : better(b, d) ? d : b);
+        // three-way partition: [better than pivot | equal | worse]
+        int64_t lt = lo, i = lo, gt = hi;
+        while (i < gt) {
+            if (better(c[i], pivot)) {
+                cand t = c[lt];
+                c[lt++] = c[i];
+                c[i++] = t;
+            } else if (better(pivot, c[i])) {
+                cand t = c[--gt];
+                c[gt] = c[i];
+                c[i] = t;
+            } else {
+                i++;
+            }
+        }
+        if (want <= lt) {
+            hi = lt;
+        } else if (want >= gt) {
+            lo = gt;
+        } else {
+            return; // the boundary falls inside the run equal to the pivot
+        }
+    }
+}
+
+// Top-p over n candidates (already the sorted top-k set when `sorted`). Returns the number kept
+// (>= 1) and leaves c[0..kept) sorted. Unsorted input is not sorted in full: one pass buckets the
+// candidates by (max - logit) in steps of 1/TOP_P_BUCKET_SCALE nats and sums their mass per bucket;
+// only the buckets needed to reach top_p of the mass are gathered and sorted (buckets are ordered by
+// logit, so the cut lies among them).
+static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
+    float maxl = c[0].l;
+    double z = 0.0; // float exps, double sums
+    double mass[TOP_P_BUCKETS] = {0};
+    if (sorted) {
+        for (int64_t i = 0; i < n; i++) {
+            z += expf(c[i].l - maxl);
+        }
+    } else {
+        for (int64_t i = 1; i < n; i++) {
+            maxl = c[i].l > maxl ? c[i].l : maxl;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            float d = maxl - c[i].l; // >= 0, +inf for -inf logits
+            int b = d < (float)(TOP_P_BUCKETS - 1) / TOP_P_BUCKET_SCALE
+                        ? (int)(d * TOP_P_BUCKET_SCALE) : TOP_P_BUCKETS - 1;
+            float e = expf(-d);
+            mass[b] += e;
+            z += e;
+        }
+    }
+    double target = (double)top_p * z, cum = 0.0;
+    int64_t m = n;
+    if (!sorted) {
+        int last = 0;
+        for (double acc = mass[0]; acc < target && last < TOP_P_BUCKETS - 1;) {
+            acc += mass[++last];
+        }
+        m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float d = maxl - c[i].l;
+            int b = d < (float)(TOP_P_BUCKETS - 1) / TOP_P_BUCKET_SCALE
+                        ? (int)(d * TOP_P_BUCKET_SCALE) : TOP_P_BUCKETS - 1;
+            if (b <= last) {
+                cand t = c[m];
+                c[m++] = c[i];
+                c[i] = t;
+            }
+        }
+        qsort(c, (size_t)m, sizeof(cand), cmp_cand);
+    }
+    for (int64_t i = 0; i < m; i++) {
+        cum += expf(c[i].l - maxl);
+        if (cum >= target) {
+            return i + 1;
+        }
+    }
+    return m; // rounding: every gathered candidate
+}
+
+// ---- the chain ---------------------------------------------------------------------------------
+
+dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
+                            ds_sample_probs *out, dspec_err *err) {
+    if (n_vocab != s->n_vocab || out->cap < n_vocab) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: n_vocab=%" PRId64 " but the sampler has %"
+                          PRId64 " and the output holds %" PRId64, n_vocab, s->n_vocab, out->cap);
+    }
+    out->n_vocab = n_vocab;
+    const ds_sample_params *p = &s->prm;
+    if (p->temperature <= 0.0f) {
+        int32_t best = 0;
+        dspec_status st = greedy(s, logits, &best, err);
+        if (st != DSPEC_OK) {
+            return st;
+        }
+        out->ids[0] = best;
+        out->p[0] = 1.0f;
+        out->n = 1;
+        out->sorted = true;
+        return DSPEC_OK;
+    }
+    // 1. penalties: copy (checking NaN/+inf), then patch the distinct tokens of the window
+    float *w = s->work;
+    float maxl = -INFINITY;
+    for (int64_t i = 0; i < n_vocab; i++) {
+        float v = logits[i];
+        if (isnan(v) || v == INFINITY) {
+            return bad_logit(i, v, err);
+        }
+        w[i] = v;
+    }
+    if (penalties_on(s)) {
+        for (int64_t u = 0; u < s->n_uniq; u++) {
+            int32_t t = s->uniq[u];
+            w[t] = penalise(s, w[t], s->counts[t]);
+        }
+    }
+    // 2. top-k
+    cand *c = s->cands;
+    int64_t n;
+    bool sorted = false;
+    bool dense = !(p->top_k > 0 && p->top_k < n_vocab) && !(p->top_p < 1.0f);
+    if (dense) {
+        // no selection needed: min-p and softmax run on w directly (no candidate array)
+        for (int64_t i = 0; i < n_vocab; i++) {
+            maxl = w[i] > maxl ? w[i] : maxl;
+        }
+        n = n_vocab;
+    } else if (p->top_k > 0 && p->top_k < n_vocab) {
+        n = p->top_k;
+        if (n <= HEAP_TOP_K_MAX) {
+            top_k_heap(w, n_vocab, n, c);
+        } else {
+            for (int64_t i = 0; i < n_vocab; i++) {
+                c[i] = (cand){w[i], (int32_t)i};
+            }
+            select_best(c, 0, n_vocab, n);
+            qsort(c, (size_t)n, sizeof(cand), cmp_cand);
+        }
+        sorted = true;
+        maxl = c[0].l;
+    } else {
+        for (int64_t i = 0; i < n_vocab; i++) {
+            c[i] = (cand){w[i], (int32_t)i};
+            maxl = w[i] > maxl ? w[i] : maxl;
+        }
+        n = n_vocab;
+    }
+    if (maxl == -INFINITY) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
+    }
+    // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
+    if (p->top_p < 1.0f && n > 1) {
+        n = top_p_cut(c, n, sorted, p->top_p);
+        sorted = true;
+    }
+    // 4. min-p: keep l >= max + log(min_p); 5. temperature and softmax. Zero-probability entries
+    // (-inf, underflow) are dropped. The candidate order is kept, so a sorted prefix stays sorted.
+    float thr = p->min_p > 0.0f ? maxl + logf(p->min_p) : -INFINITY;
+    float inv_t = 1.0f / p->temperature;
+    double z = 0.0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float l = dense ? w[i] : c[i].l;
+        if (l < thr) {
+            continue;
+        }
+        float e = expf((l - maxl) * inv_t);
+        if (e > 0.0f) {
+            out->ids[k] = dense ? (int32_t)i : c[i].id;
+            out->p[k] = e;
+            z += e;
+            k++;
+        }
+    }
+    float inv_z = (float)(1.0 / z);
+    for (int64_t i = 0; i < k; i++) {
+        out->p[i] *= inv_z;
+    }
+    out->n = k;
+    out->sorted = sorted;
+    return DSPEC_OK;
+}
+
+// ---- drawing -----------------------------------------------------------------------------------
+
+int32_t ds_sample_draw_rng(ds_sample_rng *rng, const ds_sample_probs *d) {
+    DS_ASSERT(d->n >= 1);
+    if (d->n == 1) {
+        ds_sample_rng_next(rng); // one uniform per draw, always, so streams stay aligned
+        return d->ids[0];
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < d->n; i++) {
+        total += d->p[i];
+    }
+    double u = ds_sample_rng_uniform(rng) * total, cum = 0.0;
+    for (int64_t i = 0; i < d->n; i++) {
+        cum += d->p[i];
+        if (u < cum) {
+            return d->ids[i];
+        }
+    }
+    return d->ids[d->n - 1]; // rounding at the top end
+}
+
+int32_t ds_sample_draw(ds_sampler *s, const ds_sample_probs *d) {
+    return ds_sample_draw_rng(&s->rng, d);
+}
+
+dspec_status ds_sample_token(ds_sampler *s, const float *logits, int64_t n_vocab,
+                             ds_sample_probs *scratch, int32_t *token, dspec_err *err) {
+    dspec_status st = ds_sample_dist(s, logits, n_vocab, scratch, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    *token = ds_sample_draw(s, scratch);
+    return ds_sample_accept(s, *token, err);
+}
