@@ -99,7 +99,9 @@ static dspec_status put_kv(ds_gguf_writer *w, const char *key, ds_gguf_type type
     if (!copy) {
         return stick(w, DSPEC_ERR_NOMEM, "no memory for key", key);
     }
-    memcpy(copy, val, n);
+    if (n) {
+        memcpy(copy, val, n);
+    }
     for (int64_t i = 0; i < w->n_kv; i++) {
         if (strcmp(w->kv[i].key, key) == 0) {
             free(w->kv[i].val);
@@ -266,7 +268,9 @@ dspec_status ds_gguf_writer_set_arr_arr(ds_gguf_writer *w, const char *key, ds_g
     for (uint64_t i = 0; i < n; i++) {
         memcpy(p, &t, 4);
         memcpy(p + 4, &counts[i], 8);
-        memcpy(p + 12, data[i], (size_t)counts[i] * es);
+        if (counts[i]) {
+            memcpy(p + 12, data[i], (size_t)counts[i] * es);
+        }
         p += 12 + (size_t)counts[i] * es;
     }
     dspec_status s = put_array(w, key, DS_GGUF_ARRAY, n, body, total);
