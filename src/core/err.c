@@ -23,11 +23,20 @@ void ds_err_prefix(dspec_err *err, const char *fmt, ...) {
     char prefix[DSPEC_ERR_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof(prefix), fmt, ap);
+    int np = vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
-    char joined[DSPEC_ERR_MSG_LEN];
-    snprintf(joined, sizeof(joined), "%s%s", prefix, err->msg);
-    memcpy(err->msg, joined, sizeof(joined));
+    if (np <= 0) {
+        return;
+    }
+    size_t plen = (size_t)np < sizeof(prefix) ? (size_t)np : sizeof(prefix) - 1;
+    size_t mlen = strnlen(err->msg, sizeof(err->msg) - 1);
+    size_t keep = DSPEC_ERR_MSG_LEN - 1 - plen; // message bytes that still fit after the prefix
+    if (mlen > keep) {
+        mlen = keep;
+    }
+    memmove(err->msg + plen, err->msg, mlen);
+    memcpy(err->msg, prefix, plen);
+    err->msg[plen + mlen] = '\0';
 }
 
 void ds_err_clear(dspec_err *err) {
