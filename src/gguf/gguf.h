@@ -1,5 +1,7 @@
-// gguf.h: GGUF v3 files (read over mmap, write streaming) and safetensors files (read over mmap).
-// Calls core/, dtype/. Called by model/, draft/, text/ (vocab), cli/ (info, convert).
+// gguf.h: GGUF files (v3, and v2 which has the same layout; read over mmap, write streaming) and
+// safetensors files (read over mmap). Calls core/, dtype/ (block sizes). Called by model/, draft/,
+// text/ (vocab), convert/, cli/ (info, tensor). Files: gguf_read.c (header, tensors, mapping),
+// gguf_kv.c (metadata), gguf_split.c (split sets), gguf_write.c, safetensors.c.
 // Spec: target-qwen35.md §5 (container), llama.cpp ggml/include/gguf.h conventions.
 //
 // Usage:
@@ -10,11 +12,15 @@
 //     // t->data points into the read-only mapping, valid until ds_gguf_close(g)
 //     ds_gguf_close(g);
 //
-// Rules: the reader validates everything once at open (counts, string lengths, types, offsets,
-// alignment, overlaps, size overflow) and returns DSPEC_ERR_FORMAT naming the file, byte offset
-// and what was wrong; after a successful open every accessor is safe and never fails on the
-// checked data. Returned strings and data are views into the mapping (not NUL-terminated unless
-// stated). A ds_gguf is immutable after open and may be shared across threads.
+// Rules: the reader validates everything once at open (counts and string lengths against the
+// bytes left, value types, array nesting <= 8, duplicate keys/tensors, general.alignment a u32
+// power of two, n_dims 1..4, ne > 0, size overflow, known ggml type, ne[0] a multiple of the
+// block size, data aligned, inside the file and not overlapping) and returns DSPEC_ERR_FORMAT
+// naming the file, byte offset or tensor, and what was wrong (v1 files: DSPEC_ERR_UNSUPPORTED).
+// After a successful open every accessor is safe; passing an out-of-range index or asking for
+// the array count of a non-array is a programmer error (DS_ASSERT). Returned strings and data
+// are views into the mapping (not NUL-terminated unless stated). A ds_gguf is immutable after
+// open and may be shared across threads.
 #pragma once
 
 #include "core/core.h"
@@ -70,12 +76,15 @@ typedef struct ds_gguf_tensor {
 
 // ---- open / close ------------------------------------------------------------------------------
 
-// Maps and validates a GGUF. If `path` is the first shard of a split set (`-00001-of-0000N.gguf`,
-// or `split.count` > 1), every shard is opened and their tensors are merged; metadata comes from
-// the first shard.
+// Maps and validates a GGUF. If it has `split.count` > 1 it must be the first shard of a split
+// set named `PREFIX-00001-of-0000N.gguf` (gguf-split's naming): every shard is opened and
+// checked (split.no, split.count, split.tensors.count == total tensors, no name in two shards)
+// and their tensors are merged; metadata comes from the first shard. Opening a later shard
+// fails with DSPEC_ERR_INVALID naming the first. A missing file is DSPEC_ERR_IO.
 dspec_status ds_gguf_open(ds_gguf **out, const char *path, dspec_err *err);
 
 // Validates a GGUF held in memory (not copied; must outlive the ds_gguf). For tests and fuzzing.
+// Split sets are refused (DSPEC_ERR_UNSUPPORTED).
 dspec_status ds_gguf_open_memory(ds_gguf **out, const void *data, size_t size, const char *name,
                                  dspec_err *err);
 void ds_gguf_close(ds_gguf *g);
@@ -219,12 +228,18 @@ typedef struct ds_st_tensor {
 
 typedef struct ds_st ds_st;
 
-// Opens a .safetensors file, or a directory holding model.safetensors or
-// model.safetensors.index.json (sharded). Other dtypes are refused naming the tensor and dtype.
+// Opens a .safetensors file, a model.safetensors.index.json, or a directory holding one of them
+// (the index wins). Validates: header length within the file (and <= 100 MiB), JSON object
+// without duplicate keys, dtype F32/F16/BF16 (others: DSPEC_ERR_UNSUPPORTED "tensor x: dtype I64
+// not supported"), shape of <= 8 non-negative dims, data_offsets [begin, end] inside the data
+// section with end - begin == elements x dtype size, no overlaps; for an index: plain shard file
+// names, every listed tensor in its listed shard, no unlisted tensors. `__metadata__` is
+// ignored. DSPEC_ERR_FORMAT names the file and tensor.
 dspec_status ds_st_open(ds_st **out, const char *path, dspec_err *err);
 void ds_st_close(ds_st *st);
 int64_t ds_st_n_tensors(const ds_st *st);
 const ds_st_tensor *ds_st_tensor_at(const ds_st *st, int64_t i);
 const ds_st_tensor *ds_st_find(const ds_st *st, const char *name);
-// Converts the tensor's elements to f32 (n_elements floats).
+// Converts the tensor's elements to f32: dst gets n_elements floats, torch order (last dim
+// fastest). Cannot fail (the tensor was validated at open).
 void ds_st_read_f32(const ds_st_tensor *t, float *dst);
