@@ -292,18 +292,27 @@ void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
     const ds_block_iq4_xs *x = w;
     const ds_block_q8_k *y = a;
     const __m256i table = iq4_table();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     float sum = 0;
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++, qs += 16, q8 += 32) {
-            int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
-                     (((x[i].scales_h >> 2 * ib) & 3) << 4);
-            __m256i v = _mm256_shuffle_epi8(table, nibbles_32(qs));
-            __m256i y8 = _mm256_loadu_si256((const __m256i *)q8);
-            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y8, v));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)(ls - 32))));
+        for (int ib = 0; ib < 8; ib += 2, qs += 32, q8 += 64) {
+            // 32 bytes = sub-blocks ib and ib+1; a sub-block is its 16 low nibbles, then high.
+            __m256i bits = _mm256_loadu_si256((const __m256i *)qs);
+            __m256i lo = _mm256_and_si256(bits, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            __m256i v0 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+            __m256i v1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)q8);
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 32));
+            __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(v0, v0), _mm256_sign_epi8(y0, v0));
+            __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(v1, v1), _mm256_sign_epi8(y1, v1));
+            int ls0 = ((x[i].scales_l[ib / 2] & 0xf) | (((x[i].scales_h >> 2 * ib) & 3) << 4)) - 32;
+            int ls1 = ((x[i].scales_l[ib / 2] >> 4) | (((x[i].scales_h >> (2 * ib + 2)) & 3) << 4)) - 32;
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((int16_t)ls0)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((int16_t)ls1)));
         }
         sum += ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
     }
