@@ -98,7 +98,14 @@ static void print_kvs(const ds_gguf *g) {
         } else {
             snprintf(type, sizeof(type), "%s", ds_gguf_type_name(t));
         }
-        printf("  %-48.*s %-9s ", (int)key.len, key.ptr, type);
+        char name[256]; // keys from a hostile file may hold control bytes: show them as '?'
+        size_t n = DS_MIN(key.len, sizeof(name) - 1);
+        for (size_t j = 0; j < n; j++) {
+            unsigned char c = (unsigned char)key.ptr[j];
+            name[j] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        }
+        name[n] = '\0';
+        printf("  %-48s %-9s ", name, type);
         if (t == DS_GGUF_STRING) {
             print_str(ds_gguf_kv_str(g, i), INFO_MAX_STR);
         } else if (t == DS_GGUF_ARRAY) {
