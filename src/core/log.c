@@ -4,8 +4,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-static _Atomic(dspec_log_fn) g_log_fn = NULL;
-static _Atomic(void *) g_log_user = NULL;
+static _Atomic(dspec_log_fn) g_log_fn;
+static _Atomic(void *) g_log_user;
 static _Atomic int g_log_level = DSPEC_LOG_WARN;
 
 void dspec_set_log(dspec_log_fn fn, void *user, dspec_log_level max_level) {
