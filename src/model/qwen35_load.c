@@ -176,6 +176,37 @@ typedef struct loader {
 
 enum { W_MATMUL = 1, W_F32 = 2, W_OPTIONAL = 4, W_TABLE = 8 };
 
+// Copies a weight into backend memory (backends that cannot read the host mapping).
+static dspec_status upload(loader *ld, ds_weight *w, const ds_gguf_tensor *t) {
+    ds_model *m = ld->m;
+    ds_backend *be = m->be;
+    // a tensor used twice (tied lm_head) is uploaded once
+    for (int i = 0; i < m->n_device_buffers; i++) {
+        if (m->host_of_buffer[i] == t->data) {
+            w->t.data = m->device_buffers[i];
+            return DSPEC_OK;
+        }
+    }
+    if (m->n_device_buffers % 64 == 0) {
+        size_t cap = (size_t)m->n_device_buffers + 64;
+        void **nb = realloc(m->device_buffers, cap * sizeof(void *));
+        if (nb) m->device_buffers = nb;
+        const void **nh = realloc(m->host_of_buffer, cap * sizeof(void *));
+        if (nh) m->host_of_buffer = nh;
+        if (!nb || !nh) return ds_err_set(ld->err, DSPEC_ERR_NOMEM, "model: out of memory");
+    }
+    void *d = be->ops.alloc(be, t->nbytes);
+    if (!d) {
+        return ds_err_set(ld->err, DSPEC_ERR_NOMEM, "%s: tensor %s: cannot allocate %zu bytes "
+                          "on %s", ds_gguf_path(ld->g), t->name, t->nbytes, be->name);
+    }
+    be->ops.write(be, d, t->data, t->nbytes);
+    m->host_of_buffer[m->n_device_buffers] = t->data;
+    m->device_buffers[m->n_device_buffers++] = d;
+    w->t.data = d;
+    return DSPEC_OK;
+}
+
 static void shape_str(char *buf, size_t cap, const int64_t *ne) {
     int nd = 4;
     while (nd > 1 && ne[nd - 1] == 1) nd--;
@@ -220,6 +251,10 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
     memcpy(w->t.ne, t->ne, sizeof(w->t.ne));
     memcpy(w->t.nb, t->nb, sizeof(w->t.nb));
     ld->m->weight_bytes += t->nbytes;
+    if (!ld->m->be->weights_in_host_memory) {
+        dspec_status st = upload(ld, w, t);
+        if (st != DSPEC_OK) return st;
+    }
     // optional per-tensor scale: "<base>.scale" where name = "<base>.weight"
     size_t len = strlen(name);
     if (len > 7 && !strcmp(name + len - 7, ".weight")) {
@@ -231,6 +266,11 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
             if (s->type != DS_TYPE_F32 || (n_s != 1 && n_s != ne2)) {
                 return ds_err_set(ld->err, DSPEC_ERR_FORMAT, "%s: tensor %s: expected f32 {1} or "
                                   "{%" PRId64 "}", ds_gguf_path(ld->g), sname, ne2);
+            }
+            if (!ld->m->be->weights_in_host_memory) {
+                return ds_err_set(ld->err, DSPEC_ERR_UNSUPPORTED, "%s: tensor %s: per-tensor "
+                                  "scales are not supported on the %s backend yet",
+                                  ds_gguf_path(ld->g), sname, ld->m->be->name);
             }
             w->scale = s->data;
             w->n_scale = n_s;
@@ -327,15 +367,15 @@ static dspec_status load_tensors(loader *ld) {
 dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be,
                                 dspec_err *err) {
     *out = NULL;
-    if (!be->weights_in_host_memory) {
-        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "model: backend %s needs weight upload, "
-                          "not implemented yet", be->name);
-    }
     ds_model *m = calloc(1, sizeof(*m));
     if (!m) return ds_err_set(err, DSPEC_ERR_NOMEM, "model: out of memory");
     m->be = be;
     m->gguf = g;
     dspec_status st = ds_qwen35_read_hparams(&m->hp, g, err);
+    if (st == DSPEC_OK && m->hp.arch == DS_ARCH_QWEN35MOE && !be->weights_in_host_memory) {
+        st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: qwen35moe is not supported on the %s "
+                        "backend yet (MoE routing runs on the host)", ds_gguf_path(g), be->name);
+    }
     if (st == DSPEC_OK) {
         m->layers = calloc((size_t)m->hp.n_layer, sizeof(ds_layer));
         if (!m->layers) st = ds_err_set(err, DSPEC_ERR_NOMEM, "model: out of memory");
@@ -373,6 +413,7 @@ void ds_model_free(ds_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_device_buffers; i++) m->be->ops.free(m->be, m->device_buffers[i]);
     free(m->device_buffers);
+    free(m->host_of_buffer);
     free(m->layers);
     ds_gguf_close(m->owned_gguf);
     free(m);
