@@ -78,7 +78,11 @@ int ds_cli_convert(int argc, char **argv) {
     o.out_path = pos[1];
     dspec_err err = {0};
     if (ds_convert(&o, &err) != DSPEC_OK) {
-        fprintf(stderr, "dspec convert: %s\n", err.msg);
+        const char *m = err.msg;
+        if (strncmp(m, "convert: ", 9) == 0) { // the library's own module prefix
+            m += 9;
+        }
+        fprintf(stderr, "dspec convert: %s\n", m);
         return 1;
     }
     fprintf(stderr, "dspec convert: wrote %s (%s)\n", o.out_path, ds_convert_ftype_name(o.ftype));

@@ -56,6 +56,22 @@ static void choose_types(ds_cv_plan *plan, const ds_qwen35_hparams *hp, ds_conve
     }
 }
 
+// Every chosen type must have a quantizer before anything is written (fallback types of the
+// k-quant mixes, e.g. q5_0 for a q4_K tensor whose rows are not a multiple of 256).
+static dspec_status check_types(const ds_cv_plan *plan, ds_convert_ftype ft, dspec_err *err) {
+    for (int64_t i = 0; i < plan->n; i++) {
+        const ds_cv_tensor *t = &plan->t[i];
+        const ds_type_traits *tt = ds_type_traits_get(t->type);
+        if (!tt || !tt->from_float) {
+            return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "convert: tensor %s (ne[0] = %" PRId64
+                              ") needs type %s under the %s mix, which dspec cannot quantize to "
+                              "yet", t->name, t->ne[0], ds_type_name(t->type),
+                              ds_convert_ftype_name(ft));
+        }
+    }
+    return DSPEC_OK;
+}
+
 static dspec_status check_opts(const ds_convert_opts *o, dspec_err *err) {
     if (!o || !o->hf_dir || !o->hf_dir[0] || !o->out_path || !o->out_path[0]) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "convert: an input directory and an output "
@@ -149,7 +165,8 @@ static dspec_status run(const ds_convert_opts *o, ds_gguf_writer *w, ds_cv_plan 
                "%s block size: fallback types used (as llama-quantize does)", mix.n_fallback,
                ds_convert_ftype_name(o->ftype));
     }
-    s = ds_cv_declare(w, plan, err);
+    s = check_types(plan, o->ftype, err);
+    s = s ? s : ds_cv_declare(w, plan, err);
     s = s ? s : ds_gguf_writer_begin(w, o->out_path, err);
     s = s ? s : ds_cv_write_data(w, plan, o->n_threads, o->progress, err);
     s = s ? s : ds_gguf_writer_finish(w, err);
