@@ -1,0 +1,151 @@
+// ddtree.c: DDTree (ddtree.h): best-first tree construction with a binary max-heap over
+// (parent, depth, rank) tuples, and the greedy walk. Spec: drafters-and-verification.md §5.
+#include "spec/ddtree.h"
+
+#include <math.h>
+#include <string.h>
+
+void ds_ddtree_cands_from_logits(ds_ddtree_cands *c, const float *logits, int L, int64_t n_vocab,
+                                 int k) {
+    DS_ASSERT(L >= 0 && L <= DS_DDTREE_MAX_DEPTH && k >= 1 && k <= DS_DDTREE_MAX_K);
+    k = (int)DS_MIN((int64_t)k, n_vocab);
+    c->depth = L;
+    c->k = k;
+    for (int d = 0; d < L; d++) {
+        const float *x = logits + (int64_t)d * n_vocab;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n_vocab; i++) mx = x[i] > mx ? x[i] : mx;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n_vocab; i++) sum += exp((double)(x[i] - mx));
+        float lse = mx + (float)log(sum);
+        // top-k by insertion (k is small); ties keep the lower id first
+        int n = 0;
+        for (int64_t i = 0; i < n_vocab; i++) {
+            if (n == k && x[i] <= x[c->tok[d][k - 1]]) continue;
+            int j = n < k ? n++ : k - 1;
+            while (j > 0 && x[c->tok[d][j - 1]] < x[i]) {
+                c->tok[d][j] = c->tok[d][j - 1];
+                j--;
+            }
+            c->tok[d][j] = (int32_t)i;
+        }
+        for (int j = 0; j < k; j++) c->logp[d][j] = x[c->tok[d][j]] - lse;
+    }
+}
+
+typedef struct heap_item {
+    float score;
+    int32_t parent; // tree node index of the parent
+    int16_t depth;  // 1-based depth of the candidate
+    int16_t rank;   // rank among the depth's candidates
+} heap_item;
+
+typedef struct heap {
+    heap_item a[2 * DS_DDTREE_MAX_NODES + 4];
+    int n;
+} heap;
+
+static bool before(const heap_item *x, const heap_item *y) { // max-heap; ties: shallower, lower rank
+    if (x->score != y->score) return x->score > y->score;
+    if (x->depth != y->depth) return x->depth < y->depth;
+    return x->rank < y->rank;
+}
+
+static void heap_push(heap *h, heap_item it) {
+    DS_ASSERT(h->n < (int)DS_ARRAY_LEN(h->a));
+    int i = h->n++;
+    while (i > 0 && before(&it, &h->a[(i - 1) / 2])) {
+        h->a[i] = h->a[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->a[i] = it;
+}
+
+static heap_item heap_pop(heap *h) {
+    heap_item top = h->a[0], last = h->a[--h->n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->a[c + 1], &h->a[c])) c++;
+        if (!before(&h->a[c], &last)) break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    h->a[i] = last;
+    return top;
+}
+
+static int32_t add_node(ds_ddtree *t, int32_t parent, int depth, int32_t tok, float score) {
+    int64_t i = t->n_nodes++;
+    t->token[i] = tok;
+    t->parent[i] = parent;
+    t->depth[i] = depth;
+    t->score[i] = score;
+    return (int32_t)i;
+}
+
+void ds_ddtree_build(ds_ddtree *t, const ds_ddtree_cands *c, int32_t anchor, int budget,
+                     bool chain_seed) {
+    DS_ASSERT(budget >= 0 && budget <= DS_DDTREE_MAX_NODES);
+    t->n_nodes = 0;
+    add_node(t, -1, 0, anchor, 0.0f);
+    if (c->depth == 0 || budget == 0) return;
+    _Static_assert(DS_DDTREE_MAX_NODES < 32768, "heap fields");
+    heap h = {.n = 0};
+    // optional top-1 chain pre-seed: the greedy chain is always in the tree
+    int32_t chain_end = 0;
+    float chain_score = 0.0f;
+    int seeded = 0;
+    if (chain_seed) {
+        for (int d = 1; d <= c->depth && seeded < budget; d++, seeded++) {
+            chain_score += c->logp[d - 1][0];
+            chain_end = add_node(t, chain_end, d, c->tok[d - 1][0], chain_score);
+            if (c->k > 1) { // the chain node's next sibling competes normally
+                float s = t->score[t->parent[chain_end]] + c->logp[d - 1][1];
+                heap_push(&h, (heap_item){s, t->parent[chain_end], (int16_t)d, 1});
+            }
+        }
+        if (chain_end > 0 && t->depth[chain_end] < c->depth) {
+            int d = t->depth[chain_end] + 1;
+            heap_push(&h, (heap_item){chain_score + c->logp[d - 1][0], chain_end, (int16_t)d, 0});
+        }
+    } else {
+        heap_push(&h, (heap_item){c->logp[0][0], 0, 1, 0});
+    }
+    for (int popped = seeded; popped < budget && h.n > 0; popped++) {
+        heap_item it = heap_pop(&h);
+        int d = it.depth, r = it.rank;
+        int32_t node = add_node(t, it.parent, d, c->tok[d - 1][r], it.score);
+        if (r + 1 < c->k) { // next sibling
+            float s = it.score - c->logp[d - 1][r] + c->logp[d - 1][r + 1];
+            heap_push(&h, (heap_item){s, it.parent, (int16_t)d, (int16_t)(r + 1)});
+        }
+        if (d < c->depth) { // first child
+            heap_push(&h, (heap_item){it.score + c->logp[d][0], node, (int16_t)(d + 1), 0});
+        }
+    }
+}
+
+void ds_ddtree_walk(const ds_ddtree *t, const int32_t *target, int32_t *path, int64_t *n_path,
+                    int32_t *bonus) {
+    int32_t cur = 0;
+    int64_t n = 0;
+    path[n++] = 0;
+    for (;;) {
+        int32_t want = target[cur], next = -1;
+        for (int64_t i = cur + 1; i < t->n_nodes; i++) {
+            if (t->parent[i] == cur && t->token[i] == want) {
+                next = (int32_t)i;
+                break;
+            }
+        }
+        if (next < 0) {
+            *bonus = want;
+            break;
+        }
+        path[n++] = next;
+        cur = next;
+    }
+    *n_path = n;
+}
