@@ -50,7 +50,12 @@ typedef struct ds_draft_config {
     int n_layer;
     bool has_markov, has_confidence, has_selector;
     int selector_top_k;
-    float confidence_threshold; // 0 = gate off
+    float confidence_threshold; // 0 = gate off (default; per context: ds_draft_ctx_set_threshold)
+    // Verify width (rows incl. the anchor) the checkpoint was trained for: block_size for the
+    // z-lab layout (B-1 proposals), block_size + 1 for the shifted layout (B proposals).
+    int verify_width;
+    int max_slots;             // largest n_slots ds_draft_block accepts (2 * verify_width, capped)
+    const char *format;        // "qwen35-dflash-draft", "dflash" (llama.cpp) or "hf"
 } ds_draft_config;
 
 typedef struct ds_drafter ds_drafter;
@@ -61,12 +66,48 @@ typedef struct ds_draft_out {
     int64_t n_tokens;
     int32_t tokens[DS_DRAFT_MAX_BLOCK];
     float confidence[DS_DRAFT_MAX_BLOCK]; // DSpark per proposal (1 when no confidence head)
-    float *logits;         // [DS_DRAFT_MAX_BLOCK * n_vocab]: drafter logits per proposal slot
+    // Drafter logits per proposal slot (after output_multiplier / softcap, before any Markov
+    // bias): [DS_DRAFT_MAX_BLOCK * n_vocab] host floats, or NULL (then not written; the spec
+    // loop passes a zeroed struct).
+    float *logits;
     int64_t n_vocab;
+    // Proposal slots the drafter computed (>= n_tokens; a confidence gate may cut n_tokens).
+    int64_t n_proposed;
+    // DFlash 2 selector: per proposal slot the top-K candidate ids (descending logit, ties by
+    // ascending id) and their scores along the walked path; n_cand = K (0 for other proposers).
+    int n_cand;
+    int32_t cand_ids[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
+    float cand_scores[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
 } ds_draft_out;
 
+// What a drafter borrows from its target: the backend, the token embedding table (block inputs)
+// and the lm_head (draft logits), plus the sizes fields are validated against. Views into the
+// target's memory; the target must outlive every drafter loaded with it.
+typedef struct ds_draft_target {
+    ds_backend *be;
+    ds_tensor token_embd;   // {n_embd, n_vocab}
+    ds_tensor output;       // {n_embd, n_vocab} (= token_embd for tied models)
+    int64_t n_vocab, n_embd;
+    int n_layer;            // target trunk layers (tap ids must be < n_layer)
+} ds_draft_target;
+
+// Fills t from a loaded target model (token_embd.weight, output.weight or the tied embedding).
+// Weights must be in host memory (CPU backend) until model/ exposes its device tensors.
+dspec_status ds_draft_target_from_model(ds_draft_target *t, const ds_model *m, dspec_err *err);
+
+// Loads a drafter: `path` is a GGUF (general.architecture `qwen35-dflash-draft` / `dflash-draft`
+// (the anchor engine's layout, anchor-lucebox.md §3.1) or `dflash` (llama.cpp: tap ids stored +1,
+// its own tensor names)) or an HF directory (config.json with DFlashDraftModel /
+// DFlash2DraftModel / Qwen3DSparkModel + model.safetensors). Every field is validated against the
+// target (vocab, hidden, taps < n_layer, block size >= 2, group size | hidden, top-k <=
+// DS_DRAFT_MAX_TOPK, ranks > 0, mask id < vocab, head dims, every tensor shape and type);
+// DSPEC_ERR_FORMAT names the field or tensor. DSpark checkpoints' own embed_tokens / lm_head
+// copies are ignored: the target's are used (as the anchor does).
 dspec_status ds_drafter_load(ds_drafter **out, const char *path, const ds_model *target,
                              dspec_err *err);
+// Same, with an explicit target description (tests, or targets not loaded through model/).
+dspec_status ds_drafter_load_target(ds_drafter **out, const char *path, const ds_draft_target *t,
+                                    dspec_err *err);
 void ds_drafter_free(ds_drafter *d);
 const ds_draft_config *ds_drafter_config(const ds_drafter *d);
 
@@ -74,13 +115,25 @@ dspec_status ds_draft_ctx_new(ds_draft_ctx **out, const ds_drafter *d, int64_t n
                               dspec_err *err);
 void ds_draft_ctx_free(ds_draft_ctx *c);
 void ds_draft_ctx_reset(ds_draft_ctx *c);
+// DSpark static confidence gate (DeepSpec eval): keep proposals before the first one whose
+// confidence is < threshold; 0 (default: the config's value) = keep all.
+void ds_draft_ctx_set_threshold(ds_draft_ctx *c, float threshold);
 int64_t ds_draft_ctx_len(const ds_draft_ctx *c);
 // Appends the features of n newly committed target rows (positions len .. len+n-1).
 dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, dspec_err *err);
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err);
 void ds_draft_out_deinit(ds_draft_out *o);
-// Drafts one block from `anchor` at position ds_draft_ctx_len(c) with n_slots block slots
-// (2 .. 2 * block_size) and fills `out`.
+// Drafts one block from `anchor` (the token at position start = ds_draft_ctx_len(c), committed
+// but not yet run through the target) and fills `out` with at most n_slots - 1 proposals for
+// positions start+1, start+2, ...; n_slots is the verify width incl. the anchor, 2 .. max_slots.
+//   z-lab layout (DFlash, DFlash 2): the block is [anchor, mask x (n_slots-1)] at positions
+//     start .. start+n_slots-1 and slots 1.. propose: n_slots - 1 proposals.
+//   shifted layout (DSpark): the block is [anchor, mask x (n_slots-2)] (gamma = n_slots - 1
+//     slots) and every slot j proposes position start+j+1: gamma proposals, so the verify batch
+//     [anchor, proposals] again has n_slots rows. The checkpoint's trained width B maps to
+//     n_slots = B + 1 (config.verify_width).
+// `how`: AUTO = selector (DFlash 2) > Markov chain (DSpark with a Markov head) > argmax; asking
+// for a head the drafter lacks is DSPEC_ERR_INVALID. Greedy ties pick the smallest token id.
 dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_propose how,
                             ds_draft_out *out, dspec_err *err);
