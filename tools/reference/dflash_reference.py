@@ -881,3 +881,28 @@ def spec_generate(target: TargetRunner, model: Drafter, prompt: list[int], max_n
         b = bonus
         start += a + 1
     return out[len(prompt):len(prompt) + max_new], rounds
+
+
+# ---------------------------------------------------------------------------------------------
+# Training (teacher-forced block loss; the starting point for training tiny drafters)
+# ---------------------------------------------------------------------------------------------
+
+def block_loss(model: Drafter, feats: torch.Tensor, tokens: list[int], anchor_pos: int,
+               block_size: int, embed: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of one anchor block against the target's own continuation.
+
+    feats [T, n_t*H] are the target taps of the whole sequence `tokens`; the block at anchor
+    position a sees the context rows 0..a-1 (as at inference: context < start). z-lab layout:
+    slot j (1..B-1) predicts tokens[a+j]; shifted layout: slot j (0..B-1) predicts tokens[a+j+1],
+    and a DSpark Markov head is teacher-forced with the true previous token (DeepSpec training).
+    The DFlash paper's position decay w_k = exp(-(k-1)/gamma) is left out (uniform weights).
+    """
+    a = anchor_pos
+    hidden = model.draft_block(DraftContextCache(model.dc.num_layers), feats[:a], a, tokens[a], block_size, embed)
+    rows = model.proposal_rows(block_size)
+    logits = model.logits(hidden[rows], head)
+    labels = torch.tensor(tokens[a + 1:a + 1 + logits.shape[0]], dtype=torch.long)
+    if model.dc.is_dspark and model.markov_head is not None:
+        prev = torch.tensor(tokens[a:a + logits.shape[0]], dtype=torch.long)
+        logits = logits + model.markov_head.markov_w2(model.markov_head.markov_w1(prev))
+    return F.cross_entropy(logits, labels)

@@ -6,8 +6,9 @@ Run from the repository root with the reference venv (torch + transformers, CPU 
     /opt/refvenv/bin/python tools/reference/make_drafter_fixtures.py            # (re)write fixtures
     /opt/refvenv/bin/python tools/reference/make_drafter_fixtures.py --check    # recompute, compare, write nothing
 
-What it does, for a tiny random Qwen3.5 target (tests/fixtures/target/<name>/hf_f32 when present,
-else the one this script builds under tests/fixtures/drafter/target/):
+What it does, for a tiny random Qwen3.5 target (by default the one this script builds under
+tests/fixtures/drafter/target/ with the dimensions of tests/fixtures/target/dense_a; --target DIR
+switches to another HF checkpoint such as tests/fixtures/target/dense_a/hf_f32):
   1. builds random tiny drafters of every variant (DFlash mixed causal/sliding; DFlash YaRN
      bidirectional; DFlash2 convs + selector + output multiplier/softcap; DSpark Markov +
      confidence with and without the Markov embedding), every parameter randomized;
@@ -39,7 +40,6 @@ import dflash_reference as R  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "drafter")
-SHARED_TARGET = os.path.join(ROOT, "tests", "fixtures", "target", "dense_a", "hf_f32")
 OWN_TARGET = os.path.join(OUT_DIR, "target")
 
 # Tolerances of the self-checks (all float32 on the CPU).
@@ -160,6 +160,10 @@ def variant_configs(H, V, n_target_layers):
             block_size=4, target_layer_ids=TAPS, mask_token_id=mask, num_anchors=512,
             markov_rank=16, markov_head_type="vanilla", enable_confidence_head=True,
             confidence_head_with_markov=True),
+        # the two variants below start random and are then distilled for a few hundred steps so
+        # that their speculative runs accept drafts (random drafters accept ~nothing).
+        "dflash_b4_trained": None,
+        "dspark_b4_trained": None,
         # DSpark with the confidence head on h only (confidence_head_with_markov=false).
         "dspark_b8_conf_hidden": base_config(
             R.ARCH_DSPARK, H, V, n_target_layers, ["full_attention", "full_attention"],
@@ -168,6 +172,44 @@ def variant_configs(H, V, n_target_layers):
             markov_rank=16, markov_head_type="vanilla", enable_confidence_head=True,
             confidence_head_with_markov=False),
     }
+
+
+TRAIN_STEPS = 600
+TRAIN_ANCHORS = 8        # anchors per optimizer step
+
+
+def train_drafter(model: R.Drafter, target: R.TargetRunner, prompts, greedy, seed: int, log_name: str):
+    """Distil a random drafter toward the target's greedy streams of the fixture prompts
+    themselves (deliberate over-fitting: the point is that the fixture's speculative runs accept
+    drafts, a > 0 exercising the multi-row commit and context-append paths; random drafters
+    accept ~nothing). Deterministic: seeded, one thread."""
+    g = torch.Generator().manual_seed(seed)
+    data = []
+    for prompt, (cont, _) in zip(prompts, greedy):
+        toks = list(prompt) + list(cont)
+        _, taps = target.forward(toks)
+        data.append((toks, taps))
+    embed = model.embed_table(target.embed_weight).detach()
+    head = model.head_weight(target.lm_head_weight).detach()
+    frozen = {"embed_tokens.weight", "lm_head.weight"}
+    params = [p for n, p in model.named_parameters() if n not in frozen]
+    opt = torch.optim.Adam(params, lr=3e-3)
+    B = model.dc.block_size
+    model.train()
+    for step in range(TRAIN_STEPS):
+        opt.zero_grad()
+        loss = 0.0
+        for _ in range(TRAIN_ANCHORS):
+            si = int(torch.randint(0, len(data), (1,), generator=g))
+            toks, taps = data[si]
+            a = int(torch.randint(2, len(toks) - B - 1, (1,), generator=g))  # a+B <= len-1
+            loss = loss + R.block_loss(model, taps, toks, a, B, embed, head)
+        loss = loss / TRAIN_ANCHORS
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == TRAIN_STEPS - 1:
+            print(f"  train {log_name} step {step} loss {float(loss.detach()):.4f}", flush=True)
+    model.eval()
 
 
 def randomize_drafter(model: R.Drafter, target: R.TargetRunner, seed: int):
@@ -439,13 +481,15 @@ def st_bytes(tensors: dict) -> bytes:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="recompute and compare with the committed files")
-    ap.add_argument("--target", default=None, help="HF target dir (default: shared dense_a if present)")
+    ap.add_argument("--target", default=None,
+                    help="HF target dir (default: tests/fixtures/drafter/target, built here if missing; "
+                         "pass tests/fixtures/target/dense_a/hf_f32 to use the shared target fixture)")
     args = ap.parse_args()
     torch.set_num_threads(1)            # deterministic reductions
     checks = Checks()
     diffs: list[str] = []
 
-    target_dir = args.target or (SHARED_TARGET if os.path.isdir(SHARED_TARGET) else OWN_TARGET)
+    target_dir = os.path.abspath(args.target) if args.target else OWN_TARGET
     if target_dir == OWN_TARGET and not os.path.exists(os.path.join(OWN_TARGET, "config.json")):
         if args.check:
             sys.exit(f"--check: {OWN_TARGET} missing")
@@ -470,6 +514,8 @@ def main():
                      (json.dumps(common, indent=1) + "\n").encode(), args.check, diffs)
 
     cfgs = variant_configs(H, V, NL)
+    cfgs["dflash_b4_trained"] = copy.deepcopy(cfgs["dflash_b4_mixed"])
+    cfgs["dspark_b4_trained"] = copy.deepcopy(cfgs["dspark_b4_markov_conf"])
     check_rope_against_transformers(checks, cfgs["dflash_b8_yarn_bidir"])
     check_rope_against_transformers(checks, cfgs["dflash2_b8"])
     summary = {}
@@ -478,6 +524,8 @@ def main():
         model = R.Drafter(dc)
         randomize_drafter(model, target, 1000 + vi)
         model.eval()
+        if name.endswith("_trained"):
+            train_drafter(model, target, prompts, greedy, 2000 + vi, name)
         check_attention_against_sdpa(checks, model)
         vdir = os.path.join(OUT_DIR, name)
         # checkpoint
