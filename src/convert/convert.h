@@ -138,12 +138,24 @@ bool ds_qwen35_layer_is_full_attn(const ds_qwen35_hparams *hp, int64_t il);
 
 // =================================================================================================
 // ---- tokenizer section: owned by the tokenizer work (src/convert/tokenizer.c) -------------------
-// Writes the tokenizer.* keys of target-qwen35.md §4 (model "gpt2", pre "qwen35", tokens padded
-// with "[PAD<id>]" UNUSED entries up to n_vocab, token types, merges, special ids, add_bos false,
-// chat template) for the Hugging Face tokenizer files in hf_dir (tokenizer.json,
-// tokenizer_config.json, ...). ds_convert calls it when hf_dir/tokenizer.json exists and
-// DS_CONVERT_HAVE_TOKENIZER is 1 (set it to 1 when tokenizer.c implements this function).
-#define DS_CONVERT_HAVE_TOKENIZER 0
+// Writes the tokenizer.* keys exactly as llama.cpp's convert_hf_to_gguf.py does for Qwen
+// (TextModel._set_vocab_gpt2 + get_vocab_base + gguf-py SpecialVocab; target-qwen35.md §4), read
+// from the Hugging Face files in hf_dir: tokenizer.json (required: BPE model, vocab, merges,
+// added_tokens, pre_tokenizer Split regex), tokenizer_config.json and config.json (optional).
+//   * tokenizer.ggml.model "gpt2"; tokenizer.ggml.pre "qwen35" or "qwen2", detected from the
+//     Split regex (HF or llama.cpp-expanded form); any other regex: DSPEC_ERR_UNSUPPORTED.
+//   * tokens/token_type: ids 0..n_vocab-1; vocab entries NORMAL; added tokens CONTROL when
+//     "special" or looking special (<|...|>), else USER_DEFINED (<think>, <tool_call>); ids with
+//     no token "[PAD<id>]" UNUSED. n_vocab <= 0: config.json (text_config.)vocab_size, else the
+//     highest id + 1. An id >= n_vocab: DSPEC_ERR_FORMAT.
+//   * merges "left right" (list-form merges joined, spaces inside a part written as U+0120).
+//   * bos/eos/unknown/seperator/padding/mask ids: tokenizer_config <typ>_token looked up in
+//     added_tokens, else config.json <typ>_token_id; add_bos_token (false unless the config says
+//     otherwise), add_eos/add_sep when present; chat template from tokenizer_config, else
+//     chat_template.jinja, else chat_template.json (named lists as tokenizer.chat_template.NAME).
+// Not modelled (never occurs in Qwen files): the TemplateProcessing post-processor heuristics of
+// SpecialVocab and the re-encode of non-normalized added tokens.
+#define DS_CONVERT_HAVE_TOKENIZER 1
 dspec_status ds_convert_tokenizer(ds_gguf_writer *w, const char *hf_dir, int64_t n_vocab,
                                   dspec_err *err);
 // ---- end of tokenizer section -------------------------------------------------------------------

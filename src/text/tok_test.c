@@ -205,6 +205,9 @@ static void test_pretok(void **state) {
     // U+0085 NEL counts as whitespace (White_Space), as in HF/Oniguruma and llama.cpp.
     const char *f[] = {"a", "\xc2\x85", " b"};
     expect_split(DS_TOK_PRE_QWEN35, "a\xc2\x85 b", f, 3);
+    // U+180E is a format character (not White_Space), unlike PCRE2's own \s.
+    const char *f2[] = {"a", "\xe1\xa0\x8e", " b"};
+    expect_split(DS_TOK_PRE_QWEN35, "a\xe1\xa0\x8e b", f2, 3);
     // Invalid bytes form their own pre-token and are kept.
     const char *g[] = {"ab", "\xff\xfe", "cd", " \xe4\xba\xba", "\xe4\xba"};
     expect_split(DS_TOK_PRE_QWEN35, "ab\xff\xfe" "cd \xe4\xba\xba\xe4\xba", g, 5);
