@@ -11,14 +11,14 @@
 # these files in CI (numpy only, no torch). See tests/fixtures/target/README.md (written by
 # this script) for formats and shapes, and tools/reference/README.md for how to re-run.
 #
-# Run (CPU, about a minute):
+# Run (CPU; ~10 s on an idle machine):
 #     /opt/refvenv/bin/python tools/reference/make_target_fixtures.py [--out DIR] [--only NAME,...]
 #
 # Determinism: fixed seeds, 2 torch threads, deterministic file writers. Re-running with the
 # same package versions reproduces every file bit for bit (checked by --check-repro, which
 # generates twice into temp dirs and compares).
 #
-# What the script verifies before writing anything (it exits non-zero on any failure):
+# What the script verifies before writing the reference files (exits non-zero on failure):
 #   * transformers' forward, forced to true float64 (see hf_float64() below), agrees with an
 #     independent numpy float64 implementation written from the project spec target-qwen35.md that
 #     works on *GGUF-form* weights (norms +1, ssm_a = -exp(A_log), V heads in tiled order,
