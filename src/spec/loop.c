@@ -18,6 +18,8 @@ struct ds_spec {
     int32_t *target_tok;   // [n_slots] argmax after each verify row
     float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
     int64_t feat_rows;     // capacity in rows
+    ds_ddtree tree;        // tree mode
+    int32_t path[DS_DDTREE_MAX_NODES + 1];
 };
 
 int64_t ds_spec_accept_greedy(const int32_t *draft, int64_t n_draft, const int32_t *target) {
@@ -36,17 +38,34 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
                           "drafter's block size %d)", n_slots,
                           DS_MIN(DS_SPEC_MAX_SLOTS, 2 * p->block_size), p->block_size);
     }
+    int budget = params ? params->tree_budget : 0;
+    if (budget < 0 || budget > DS_DDTREE_MAX_NODES ||
+        (params && (params->tree_topk < 0 || params->tree_topk > DS_DDTREE_MAX_K))) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "spec: tree budget %d (1..%d) / top-k %d "
+                          "(1..%d) out of range", budget, DS_DDTREE_MAX_NODES,
+                          params->tree_topk, DS_DDTREE_MAX_K);
+    }
     ds_spec *s = calloc(1, sizeof(*s));
     if (!s) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
     s->m = m;
     s->st = st;
     s->p = *p;
+    if (params) s->params = *params;
     s->params.n_slots = n_slots;
-    s->feat_rows = DS_MAX(256, n_slots);
-    s->verify_tok = calloc((size_t)n_slots, sizeof(int32_t));
-    s->target_tok = calloc((size_t)n_slots, sizeof(int32_t));
+    if (budget && !s->params.tree_topk) s->params.tree_topk = DS_MIN(budget, 8);
+    int64_t rows = DS_MAX(n_slots, budget + 1);
+    s->feat_rows = DS_MAX(256, rows);
+    s->verify_tok = calloc((size_t)rows, sizeof(int32_t));
+    s->target_tok = calloc((size_t)rows, sizeof(int32_t));
     s->feats = malloc((size_t)(s->feat_rows * p->n_taps * hp->n_embd) * sizeof(float) + 1);
-    s->draft.logits = NULL;
+    s->draft.n_vocab = hp->n_vocab;
+    if (budget) { // the tree is built from the drafter's per-depth distributions
+        s->draft.logits = malloc((size_t)(DS_DRAFT_MAX_BLOCK * hp->n_vocab) * sizeof(float));
+        if (!s->draft.logits) {
+            ds_spec_free(s);
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+        }
+    }
     if (!s->verify_tok || !s->target_tok || !s->feats) {
         ds_spec_free(s);
         return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
@@ -60,6 +79,7 @@ void ds_spec_free(ds_spec *s) {
     free(s->verify_tok);
     free(s->target_tok);
     free(s->feats);
+    free(s->draft.logits);
     free(s);
 }
 
@@ -132,6 +152,67 @@ static dspec_status spec_feed(ds_spec *s, int64_t rows, dspec_err *err) {
     return st;
 }
 
+// Moves the tap rows of the accepted path to the front of the feature buffer (tree mode).
+static void gather_feats(ds_spec *s, const int32_t *rows, int64_t n) {
+    size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i] != i) memmove(s->feats + i * row, s->feats + rows[i] * row, row * 4);
+    }
+}
+
+static void count_step(ds_spec *s, int64_t n_prop, int64_t k) {
+    ds_spec_stats *ss = &s->stats;
+    ss->steps++;
+    ss->drafted += n_prop;
+    ss->accepted += k;
+    ss->emitted += k + 1;
+}
+
+// One DDTree step: propose, build the tree, verify it in one batch, walk, commit the path.
+static dspec_status spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
+                                   int64_t *n_out, dspec_err *err) {
+    int64_t n_depth = 0;
+    dspec_status st = max_prop > 0 ? spec_propose(s, max_prop, &n_depth, err) : DSPEC_OK;
+    if (st != DSPEC_OK) return st;
+    int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
+    int budget = (int)DS_MIN(DS_MIN((int64_t)s->params.tree_budget, room - 1),
+                             ds_state_n_verify(s->st) - 1);
+    ds_ddtree_cands *c = malloc(sizeof(*c));
+    if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    ds_ddtree_cands_from_logits(c, s->draft.logits, (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH),
+                                s->draft.n_vocab, s->params.tree_topk);
+    ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
+    free(c);
+    double t0 = ds_time_now();
+    ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
+                  .n_logits = s->tree.n_nodes, .argmax = s->target_tok, .n_taps = s->p.n_taps,
+                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
+    st = ds_model_forward(s->m, s->st, &b, err);
+    s->stats.t_verify += ds_time_now() - t0;
+    if (st != DSPEC_OK) return st;
+    int64_t n_path;
+    int32_t bonus;
+    ds_ddtree_walk(&s->tree, s->target_tok, s->path, &n_path, &bonus);
+    if (n_path > max_out) { // budget cap: keep max_out rows; the bonus is the next path token
+        n_path = max_out;
+        bonus = s->target_tok[s->path[n_path - 1]];
+    }
+    t0 = ds_time_now();
+    st = ds_state_commit(s->st, n_path, s->path, err);
+    s->stats.t_commit += ds_time_now() - t0;
+    if (st != DSPEC_OK) return st;
+    gather_feats(s, s->path, n_path);
+    if ((st = spec_feed(s, n_path, err)) != DSPEC_OK) return st;
+    for (int64_t i = 1; i < n_path; i++) out[i - 1] = s->tree.token[s->path[i]];
+    out[n_path - 1] = bonus;
+    s->anchor = bonus;
+    *n_out = n_path;
+    count_step(s, s->tree.n_nodes - 1, n_path - 1);
+    for (int64_t i = 1; i < n_path; i++) s->stats.pos_accepted[i - 1]++;
+    for (int64_t d = 0; d < DS_SPEC_MAX_SLOTS && d < n_depth; d++) s->stats.pos_tried[d]++;
+    return DSPEC_OK;
+}
+
 dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
                           dspec_err *err) {
     *n_out = 0;
@@ -141,6 +222,7 @@ dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_
     if (room < 1) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: context full");
     // proposals beyond max_out - 1 could never be emitted; beyond room - 1 don't fit
     int64_t max_prop = DS_MIN(DS_MIN(max_out, room) - 1, s->params.n_slots - 1);
+    if (s->params.tree_budget > 0) return spec_step_tree(s, max_out, max_prop, out, n_out, err);
     int64_t n_prop = 0;
     dspec_status st = DSPEC_OK;
     if (max_prop > 0) st = spec_propose(s, max_prop, &n_prop, err);
@@ -153,14 +235,10 @@ dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_
     out[k] = s->target_tok[k]; // bonus: the target's own token after the last accepted row
     s->anchor = out[k];
     *n_out = k + 1;
-    ds_spec_stats *ss = &s->stats;
-    ss->steps++;
-    ss->drafted += n_prop;
-    ss->accepted += k;
-    ss->emitted += k + 1;
+    count_step(s, n_prop, k);
     for (int64_t i = 0; i < n_prop; i++) {
-        ss->pos_tried[i]++;
-        if (i < k) ss->pos_accepted[i]++;
+        s->stats.pos_tried[i]++;
+        if (i < k) s->stats.pos_accepted[i]++;
     }
     return DSPEC_OK;
 }

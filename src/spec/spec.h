@@ -18,6 +18,7 @@
 
 #include "draft/draft.h"
 #include "model/model.h"
+#include "spec/ddtree.h"
 
 #define DS_SPEC_MAX_SLOTS DS_DRAFT_MAX_BLOCK
 
@@ -42,6 +43,11 @@ void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,
 
 typedef struct ds_spec_params {
     int n_slots;          // block width incl. the anchor (0 = the proposer's block size)
+    // DDTree (drafters-and-verification.md §5): verify a tree of tree_budget drafted nodes built
+    // from the per-depth top-k of the drafter's logits instead of the chain. 0 = chain.
+    int tree_budget;      // 1..DS_DDTREE_MAX_NODES
+    int tree_topk;        // candidates per depth (0 = min(budget, 8))
+    bool tree_chain_seed; // always include the drafter's top-1 chain
 } ds_spec_params;
 
 typedef struct ds_spec_stats {

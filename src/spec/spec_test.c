@@ -64,8 +64,16 @@ static dspec_status script_propose(void *ctx, int32_t anchor, int n_slots, ds_dr
     out->n_tokens = n_slots - 1;
     for (int i = 0; i < n_slots - 1; i++) {
         int64_t idx = j + 1 + i;
-        out->tokens[i] = idx <= N_GEN ? s->e->greedy[idx] : 0;
-        if (s->period > 0 && i == s->step % s->period) out->tokens[i] = (out->tokens[i] + 1) % 512;
+        int32_t truth = idx <= N_GEN ? s->e->greedy[idx] : 0;
+        bool corrupt = s->period > 0 && i == s->step % s->period;
+        out->tokens[i] = corrupt ? (truth + 1) % 512 : truth;
+        if (out->logits) { // a distribution whose argmax is the proposal; truth ranks second
+            float *row = out->logits + (int64_t)i * out->n_vocab;
+            for (int64_t v = 0; v < out->n_vocab; v++) row[v] = -4.0f - (float)(v % 7) * 0.1f;
+            row[out->tokens[i]] = 3.0f;
+            if (corrupt) row[truth] = 2.0f;
+            row[(truth + 2) % 512] = 1.0f;
+        }
     }
     s->step++;
     return DSPEC_OK;
@@ -111,7 +119,16 @@ static int teardown(void **state) {
     return 0;
 }
 
+static const ds_spec_stats *run_case_p(int n_slots, int period, const ds_spec_params *sp_in,
+                                       ds_spec_stats *keep);
+
 static void run_case(int n_slots, int period) {
+    ds_spec_params sp = {.n_slots = n_slots};
+    run_case_p(n_slots, period, &sp, NULL);
+}
+
+static const ds_spec_stats *run_case_p(int n_slots, int period, const ds_spec_params *sp_in,
+                                       ds_spec_stats *keep) {
     env *e = &g_env;
     script sc = {.e = e, .period = period};
     ds_proposer p = {.ctx = &sc, .n_taps = N_TAPS, .tap_layers = k_taps, .block_size = 8,
@@ -121,8 +138,7 @@ static void run_case(int n_slots, int period) {
     assert_int_equal(ds_state_new(&st, e->m, &sp, NULL), DSPEC_OK);
     ds_spec *s;
     dspec_err err = {0};
-    assert_int_equal(ds_spec_new(&s, e->m, st, &p, &(ds_spec_params){.n_slots = n_slots}, &err),
-                     DSPEC_OK);
+    assert_int_equal(ds_spec_new(&s, e->m, st, &p, sp_in, &err), DSPEC_OK);
     int32_t out[N_GEN + DS_SPEC_MAX_SLOTS];
     int64_t n_out = 0;
     assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &out[0], &err), DSPEC_OK);
@@ -140,16 +156,21 @@ static void run_case(int n_slots, int period) {
     const ds_spec_stats *ss = ds_spec_stats_get(s);
     assert_int_equal(ss->emitted, N_GEN - 1);
     assert_int_equal(ss->emitted, ss->accepted + ss->steps);
+    bool tree = sp_in->tree_budget > 0;
     if (period == 0) { // perfect proposals: every step accepts all (except budget-capped ones)
-        assert_true(ss->steps <= (N_GEN - 1 + n_slots - 1) / n_slots + 1);
-    } else if (period == 1) { // first proposal always wrong: one token per step
+        if (!tree || sp_in->tree_budget >= n_slots - 1) {
+            assert_true(ss->steps <= (N_GEN - 1 + n_slots - 1) / n_slots + 1);
+        }
+    } else if (period == 1 && !tree) { // first proposal always wrong: one token per step
         assert_int_equal(ss->accepted, 0);
     }
     int64_t acc = 0;
     for (int i = 0; i < DS_SPEC_MAX_SLOTS; i++) acc += ss->pos_accepted[i];
     assert_int_equal(acc, ss->accepted);
+    if (keep) *keep = *ss;
     ds_spec_free(s);
     ds_state_free(st);
+    return keep;
 }
 
 static void test_lossless_perfect(void **s) {
@@ -162,6 +183,29 @@ static void test_lossless_errors(void **s) {
     for (int n = 2; n <= 16; n *= 2) {
         for (int period = 1; period <= 5; period++) run_case(n, period);
     }
+}
+
+// DDTree: lossless for every budget and width; with the truth ranked second where the chain's
+// proposal is wrong, a tree with room for second choices accepts more than the chain.
+static void test_tree_lossless(void **s) {
+    (void)s;
+    for (int n = 2; n <= 8; n *= 2) {
+        for (int period = 0; period <= 3; period++) {
+            for (int budget = 1; budget <= 32; budget *= 2) {
+                for (int k = 1; k <= 3; k++) {
+                    ds_spec_params sp = {.n_slots = n, .tree_budget = budget, .tree_topk = k,
+                                         .tree_chain_seed = (budget + k) % 2 == 0};
+                    run_case_p(n, period, &sp, NULL);
+                }
+            }
+        }
+    }
+    ds_spec_stats chain, tree;
+    ds_spec_params cp = {.n_slots = 8};
+    ds_spec_params tp = {.n_slots = 8, .tree_budget = 24, .tree_topk = 2};
+    run_case_p(8, 2, &cp, &chain);
+    run_case_p(8, 2, &tp, &tree);
+    assert_true(ds_spec_tau(&tree) > ds_spec_tau(&chain));
 }
 
 static void test_accept_greedy(void **s) {
@@ -191,6 +235,7 @@ int main(void) {
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_lossless_perfect),
         cmocka_unit_test(test_lossless_errors),
+        cmocka_unit_test(test_tree_lossless),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
