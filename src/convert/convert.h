@@ -60,7 +60,13 @@ ds_convert_opts ds_convert_opts_default(void);
 // Converts opts->hf_dir to opts->out_path. Supported: model_type qwen3_5 / qwen3_5_text (GGUF arch
 // qwen35) and qwen3_5_moe / qwen3_5_moe_text (qwen35moe); any other model is refused with
 // DSPEC_ERR_UNSUPPORTED naming the model_type / architecture found. Bad or missing config fields
-// and tensors give DSPEC_ERR_FORMAT naming them. Not thread-safe with respect to out_path.
+// and tensors give DSPEC_ERR_FORMAT naming them; a tensor the layout does not use is an error,
+// except vision-tower tensors (dropped, as llama.cpp leaves them to --mmproj). Where llama.cpp's
+// converter would write an unloadable file we deviate and say so in a warning: config
+// mtp_num_hidden_layers > 0 without mtp.* tensors converts without MTP. The k-quant mixes are
+// llama-quantize applied to the converter's f32 output (no imatrix); a fallback type dspec cannot
+// quantize to is refused (DSPEC_ERR_UNSUPPORTED naming tensor and type) before anything is
+// written. Not thread-safe with respect to out_path.
 dspec_status ds_convert(const ds_convert_opts *opts, dspec_err *err);
 
 // ---- pure helpers (exposed for tests) -----------------------------------------------------------
