@@ -122,6 +122,29 @@ typedef struct ds_backend_ops {
     void (*sync)(ds_backend *be);
     // Releases the backend.
     void (*destroy)(ds_backend *be);
+
+    // ---- drafter ops (draft/; drafters-and-verification.md §1.4-§1.5, §3.1) ----
+    // Softmax attention where batch row t of q {hd, n_head, n} sees exactly the cache rows
+    // [lo[t], hi[t]) of k/v {hd * n_kv, n_rows} (F32 or F16; host int32 lo/hi, 0 <= lo < hi <=
+    // n_rows), keys in cache order; GQA as in `attention`. out {hd * n_head, n} f32. Expresses
+    // bidirectional, causal and sliding-window block attention over a context cache.
+    void (*attention_rows)(ds_backend *be, ds_tensor *out, const ds_tensor *q,
+                           const ds_tensor *k, const ds_tensor *v, int n_kv, const int32_t *lo,
+                           const int32_t *hi, float scale);
+    // In-place NEOX RoPE like rope_neox, with explicit inverse frequencies (host f32 [n_rot/2];
+    // angle = float(pos) * inv_freq[i] in f32) and cos/sin multiplied by mscale (YaRN).
+    void (*rope_neox_freq)(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+                           const float *inv_freq, float mscale);
+    // DFlash 2 grouped dynamic causal conv over the n rows of one block:
+    // y[c, t] = sum_{o < K, o <= t} (base[c, o] + dyn[c / group, o, t]) * x[c, t - o].
+    // x, y {C, n} f32 (y must not alias x); base {C, K} f32; dyn {C / group, K, n} f32 (strided
+    // views allowed). Rows before the block start are zero (taps never reach the context).
+    void (*dyn_conv)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *base,
+                     const ds_tensor *dyn, int64_t group);
+    // y = cap > 0 ? cap * tanh(x * scale / cap) : x * scale, elementwise (same shapes). In place
+    // allowed.
+    void (*scale_softcap)(ds_backend *be, ds_tensor *y, const ds_tensor *x, float scale,
+                          float cap);
 } ds_backend_ops;
 
 struct ds_backend {

@@ -77,7 +77,9 @@ int ds_cli_convert(int argc, char **argv) {
     o.hf_dir = pos[0];
     o.out_path = pos[1];
     dspec_err err = {0};
-    if (ds_convert(&o, &err) != DSPEC_OK) {
+    // HF drafter directories (DFlash / DFlash 2 / DSpark) go to the drafter converter
+    if ((ds_convert_dflash_detect(o.hf_dir) ? ds_convert_dflash(&o, NULL, &err)
+                                            : ds_convert(&o, &err)) != DSPEC_OK) {
         const char *m = err.msg;
         if (strncmp(m, "convert: ", 9) == 0) { // the library's own module prefix
             m += 9;

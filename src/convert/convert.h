@@ -166,3 +166,22 @@ dspec_status ds_convert_tokenizer(ds_gguf_writer *w, const char *hf_dir, int64_t
                                   dspec_err *err);
 // ---- end of tokenizer section -------------------------------------------------------------------
 // =================================================================================================
+
+// =================================================================================================
+// ---- drafter section: owned by the drafter work (src/convert/convert_dflash.c) ------------------
+// HF block-diffusion drafters (config.json architectures DFlashDraftModel, DFlash2DraftModel,
+// Qwen3DSparkModel / DSparkDraftModel) -> the anchor engine's `qwen35-dflash-draft` GGUF
+// (anchor-lucebox.md §3.1 keys and tensor names, DFlash 2 `dflash.dflash2.*`, DSpark
+// `dflash.dspark.*`) plus dspec's exactness keys: `dflash.causal` (per-layer in-block causality),
+// `dflash.sample_from_anchor`, `dflash.input_embedding_scale`, `dflash.output_multiplier`,
+// `dflash.final_logit_softcapping`, `rope.scaling.attn_factor`; the sliding-window pattern is
+// written even for bidirectional layers. DSpark's embed_tokens / lm_head copies are not written
+// (the target's are shared). Types (opts->ftype f32 / f16 / bf16 / q8_0): norms, conv bases and
+// the confidence head F32, other matrices the requested type (q8_0 -> f16 when a row is not a
+// multiple of 32). target_gguf (may be NULL): the target GGUF to validate hidden size, vocab and
+// tap layers against. Errors name the config field or tensor; a partial output is removed.
+bool ds_convert_dflash_detect(const char *hf_dir);
+dspec_status ds_convert_dflash(const ds_convert_opts *opts, const char *target_gguf,
+                               dspec_err *err);
+// ---- end of drafter section ---------------------------------------------------------------------
+// =================================================================================================

@@ -105,6 +105,10 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .free = cpu_free,
         .sync = cpu_sync,
         .destroy = cpu_destroy,
+        .attention_rows = ds_cpu_attention_rows,
+        .rope_neox_freq = ds_cpu_rope_neox_freq,
+        .dyn_conv = ds_cpu_dyn_conv,
+        .scale_softcap = ds_cpu_scale_softcap,
     };
     *out = be;
     return DSPEC_OK;

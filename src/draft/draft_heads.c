@@ -1,0 +1,179 @@
+// draft_heads.c: proposers over one block's drafter logits: the DFlash 2 candidate selector
+// (top-K per slot, low-rank bigram score, greedy path walk from the anchor) and the DSpark
+// Markov chain (full-vocabulary bias W2·W1[prev] chained from the anchor, confidence head on
+// [h ; W1[prev]], static threshold). Vector work runs through backend ops; the top-K selection,
+// the K-way scores and the walk are host loops over a few hundred numbers.
+// Calls backend/. Called by draft_forward.c. Spec: drafters-and-verification.md §3.2, §4.2-§4.3.
+#include "draft/draft_heads.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dspec_status scratch_tensor(ds_draft_heads_scratch *s, ds_backend *be, ds_tensor *t,
+                                   int64_t ne0, int64_t ne1, dspec_err *err) {
+    void *p = be->ops.alloc(be, (size_t)ne0 * (size_t)ne1 * sizeof(float));
+    if (!p) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: cannot allocate on %s", be->name);
+    }
+    s->bufs[s->n_bufs++] = p;
+    *t = ds_tensor_2d(p, DS_TYPE_F32, ne0, ne1);
+    return DSPEC_OK;
+}
+
+dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_drafter *d,
+                                         int64_t n, dspec_err *err) {
+    memset(s, 0, sizeof(*s));
+    const ds_draft_hp *hp = &d->hp;
+    ds_backend *be = d->be;
+    const int64_t r = DS_MAX(1, DS_MAX(hp->sel_rank, hp->markov_rank));
+    const int64_t K = DS_MAX(1, hp->sel_top_k);
+    dspec_status st = scratch_tensor(s, be, &s->w1row, r, 1, err);
+    st = st ? st : scratch_tensor(s, be, &s->bias, hp->n_vocab, 1, err);
+    st = st ? st : scratch_tensor(s, be, &s->hproj, r, n, err);
+    st = st ? st : scratch_tensor(s, be, &s->pred, r, 1, err);
+    st = st ? st : scratch_tensor(s, be, &s->succ, r, K, err);
+    s->h_row = malloc((size_t)hp->n_vocab * sizeof(float));
+    s->h_g = malloc((size_t)(r * n) * sizeof(float));
+    s->h_pred = malloc((size_t)r * sizeof(float));
+    s->h_succ = malloc((size_t)(r * K) * sizeof(float));
+    s->h_hidden = malloc((size_t)(hp->n_embd * n) * sizeof(float));
+    s->h_w1 = malloc((size_t)(r * n) * sizeof(float));
+    if (st == DSPEC_OK && (!s->h_row || !s->h_g || !s->h_pred || !s->h_succ || !s->h_hidden ||
+                           !s->h_w1)) {
+        st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: out of memory");
+    }
+    return st;
+}
+
+void ds_draft_heads_scratch_deinit(ds_draft_heads_scratch *s, ds_backend *be) {
+    for (int i = 0; i < s->n_bufs; i++) {
+        be->ops.free(be, s->bufs[i]);
+    }
+    free(s->h_row);
+    free(s->h_g);
+    free(s->h_pred);
+    free(s->h_succ);
+    free(s->h_hidden);
+    free(s->h_w1);
+    memset(s, 0, sizeof(*s));
+}
+
+// ---- DFlash 2 selector ------------------------------------------------------------------------------
+
+// Top-k of row[0..V) sorted by descending value, ties by ascending id (the reference's stable sort).
+static void top_k(const float *row, int64_t V, int k, int32_t *ids, float *vals) {
+    int n = 0;
+    for (int64_t v = 0; v < V; v++) {
+        float x = row[v];
+        if (n == k && !(x > vals[n - 1])) {
+            continue; // equal values keep the earlier (smaller) id
+        }
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && x > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = x;
+        ids[j] = (int32_t)v;
+    }
+}
+
+void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
+    const ds_drafter *d = in->d;
+    const ds_draft_hp *hp = &d->hp;
+    ds_backend *be = in->be;
+    ds_draft_heads_scratch *s = in->hs;
+    const int64_t r = hp->sel_rank, V = hp->n_vocab, n = in->n;
+    const int K = hp->sel_top_k;
+    // g_p = P h_p for every proposal slot (context gate)
+    ds_tensor g = ds_tensor_rows(&s->hproj, 0, n);
+    be->ops.matmul(be, &g, &d->sel_hproj, in->hidden);
+    be->ops.read(be, s->h_g, g.data, (size_t)(r * n) * sizeof(float));
+    int32_t prev = in->anchor;
+    out->n_cand = K;
+    for (int64_t p = 0; p < n; p++) {
+        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
+                     (size_t)V * sizeof(float));
+        int32_t *ids = out->cand_ids[p];
+        float vals[DS_DRAFT_MAX_TOPK];
+        top_k(s->h_row, V, K, ids, vals);
+        // A[prev] and Bc[c] rows for the K candidates
+        ds_tensor succ = ds_tensor_rows(&s->succ, 0, K);
+        be->ops.get_rows(be, &s->pred, &d->sel_pred, &prev);
+        be->ops.get_rows(be, &succ, &d->sel_succ, ids);
+        be->ops.read(be, s->h_pred, s->pred.data, (size_t)r * sizeof(float));
+        be->ops.read(be, s->h_succ, succ.data, (size_t)(r * K) * sizeof(float));
+        const float *gp = s->h_g + p * r;
+        int best = 0;
+        for (int k = 0; k < K; k++) {
+            // score(prev -> c) = U[c] + < A[prev] * g_p , Bc[c] >
+            const float *bc = s->h_succ + (int64_t)k * r;
+            float dot = 0.0f;
+            for (int64_t j = 0; j < r; j++) {
+                dot += bc[j] * (s->h_pred[j] * gp[j]);
+            }
+            out->cand_scores[p][k] = vals[k] + dot;
+            if (out->cand_scores[p][k] > out->cand_scores[p][best]) {
+                best = k; // first max in candidate order
+            }
+        }
+        prev = ids[best];
+        out->tokens[p] = prev;
+    }
+}
+
+// ---- DSpark Markov chain and confidence ----------------------------------------------------------
+
+void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
+    const ds_drafter *d = in->d;
+    const ds_draft_hp *hp = &d->hp;
+    ds_backend *be = in->be;
+    ds_draft_heads_scratch *s = in->hs;
+    const int64_t r = hp->markov_rank, V = hp->n_vocab, n = in->n;
+    int32_t prev = in->anchor;
+    for (int64_t k = 0; k < n; k++) {
+        ds_tensor row = {.data = (float *)in->logits->data + k * V, .type = DS_TYPE_F32,
+                         .ne = {V, 1, 1, 1},
+                         .nb = {sizeof(float), (size_t)V * sizeof(float),
+                                (size_t)V * sizeof(float), (size_t)V * sizeof(float)}};
+        if (r > 0) { // z_k = U_k + W2 · W1[x_{k-1}]
+            be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
+            be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
+            be->ops.add(be, &s->bias, &s->bias, &row);
+            be->ops.read(be, s->h_w1 + k * r, s->w1row.data, (size_t)r * sizeof(float));
+            be->ops.argmax(be, &out->tokens[k], &s->bias);
+        } else {
+            be->ops.argmax(be, &out->tokens[k], &row);
+        }
+        prev = out->tokens[k];
+    }
+    if (!hp->has_conf) {
+        return;
+    }
+    // c_k = sigmoid(w · [h_k ; W1[x_{k-1}]] + b) (spec §4.3)
+    const int64_t H = hp->n_embd;
+    const float *w = d->conf_w.data;
+    be->ops.read(be, s->h_hidden, in->hidden->data, (size_t)(H * n) * sizeof(float));
+    int64_t keep = n;
+    for (int64_t k = 0; k < n; k++) {
+        double acc = 0.0;
+        const float *h = s->h_hidden + k * H;
+        for (int64_t j = 0; j < H; j++) {
+            acc += (double)w[j] * h[j];
+        }
+        if (hp->conf_with_markov) {
+            const float *e = s->h_w1 + k * r;
+            for (int64_t j = 0; j < r; j++) {
+                acc += (double)w[H + j] * e[j];
+            }
+        }
+        float logit = (float)acc + d->conf_b;
+        out->confidence[k] = 1.0f / (1.0f + expf(-logit));
+        if (keep == n && in->threshold > 0.0f && out->confidence[k] < in->threshold) {
+            keep = k; // propose the prefix before the first unconfident slot
+        }
+    }
+    out->n_tokens = keep;
+}

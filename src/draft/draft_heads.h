@@ -1,0 +1,39 @@
+// draft_heads.h: private to draft/: the proposers that turn one block's logits into tokens:
+// the DFlash 2 candidate selector walk and the DSpark Markov chain with its confidence head.
+// Spec: drafters-and-verification.md §3.2, §4.2, §4.3.
+#pragma once
+
+#include "draft/draft_impl.h"
+
+// Scratch sized at context creation (no allocation per block).
+typedef struct ds_draft_heads_scratch {
+    void *bufs[8];
+    int n_bufs;
+    ds_tensor w1row, bias;       // {r, 1}, {V, 1}   (Markov)
+    ds_tensor hproj, pred, succ; // {r, n}, {r, 1}, {r, K} (selector)
+    float *h_row;                // host [V]
+    float *h_g, *h_pred, *h_succ;// host [r * n], [r], [r * K]
+    float *h_hidden;             // host [H * n]
+    float *h_w1;                 // host [r * n]
+} ds_draft_heads_scratch;
+
+dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_drafter *d,
+                                         int64_t max_rows, dspec_err *err);
+void ds_draft_heads_scratch_deinit(ds_draft_heads_scratch *s, ds_backend *be);
+
+typedef struct ds_draft_heads_in {
+    const ds_drafter *d;
+    ds_backend *be;
+    ds_draft_heads_scratch *hs;
+    ds_tensor *logits;        // {V, n} proposal-slot logits (backend memory; may be modified)
+    const ds_tensor *hidden;  // {H, n} final-normed proposal-slot hidden states
+    int32_t anchor;
+    int64_t n;
+    float threshold;          // DSpark confidence gate, 0 = off
+} ds_draft_heads_in;
+
+// DFlash 2 greedy selector walk from the anchor: tokens, cand_ids/cand_scores (n_cand = K).
+void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out);
+// DSpark greedy Markov chain from the anchor (plain argmax without a Markov head), then the
+// confidence head and the static threshold gate.
+void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out);
