@@ -1,26 +1,11 @@
 // loop.c: the greedy chain speculative loop (spec.h). Each stage is its own function; the step
 // function only sequences them. Calls model/ and the ds_proposer. Called by engine/.
-#include "spec/spec.h"
+#include "spec/spec_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-struct ds_spec {
-    const ds_model *m;
-    ds_state *st;
-    ds_proposer p;
-    ds_spec_params params;
-    ds_spec_stats stats;
-    int32_t anchor;        // last emitted token, not yet run through the target
-    bool ready;            // prefill done
-    ds_draft_out draft;
-    int32_t *verify_tok;   // [n_slots]
-    int32_t *target_tok;   // [n_slots] argmax after each verify row
-    float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
-    int64_t feat_rows;     // capacity in rows
-    ds_ddtree tree;        // tree mode
-    int32_t path[DS_DDTREE_MAX_NODES + 1];
-};
+
 
 int64_t ds_spec_accept_greedy(const int32_t *draft, int64_t n_draft, const int32_t *target) {
     int64_t k = 0;
@@ -59,7 +44,11 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     s->target_tok = calloc((size_t)rows, sizeof(int32_t));
     s->feats = malloc((size_t)(s->feat_rows * p->n_taps * hp->n_embd) * sizeof(float) + 1);
     s->draft.n_vocab = hp->n_vocab;
-    if (budget) { // the tree is built from the drafter's per-depth distributions
+    if (s->params.sampler && ds_spec_sampled_init(s, rows, err) != DSPEC_OK) {
+        ds_spec_free(s);
+        return err ? err->code : DSPEC_ERR_NOMEM;
+    }
+    if (budget || s->params.sampler) { // trees and q need the drafter's distributions
         s->draft.logits = malloc((size_t)(DS_DRAFT_MAX_BLOCK * hp->n_vocab) * sizeof(float));
         if (!s->draft.logits) {
             ds_spec_free(s);
@@ -80,6 +69,7 @@ void ds_spec_free(ds_spec *s) {
     free(s->target_tok);
     free(s->feats);
     free(s->draft.logits);
+    ds_spec_sampled_deinit(s);
     free(s);
 }
 
@@ -99,10 +89,12 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
     for (int64_t r0 = 0; r0 < n && st == DSPEC_OK; r0 += s->feat_rows) {
         int64_t cn = DS_MIN(s->feat_rows, n - r0);
         bool last = r0 + cn == n;
+        float *lg = s->params.sampler && last ? s->target_logits : NULL;
         ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
-                      .argmax = last ? next : NULL, .n_taps = s->p.n_taps,
+                      .argmax = last ? next : NULL, .logits = lg, .n_taps = s->p.n_taps,
                       .tap_layers = s->p.tap_layers, .taps = s->feats};
         st = ds_model_forward(s->m, s->st, &b, err);
+        if (st == DSPEC_OK && lg) st = ds_spec_sample_token(s, lg, next, err);
         if (st == DSPEC_OK) st = s->p.append(s->p.ctx, s->feats, cn, err);
     }
     if (st == DSPEC_OK) {
@@ -114,7 +106,8 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
 }
 
 // Stage 1: the drafter proposes up to n_prop tokens after the anchor.
-static dspec_status spec_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop, dspec_err *err) {
+dspec_status ds_spec_stage_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop,
+                                   dspec_err *err) {
     double t0 = ds_time_now();
     dspec_status st = s->p.propose(s->p.ctx, s->anchor, s->params.n_slots, &s->draft, err);
     *n_prop = DS_MIN(s->draft.n_tokens, max_prop);
@@ -123,7 +116,7 @@ static dspec_status spec_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop, 
 }
 
 // Stage 2: one speculative target batch [anchor, d_0 .. d_{n-1}] with greedy tokens and taps.
-static dspec_status spec_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
+dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
     double t0 = ds_time_now();
     s->verify_tok[0] = s->anchor;
     memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
@@ -137,80 +130,27 @@ static dspec_status spec_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
 }
 
 // Stage 3+4: keep the anchor row and the k accepted rows in the target state.
-static dspec_status spec_commit(ds_spec *s, int64_t k, dspec_err *err) {
+dspec_status ds_spec_stage_commit(ds_spec *s, int64_t n, const int32_t *path, dspec_err *err) {
     double t0 = ds_time_now();
-    dspec_status st = ds_state_commit(s->st, k + 1, NULL, err);
+    dspec_status st = ds_state_commit(s->st, n, path, err);
     s->stats.t_commit += ds_time_now() - t0;
     return st;
 }
 
 // Stage 5: the committed rows' features go to the drafter's context.
-static dspec_status spec_feed(ds_spec *s, int64_t rows, dspec_err *err) {
+dspec_status ds_spec_stage_feed(ds_spec *s, int64_t rows, dspec_err *err) {
     double t0 = ds_time_now();
     dspec_status st = s->p.append(s->p.ctx, s->feats, rows, err);
     s->stats.t_feed += ds_time_now() - t0;
     return st;
 }
 
-// Moves the tap rows of the accepted path to the front of the feature buffer (tree mode).
-static void gather_feats(ds_spec *s, const int32_t *rows, int64_t n) {
-    size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
-    for (int64_t i = 0; i < n; i++) {
-        if (rows[i] != i) memmove(s->feats + i * row, s->feats + rows[i] * row, row * 4);
-    }
-}
-
-static void count_step(ds_spec *s, int64_t n_prop, int64_t k) {
+void ds_spec_count_step(ds_spec *s, int64_t n_prop, int64_t k) {
     ds_spec_stats *ss = &s->stats;
     ss->steps++;
     ss->drafted += n_prop;
     ss->accepted += k;
     ss->emitted += k + 1;
-}
-
-// One DDTree step: propose, build the tree, verify it in one batch, walk, commit the path.
-static dspec_status spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
-                                   int64_t *n_out, dspec_err *err) {
-    int64_t n_depth = 0;
-    dspec_status st = max_prop > 0 ? spec_propose(s, max_prop, &n_depth, err) : DSPEC_OK;
-    if (st != DSPEC_OK) return st;
-    int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
-    int budget = (int)DS_MIN(DS_MIN((int64_t)s->params.tree_budget, room - 1),
-                             ds_state_n_verify(s->st) - 1);
-    ds_ddtree_cands *c = malloc(sizeof(*c));
-    if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
-    ds_ddtree_cands_from_logits(c, s->draft.logits, (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH),
-                                s->draft.n_vocab, s->params.tree_topk);
-    ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
-    free(c);
-    double t0 = ds_time_now();
-    ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
-                  .n_logits = s->tree.n_nodes, .argmax = s->target_tok, .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
-    st = ds_model_forward(s->m, s->st, &b, err);
-    s->stats.t_verify += ds_time_now() - t0;
-    if (st != DSPEC_OK) return st;
-    int64_t n_path;
-    int32_t bonus;
-    ds_ddtree_walk(&s->tree, s->target_tok, s->path, &n_path, &bonus);
-    if (n_path > max_out) { // budget cap: keep max_out rows; the bonus is the next path token
-        n_path = max_out;
-        bonus = s->target_tok[s->path[n_path - 1]];
-    }
-    t0 = ds_time_now();
-    st = ds_state_commit(s->st, n_path, s->path, err);
-    s->stats.t_commit += ds_time_now() - t0;
-    if (st != DSPEC_OK) return st;
-    gather_feats(s, s->path, n_path);
-    if ((st = spec_feed(s, n_path, err)) != DSPEC_OK) return st;
-    for (int64_t i = 1; i < n_path; i++) out[i - 1] = s->tree.token[s->path[i]];
-    out[n_path - 1] = bonus;
-    s->anchor = bonus;
-    *n_out = n_path;
-    count_step(s, s->tree.n_nodes - 1, n_path - 1);
-    for (int64_t i = 1; i < n_path; i++) s->stats.pos_accepted[i - 1]++;
-    for (int64_t d = 0; d < DS_SPEC_MAX_SLOTS && d < n_depth; d++) s->stats.pos_tried[d]++;
-    return DSPEC_OK;
 }
 
 dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
@@ -222,20 +162,21 @@ dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_
     if (room < 1) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: context full");
     // proposals beyond max_out - 1 could never be emitted; beyond room - 1 don't fit
     int64_t max_prop = DS_MIN(DS_MIN(max_out, room) - 1, s->params.n_slots - 1);
-    if (s->params.tree_budget > 0) return spec_step_tree(s, max_out, max_prop, out, n_out, err);
+    if (s->params.tree_budget > 0) return ds_spec_step_tree(s, max_out, max_prop, out, n_out, err);
+    if (s->params.sampler) return ds_spec_step_sampled(s, max_out, max_prop, out, n_out, err);
     int64_t n_prop = 0;
     dspec_status st = DSPEC_OK;
-    if (max_prop > 0) st = spec_propose(s, max_prop, &n_prop, err);
-    if (st == DSPEC_OK) st = spec_verify(s, n_prop, err);
+    if (max_prop > 0) st = ds_spec_stage_propose(s, max_prop, &n_prop, err);
+    if (st == DSPEC_OK) st = ds_spec_stage_verify(s, n_prop, err);
     if (st != DSPEC_OK) return st;
     int64_t k = ds_spec_accept_greedy(s->draft.tokens, n_prop, s->target_tok);
-    if ((st = spec_commit(s, k, err)) != DSPEC_OK) return st;
-    if ((st = spec_feed(s, k + 1, err)) != DSPEC_OK) return st;
+    if ((st = ds_spec_stage_commit(s, k + 1, NULL, err)) != DSPEC_OK) return st;
+    if ((st = ds_spec_stage_feed(s, k + 1, err)) != DSPEC_OK) return st;
     memcpy(out, s->draft.tokens, (size_t)k * sizeof(int32_t));
     out[k] = s->target_tok[k]; // bonus: the target's own token after the last accepted row
     s->anchor = out[k];
     *n_out = k + 1;
-    count_step(s, n_prop, k);
+    ds_spec_count_step(s, n_prop, k);
     for (int64_t i = 0; i < n_prop; i++) {
         s->stats.pos_tried[i]++;
         if (i < k) s->stats.pos_accepted[i]++;

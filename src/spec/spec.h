@@ -18,6 +18,7 @@
 
 #include "draft/draft.h"
 #include "model/model.h"
+#include "sample/sample.h"
 #include "spec/ddtree.h"
 
 #define DS_SPEC_MAX_SLOTS DS_DRAFT_MAX_BLOCK
@@ -48,6 +49,16 @@ typedef struct ds_spec_params {
     int tree_budget;      // 1..DS_DDTREE_MAX_NODES
     int tree_topk;        // candidates per depth (0 = min(budget, 8))
     bool tree_chain_seed; // always include the drafter's top-1 chain
+    // Sampled verification (drafters-and-verification.md §2.2 (b)): when set, the target's
+    // processed distribution p (this sampler's chain: penalties, top-k/p, min-p, temperature)
+    // decides, and the emitted tokens are distributed exactly as sampling from the target alone.
+    // Chain: proposals are drawn from the drafter's per-slot distribution q (its logits through the
+    // same transforms without penalties; at temperature <= 0 q is one-hot on the drafter's own
+    // choice), accepted with probability min(1, p/q), else the bonus is drawn from
+    // normalize(max(0, p - q)). Tree: at each node the target's sample is drawn from p and the
+    // matching child, if any, is followed. Borrowed; its RNG drives every draw; it must already
+    // hold the prompt in its penalty history.
+    ds_sampler *sampler;
 } ds_spec_params;
 
 typedef struct ds_spec_stats {
@@ -69,8 +80,8 @@ const ds_spec_stats *ds_spec_stats_get(const ds_spec *s);
 // Mean committed tokens per step including the bonus (tau).
 double ds_spec_tau(const ds_spec_stats *st);
 
-// Prefills the prompt (chunked), feeding its features to the proposer; *next = greedy first token,
-// which becomes the anchor of the first step.
+// Prefills the prompt (chunked), feeding its features to the proposer; *next = the first token
+// (greedy, or drawn with params.sampler), which becomes the anchor of the first step.
 dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32_t *next,
                              dspec_err *err);
 // One step: out[0..*n_out) = accepted proposals followed by the bonus token (*n_out >= 1).

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,132 @@ static void test_tree_lossless(void **s) {
     assert_true(ds_spec_tau(&tree) > ds_spec_tau(&chain));
 }
 
+// ---- sampled verification: the emitted tokens are distributed as plain sampling ----------------
+
+typedef struct rand_prop {
+    int64_t ctx_len;
+    uint64_t salt;
+} rand_prop;
+
+static dspec_status rand_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
+    (void)feats, (void)err;
+    ((rand_prop *)ctx)->ctx_len += n;
+    return DSPEC_OK;
+}
+
+// A drafter that knows nothing: a fixed, peaked distribution per (anchor, slot).
+static dspec_status rand_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
+                                 dspec_err *err) {
+    (void)err;
+    rand_prop *r = ctx;
+    out->n_tokens = n_slots - 1;
+    for (int i = 0; i < n_slots - 1; i++) {
+        float *row = out->logits + (int64_t)i * out->n_vocab;
+        for (int64_t v = 0; v < out->n_vocab; v++) {
+            uint64_t h = (uint64_t)(v * 2654435761u) ^ (uint64_t)(anchor * 40503 + i) ^ r->salt;
+            row[v] = (float)(h % 1000) / 250.0f;
+        }
+        out->tokens[i] = 0;
+    }
+    return DSPEC_OK;
+}
+
+enum { N_SAMPLES = 1500, SAMPLE_LEN = 4 };
+
+// Generates SAMPLE_LEN tokens after the prompt, plain or speculative, with seed `seed`.
+static void sample_run(bool spec, uint64_t seed, int32_t *toks) {
+    env *e = &g_env;
+    ds_sample_params sp;
+    ds_sample_params_default(&sp);
+    sp.temperature = 1.0f, sp.top_k = 40, sp.top_p = 0.95f, sp.min_p = 0.0f;
+    sp.repeat_penalty = 1.3f, sp.repeat_last_n = 16, sp.seed = seed;
+    ds_sampler *smp;
+    assert_int_equal(ds_sample_new(&smp, &sp, 512, NULL), DSPEC_OK);
+    for (int i = 0; i < N_PROMPT; i++) ds_sample_accept(smp, e->prompt[i], NULL);
+    ds_state *st;
+    ds_state_params stp = {.n_ctx = 64};
+    assert_int_equal(ds_state_new(&st, e->m, &stp, NULL), DSPEC_OK);
+    if (!spec) {
+        float logits[512];
+        ds_sample_probs d;
+        ds_sample_probs_init(&d, 512, NULL);
+        ds_batch b = {.n = N_PROMPT, .tokens = e->prompt, .n_logits = 1, .logits = logits};
+        assert_int_equal(ds_model_forward(e->m, st, &b, NULL), DSPEC_OK);
+        for (int i = 0; i < SAMPLE_LEN; i++) {
+            assert_int_equal(ds_sample_token(smp, logits, 512, &d, &toks[i], NULL), DSPEC_OK);
+            ds_batch one = {.n = 1, .tokens = &toks[i], .n_logits = 1, .logits = logits};
+            assert_int_equal(ds_model_forward(e->m, st, &one, NULL), DSPEC_OK);
+        }
+        ds_sample_probs_deinit(&d);
+    } else {
+        rand_prop rp = {.salt = 99};
+        ds_proposer p = {.ctx = &rp, .n_taps = 0, .block_size = 4, .append = rand_append,
+                         .propose = rand_propose};
+        ds_spec_params par = {.n_slots = 4, .sampler = smp};
+        ds_spec *s;
+        assert_int_equal(ds_spec_new(&s, e->m, st, &p, &par, NULL), DSPEC_OK);
+        assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &toks[0], NULL), DSPEC_OK);
+        int64_t n = 1;
+        while (n < SAMPLE_LEN) {
+            int32_t out[DS_SPEC_MAX_SLOTS];
+            int64_t k;
+            assert_int_equal(ds_spec_step(s, SAMPLE_LEN - n, out, &k, NULL), DSPEC_OK);
+            memcpy(toks + n, out, (size_t)k * sizeof(int32_t));
+            n += k;
+        }
+        ds_spec_free(s);
+    }
+    ds_state_free(st);
+    ds_sample_free(smp);
+}
+
+// Two-sample chi-square over tokens with enough counts (rare tokens pooled).
+static double chi2_two_sample(const int *a, const int *b, int n_bins, int *df) {
+    double stat = 0.0;
+    int bins = 0, pa = 0, pb = 0;
+    for (int i = 0; i < n_bins; i++) {
+        if (a[i] + b[i] >= 10) {
+            double d = a[i] - b[i];
+            stat += d * d / (a[i] + b[i]);
+            bins++;
+        } else {
+            pa += a[i], pb += b[i];
+        }
+    }
+    if (pa + pb > 0) {
+        double d = pa - pb;
+        stat += d * d / (pa + pb);
+        bins++;
+    }
+    *df = bins - 1;
+    return stat;
+}
+
+static void test_sampled_distribution(void **state) {
+    (void)state;
+    static int32_t plain[N_SAMPLES][SAMPLE_LEN], spec[N_SAMPLES][SAMPLE_LEN];
+    for (int i = 0; i < N_SAMPLES; i++) {
+        sample_run(false, 1000 + (uint64_t)i, plain[i]);
+        sample_run(true, 900000 + (uint64_t)i, spec[i]);
+    }
+    for (int pos = 0; pos < SAMPLE_LEN; pos++) {
+        static int ca[512], cb[512];
+        memset(ca, 0, sizeof(ca));
+        memset(cb, 0, sizeof(cb));
+        for (int i = 0; i < N_SAMPLES; i++) {
+            ca[plain[i][pos]]++;
+            cb[spec[i][pos]]++;
+        }
+        int df;
+        double stat = chi2_two_sample(ca, cb, 512, &df);
+        // a 5-sigma bound of the chi-square(df) distribution (fixed seeds: deterministic)
+        double bound = df + 5.0 * sqrt(2.0 * df);
+        print_message("position %d: chi2 %.1f, df %d, bound %.1f\n", pos, stat, df, bound);
+        assert_true(df >= 5);
+        assert_true(stat < bound);
+    }
+}
+
 static void test_accept_greedy(void **s) {
     (void)s;
     int32_t d[4] = {1, 2, 3, 4}, t[5] = {1, 2, 9, 4, 7};
@@ -236,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_lossless_perfect),
         cmocka_unit_test(test_lossless_errors),
         cmocka_unit_test(test_tree_lossless),
+        cmocka_unit_test(test_sampled_distribution),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

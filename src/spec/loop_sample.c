@@ -1,0 +1,120 @@
+// loop_sample.c: sampled (T > 0 or penalised) speculative verification of a chain: proposals drawn
+// from the drafter's q, target p from the full sampler chain, accept with min(1, p/q), residual
+// resampling on rejection. Output distribution = the target's own sampler (lossless).
+// Spec: drafters-and-verification.md §2.2 (b). Called by loop.c.
+#include "spec/spec_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err) {
+    int64_t V = ds_model_hparams_get(s->m)->n_vocab;
+    int n_q = s->params.n_slots;
+    s->target_logits = malloc((size_t)(rows * V) * sizeof(float));
+    s->resid_scratch = calloc((size_t)V, sizeof(float));
+    s->q = calloc((size_t)n_q, sizeof(ds_sample_probs));
+    if (!s->target_logits || !s->resid_scratch || !s->q) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    }
+    dspec_status st = ds_sample_probs_init(&s->pdist, V, err);
+    if (st == DSPEC_OK) st = ds_sample_probs_init(&s->resid, V, err);
+    for (int i = 0; i < n_q && st == DSPEC_OK; i++) st = ds_sample_probs_init(&s->q[i], V, err);
+    if (st != DSPEC_OK) return st;
+    ds_sample_params qp = *ds_sample_get_params(s->params.sampler);
+    qp.repeat_penalty = 1.0f, qp.frequency_penalty = 0.0f, qp.presence_penalty = 0.0f;
+    qp.repeat_last_n = 0;
+    return ds_sample_new(&s->qs, &qp, V, err);
+}
+
+void ds_spec_sampled_deinit(ds_spec *s) {
+    if (s->q) {
+        for (int i = 0; i < s->params.n_slots; i++) ds_sample_probs_deinit(&s->q[i]);
+    }
+    free(s->q);
+    ds_sample_probs_deinit(&s->pdist);
+    ds_sample_probs_deinit(&s->resid);
+    ds_sample_free(s->qs);
+    free(s->target_logits);
+    free(s->resid_scratch);
+}
+
+dspec_status ds_spec_sample_token(ds_spec *s, const float *logits, int32_t *tok, dspec_err *err) {
+    int64_t V = ds_model_hparams_get(s->m)->n_vocab;
+    return ds_sample_token(s->params.sampler, logits, V, &s->pdist, tok, err);
+}
+
+// q_i for every proposal; at temperature > 0 the proposal is drawn from it.
+static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
+    ds_sampler *smp = s->params.sampler;
+    bool sample = ds_sample_get_params(smp)->temperature > 0.0f;
+    int64_t V = s->draft.n_vocab;
+    for (int64_t i = 0; i < n_prop; i++) {
+        ds_sample_probs *q = &s->q[i];
+        if (!sample) { // the drafter's deterministic choice: q is one-hot on it
+            q->n = 1;
+            q->ids[0] = s->draft.tokens[i];
+            q->p[0] = 1.0f;
+            q->sorted = true;
+            continue;
+        }
+        dspec_status st = ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
+        if (st != DSPEC_OK) return st;
+        s->draft.tokens[i] = ds_sample_draw_rng(ds_sample_get_rng(smp), q);
+    }
+    return DSPEC_OK;
+}
+
+dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
+                                  int64_t *n_out, dspec_err *err) {
+    (void)max_out; // max_prop <= max_out - 1 already caps what a step emits
+    ds_sampler *smp = s->params.sampler;
+    ds_sample_rng *rng = ds_sample_get_rng(smp);
+    int64_t V = s->draft.n_vocab, n_prop = 0;
+    dspec_status st = max_prop > 0 ? ds_spec_stage_propose(s, max_prop, &n_prop, err) : DSPEC_OK;
+    if (st == DSPEC_OK) st = draft_dists(s, n_prop, err);
+    if (st != DSPEC_OK) return st;
+    // verify with the logits of every row
+    double t0 = ds_time_now();
+    s->verify_tok[0] = s->anchor;
+    memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
+    ds_batch b = {.n = n_prop + 1, .tokens = s->verify_tok, .n_logits = n_prop + 1,
+                  .logits = s->target_logits, .n_taps = s->p.n_taps,
+                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
+    st = ds_model_forward(s->m, s->st, &b, err);
+    s->stats.t_verify += ds_time_now() - t0;
+    if (st != DSPEC_OK) return st;
+    // accept left to right; p_i sees the penalty history of everything accepted before it
+    int64_t k = 0;
+    int32_t bonus = -1;
+    for (; k < n_prop; k++) {
+        int32_t d = s->draft.tokens[k];
+        st = ds_sample_dist(smp, s->target_logits + k * V, V, &s->pdist, err);
+        if (st != DSPEC_OK) return st;
+        float pd = ds_sample_probs_get(&s->pdist, d), qd = ds_sample_probs_get(&s->q[k], d);
+        if (!ds_sample_spec_accept(rng, pd, qd)) {
+            st = ds_sample_spec_residual(&s->resid, &s->pdist, &s->q[k], s->resid_scratch, err);
+            if (st != DSPEC_OK) return st;
+            bonus = ds_sample_draw_rng(rng, &s->resid);
+            break;
+        }
+        if ((st = ds_sample_accept(smp, d, err)) != DSPEC_OK) return st;
+    }
+    if (bonus < 0) { // every proposal accepted: the bonus comes from p after the last row
+        st = ds_sample_dist(smp, s->target_logits + k * V, V, &s->pdist, err);
+        if (st != DSPEC_OK) return st;
+        bonus = ds_sample_draw_rng(rng, &s->pdist);
+    }
+    if ((st = ds_sample_accept(smp, bonus, err)) != DSPEC_OK) return st;
+    if ((st = ds_spec_stage_commit(s, k + 1, NULL, err)) != DSPEC_OK) return st;
+    if ((st = ds_spec_stage_feed(s, k + 1, err)) != DSPEC_OK) return st;
+    memcpy(out, s->draft.tokens, (size_t)k * sizeof(int32_t));
+    out[k] = bonus;
+    s->anchor = bonus;
+    *n_out = k + 1;
+    ds_spec_count_step(s, n_prop, k);
+    for (int64_t i = 0; i < n_prop; i++) {
+        s->stats.pos_tried[i]++;
+        if (i < k) s->stats.pos_accepted[i]++;
+    }
+    return DSPEC_OK;
+}

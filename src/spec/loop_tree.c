@@ -1,0 +1,95 @@
+// loop_tree.c: the DDTree step of the speculative loop: build a tree from the drafter's per-depth
+// distributions, verify it in one batch (tree rows), walk it with the target's choices, commit the
+// accepted path. Spec: drafters-and-verification.md §5. Called by loop.c.
+#include "spec/spec_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Moves the tap rows of the accepted path to the front of the feature buffer (tree mode).
+void ds_spec_gather_feats(ds_spec *s, const int32_t *rows, int64_t n) {
+    size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i] != i) memmove(s->feats + i * row, s->feats + rows[i] * row, row * 4);
+    }
+}
+
+// One DDTree step: propose, build the tree, verify it in one batch, walk, commit the path.
+// Sampled walk: at each node the target's token is drawn from p (full sampler chain, penalty
+// history along the path) and the matching child is followed; the first unmatched draw is the
+// bonus. Every emitted token is the target's own sample, so the output is distributed as plain
+// sampling (drafters-and-verification.md §5.2). Stops after max_out emitted tokens.
+static dspec_status walk_sampled(ds_spec *s, int64_t max_out, int64_t *n_path, int32_t *bonus,
+                                 dspec_err *err) {
+    int64_t V = s->draft.n_vocab, n = 0;
+    int32_t cur = 0;
+    s->path[n++] = 0;
+    for (;;) {
+        int32_t y;
+        dspec_status st = ds_spec_sample_token(s, s->target_logits + (int64_t)cur * V, &y, err);
+        if (st != DSPEC_OK) return st;
+        int32_t next = -1;
+        for (int64_t i = cur + 1; i < s->tree.n_nodes && n < max_out; i++) {
+            if (s->tree.parent[i] == cur && s->tree.token[i] == y) {
+                next = (int32_t)i;
+                break;
+            }
+        }
+        if (next < 0) {
+            *bonus = y;
+            break;
+        }
+        s->path[n++] = next;
+        cur = next;
+    }
+    *n_path = n;
+    return DSPEC_OK;
+}
+
+dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
+                               int64_t *n_out, dspec_err *err) {
+    int64_t n_depth = 0;
+    dspec_status st = max_prop > 0 ? ds_spec_stage_propose(s, max_prop, &n_depth, err) : DSPEC_OK;
+    if (st != DSPEC_OK) return st;
+    int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
+    int budget = (int)DS_MIN(DS_MIN((int64_t)s->params.tree_budget, room - 1),
+                             ds_state_n_verify(s->st) - 1);
+    ds_ddtree_cands *c = malloc(sizeof(*c));
+    if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    ds_ddtree_cands_from_logits(c, s->draft.logits, (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH),
+                                s->draft.n_vocab, s->params.tree_topk);
+    ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
+    free(c);
+    double t0 = ds_time_now();
+    ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
+                  .n_logits = s->tree.n_nodes, .argmax = s->target_tok,
+                  .logits = s->params.sampler ? s->target_logits : NULL, .n_taps = s->p.n_taps,
+                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
+    st = ds_model_forward(s->m, s->st, &b, err);
+    s->stats.t_verify += ds_time_now() - t0;
+    if (st != DSPEC_OK) return st;
+    int64_t n_path;
+    int32_t bonus;
+    if (s->params.sampler) {
+        st = walk_sampled(s, max_out, &n_path, &bonus, err);
+        if (st != DSPEC_OK) return st;
+    } else {
+        ds_ddtree_walk(&s->tree, s->target_tok, s->path, &n_path, &bonus);
+    }
+    if (!s->params.sampler && n_path > max_out) { // keep max_out rows; bonus = next path token
+        n_path = max_out;
+        bonus = s->target_tok[s->path[n_path - 1]];
+    }
+    if ((st = ds_spec_stage_commit(s, n_path, s->path, err)) != DSPEC_OK) return st;
+    ds_spec_gather_feats(s, s->path, n_path);
+    if ((st = ds_spec_stage_feed(s, n_path, err)) != DSPEC_OK) return st;
+    for (int64_t i = 1; i < n_path; i++) out[i - 1] = s->tree.token[s->path[i]];
+    out[n_path - 1] = bonus;
+    s->anchor = bonus;
+    *n_out = n_path;
+    ds_spec_count_step(s, s->tree.n_nodes - 1, n_path - 1);
+    for (int64_t i = 1; i < n_path; i++) s->stats.pos_accepted[i - 1]++;
+    for (int64_t d = 0; d < DS_SPEC_MAX_SLOTS && d < n_depth; d++) s->stats.pos_tried[d]++;
+    return DSPEC_OK;
+}
+

@@ -1,0 +1,49 @@
+// spec_impl.h: private state and shared stages of the speculative loop (spec/*.c only).
+#pragma once
+
+#include "sample/sample.h"
+#include "spec/spec.h"
+
+struct ds_spec {
+    const ds_model *m;
+    ds_state *st;
+    ds_proposer p;
+    ds_spec_params params;
+    ds_spec_stats stats;
+    int32_t anchor;        // last emitted token, not yet run through the target
+    bool ready;            // prefill done
+    ds_draft_out draft;
+    int32_t *verify_tok;   // [n_slots]
+    int32_t *target_tok;   // [n_slots] argmax after each verify row
+    float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
+    int64_t feat_rows;     // capacity in rows
+    ds_ddtree tree;        // tree mode
+    int32_t path[DS_DDTREE_MAX_NODES + 1];
+    // sampled verification (params.sampler != NULL)
+    float *target_logits;  // host [rows * n_vocab]
+    ds_sample_probs *q;    // [n_slots] draft distributions
+    ds_sample_probs pdist, resid;
+    ds_sampler *qs;        // processes drafter logits into q (the target's params, no penalties)
+    float *resid_scratch;  // [n_vocab], all zero between uses
+};
+
+// Stages shared by the chain, tree and sampled steps (loop.c).
+dspec_status ds_spec_stage_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop, dspec_err *err);
+dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err);
+dspec_status ds_spec_stage_commit(ds_spec *s, int64_t n, const int32_t *path, dspec_err *err);
+dspec_status ds_spec_stage_feed(ds_spec *s, int64_t rows, dspec_err *err);
+void ds_spec_count_step(ds_spec *s, int64_t n_prop, int64_t k);
+// Moves the tap rows `rows` (batch indices) of the feature buffer to rows 0..n-1.
+void ds_spec_gather_feats(ds_spec *s, const int32_t *rows, int64_t n);
+
+// Sampled verification state (loop_sample.c).
+dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err);
+void ds_spec_sampled_deinit(ds_spec *s);
+// Draws the target's token from one row of logits with params.sampler and records it.
+dspec_status ds_spec_sample_token(ds_spec *s, const float *logits, int32_t *tok, dspec_err *err);
+
+// Step variants (loop_tree.c, loop_sample.c).
+dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
+                               int64_t *n_out, dspec_err *err);
+dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,
+                                  int64_t *n_out, dspec_err *err);
