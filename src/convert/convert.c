@@ -35,7 +35,7 @@ static bool file_exists(const char *path) {
 }
 
 // Types for every planned tensor, in llama.cpp's loader order (the mix rule counts in it).
-static void choose_types(ds_cv_plan *plan, const ds_qwen35_hparams *hp, ds_convert_ftype ft,
+static void choose_types(ds_cv_plan *plan, const ds_convert_qwen35_hparams *hp, ds_convert_ftype ft,
                          int64_t n_layer_all, ds_convert_mix *mix) {
     memset(mix, 0, sizeof(*mix));
     mix->ftype = ft;
@@ -90,7 +90,7 @@ static dspec_status check_opts(const ds_convert_opts *o, dspec_err *err) {
 
 // The tokenizer.* keys, when the checkpoint ships tokenizer.json.
 static dspec_status add_tokenizer(ds_gguf_writer *w, const ds_convert_opts *o,
-                                  const ds_qwen35_hparams *hp, dspec_err *err) {
+                                  const ds_convert_qwen35_hparams *hp, dspec_err *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->hf_dir);
     if (!file_exists(path)) {
@@ -125,7 +125,7 @@ static dspec_status run(const ds_convert_opts *o, ds_gguf_writer *w, ds_cv_plan 
     char path[4096], name[256];
     snprintf(path, sizeof(path), "%s/config.json", o->hf_dir);
     char *text = NULL;
-    ds_qwen35_hparams hp;
+    ds_convert_qwen35_hparams hp;
     dspec_status s = ds_cv_read_file(path, &text, CONFIG_MAX_BYTES, err);
     s = s ? s : ds_convert_qwen35_parse_config(text, path, &hp, err);
     free(text);

@@ -103,7 +103,7 @@ ds_type ds_convert_mix_type(ds_convert_mix *m, const char *name, int n_dims, con
 bool ds_convert_use_more_bits(int i_layer, int n_layers);
 
 // Hyperparameters of a qwen35 / qwen35moe checkpoint, as the GGUF metadata needs them.
-typedef struct ds_qwen35_hparams {
+typedef struct ds_convert_qwen35_hparams {
     bool moe;
     const char *arch;        // "qwen35" or "qwen35moe" (static string)
     char model_type[48];     // as found ("qwen3_5", "qwen3_5_text", ...)
@@ -130,17 +130,17 @@ typedef struct ds_qwen35_hparams {
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; // MoE only (n_ff_shexp 0 if absent)
     int64_t n_mtp;           // mtp_num_hidden_layers (0 if absent)
     bool tie_word_embeddings;
-} ds_qwen35_hparams;
+} ds_convert_qwen35_hparams;
 
 // Parses config.json text (nested `text_config` merged over the top level, or flat; rope in
 // transformers-5 `rope_parameters` or legacy rope_theta / partial_rotary_factor / rope_scaling).
 // `where` names the source in messages. Refuses other model types with DSPEC_ERR_UNSUPPORTED and
 // missing/ill-typed fields with DSPEC_ERR_FORMAT naming the field.
 dspec_status ds_convert_qwen35_parse_config(const char *json_text, const char *where,
-                                            ds_qwen35_hparams *hp, dspec_err *err);
+                                            ds_convert_qwen35_hparams *hp, dspec_err *err);
 
 // Whether layer il (< n_layer) of the trunk is full attention: (il + 1) % interval == 0.
-bool ds_qwen35_layer_is_full_attn(const ds_qwen35_hparams *hp, int64_t il);
+bool ds_convert_qwen35_full_attn(const ds_convert_qwen35_hparams *hp, int64_t il);
 
 // =================================================================================================
 // ---- tokenizer section: owned by the tokenizer work (src/convert/tokenizer.c) -------------------

@@ -106,6 +106,6 @@ void ds_cv_make_row(const ds_cv_tensor *t, int64_t r, float *dst, float *tmp);
 
 // qwen35 / qwen35moe: validates the checkpoint, writes the arch metadata KVs on w and fills the
 // plan (types still unset). st is NULL for --vocab-only (then only KVs are written).
-dspec_status ds_cv_qwen35_prepare(const ds_qwen35_hparams *hp, const ds_convert_opts *o,
+dspec_status ds_cv_qwen35_prepare(const ds_convert_qwen35_hparams *hp, const ds_convert_opts *o,
                                   ds_st *st, ds_gguf_writer *w, ds_cv_plan *plan,
                                   dspec_err *err);

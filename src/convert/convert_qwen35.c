@@ -40,7 +40,7 @@ static const q35_kind *find_kind(const q35_kind *tab, size_t n, const char *name
 
 // Decides dense vs MoE from model_type (top level, then text_config) and architectures[0], all
 // of which must agree when present.
-static dspec_status detect_kind(const json_t *top, const char *where, ds_qwen35_hparams *hp,
+static dspec_status detect_kind(const json_t *top, const char *where, ds_convert_qwen35_hparams *hp,
                                 dspec_err *err) {
     const json_t *tc = json_object_get(top, "text_config");
     const char *mts[2] = {NULL, NULL};
@@ -108,7 +108,7 @@ static dspec_status detect_kind(const json_t *top, const char *where, ds_qwen35_
 
 // rope: transformers-5 `rope_parameters`, else legacy `rope_scaling` plus top-level rope_theta
 // (convert_hf_to_gguf.py TextModel.__init__ mirrors the same two sources).
-static dspec_status parse_rope(const json_t *m, const char *where, ds_qwen35_hparams *hp,
+static dspec_status parse_rope(const json_t *m, const char *where, ds_convert_qwen35_hparams *hp,
                                dspec_err *err) {
     const json_t *rp = json_object_get(m, "rope_parameters");
     const char *rp_name = "rope_parameters";
@@ -204,7 +204,7 @@ static dspec_status parse_rope(const json_t *m, const char *where, ds_qwen35_hpa
 // Full-attention interval: full_attention_interval if given, else derived from layer_types, else
 // 4. llama.cpp's GGUF carries only the interval, so layer_types must follow it.
 static dspec_status parse_layer_pattern(const json_t *m, const char *where,
-                                        ds_qwen35_hparams *hp, dspec_err *err) {
+                                        ds_convert_qwen35_hparams *hp, dspec_err *err) {
     int64_t iv = -1;
     dspec_status s = ds_cv_get_int_opt(m, "full_attention_interval", where, -1, &iv, err);
     if (s != DSPEC_OK) {
@@ -261,7 +261,7 @@ static dspec_status get_dim(const json_t *m, const char *key, const char *where,
     return s;
 }
 
-static dspec_status parse_fields(const json_t *m, const char *where, ds_qwen35_hparams *hp,
+static dspec_status parse_fields(const json_t *m, const char *where, ds_convert_qwen35_hparams *hp,
                                  dspec_err *err) {
     dspec_status s = get_dim(m, "vocab_size", where, &hp->n_vocab, err);
     s = s ? s : get_dim(m, "hidden_size", where, &hp->n_embd, err);
@@ -330,7 +330,7 @@ static dspec_status parse_fields(const json_t *m, const char *where, ds_qwen35_h
 }
 
 dspec_status ds_convert_qwen35_parse_config(const char *json_text, const char *where,
-                                            ds_qwen35_hparams *hp, dspec_err *err) {
+                                            ds_convert_qwen35_hparams *hp, dspec_err *err) {
     memset(hp, 0, sizeof(*hp));
     json_t *top = NULL, *m = NULL;
     dspec_status s = ds_cv_config_parse(json_text, where, &top, &m, err);
@@ -343,7 +343,7 @@ dspec_status ds_convert_qwen35_parse_config(const char *json_text, const char *w
     return s;
 }
 
-bool ds_qwen35_layer_is_full_attn(const ds_qwen35_hparams *hp, int64_t il) {
+bool ds_convert_qwen35_full_attn(const ds_convert_qwen35_hparams *hp, int64_t il) {
     return (il + 1) % hp->full_attn_interval == 0;
 }
 
@@ -355,7 +355,7 @@ typedef struct q35_name {
 } q35_name;
 
 typedef struct q35_ctx {
-    const ds_qwen35_hparams *hp;
+    const ds_convert_qwen35_hparams *hp;
     const ds_st *st;
     ds_cv_plan *plan;
     q35_name *names; // sorted by canon (dropped ones last)
@@ -520,7 +520,7 @@ static ds_cv_tensor *map_v(q35_ctx *c, const char *hf, const char *gg, int64_t n
 
 // Gated DeltaNet tensors of trunk layer il (target-qwen35.md §3.2, §3.3 steps 2-6, §3.5).
 static dspec_status map_linear_attn(q35_ctx *c, const char *p, int il, dspec_err *err) {
-    const ds_qwen35_hparams *hp = c->hp;
+    const ds_convert_qwen35_hparams *hp = c->hp;
     const int64_t d = hp->ssm_d_state, key_dim = hp->ssm_h_k * d, value_dim = hp->ssm_h_v * d;
     const int64_t conv_dim = 2 * key_dim + value_dim, E = hp->n_embd;
     const bool reorder = hp->ssm_h_k != hp->ssm_h_v; // identity otherwise (llama.cpp skips it)
@@ -595,7 +595,7 @@ static dspec_status map_linear_attn(q35_ctx *c, const char *p, int il, dspec_err
 
 // Gated full attention (also the MTP block's attention).
 static dspec_status map_full_attn(q35_ctx *c, const char *p, int il, dspec_err *err) {
-    const ds_qwen35_hparams *hp = c->hp;
+    const ds_convert_qwen35_hparams *hp = c->hp;
     const int64_t hd = hp->head_dim, E = hp->n_embd;
     char hf[192], gg[64];
     if (!map_w(c, HF("%sself_attn.q_proj.weight", p), GG("blk.%d.attn_q.weight", il),
@@ -618,7 +618,7 @@ static dspec_status map_full_attn(q35_ctx *c, const char *p, int il, dspec_err *
 // Experts: fused gate_up_proj [E, 2F, H] / down_proj [E, H, F] (transformers 5), or per-expert
 // experts.{e}.{gate,up,down}_proj.weight (stacked, as Qwen2MoeModel does).
 static dspec_status map_experts(q35_ctx *c, const char *p, int il, dspec_err *err) {
-    const ds_qwen35_hparams *hp = c->hp;
+    const ds_convert_qwen35_hparams *hp = c->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff_exp, X = hp->n_expert;
     char hf[192], gg[64];
     const ds_st_tensor *gu = take(c, HF("%smlp.experts.gate_up_proj", p));
@@ -685,7 +685,7 @@ static dspec_status map_experts(q35_ctx *c, const char *p, int il, dspec_err *er
 }
 
 static dspec_status map_ffn(q35_ctx *c, const char *p, int il, dspec_err *err) {
-    const ds_qwen35_hparams *hp = c->hp;
+    const ds_convert_qwen35_hparams *hp = c->hp;
     const int64_t E = hp->n_embd;
     char hf[192], gg[64];
     if (!hp->moe) {
@@ -756,7 +756,7 @@ static int64_t mtp_layers(q35_ctx *c, const ds_convert_opts *o) {
 }
 
 static dspec_status map_all(q35_ctx *c, int64_t n_mtp, dspec_err *err) {
-    const ds_qwen35_hparams *hp = c->hp;
+    const ds_convert_qwen35_hparams *hp = c->hp;
     char hf[192], gg[64];
     if (!map_w(c, "model.embed_tokens.weight", "token_embd.weight", hp->n_vocab, hp->n_embd,
                err) ||
@@ -773,7 +773,7 @@ static dspec_status map_all(q35_ctx *c, int64_t n_mtp, dspec_err *err) {
     }
     for (int il = 0; il < (int)hp->n_layer; il++) {
         dspec_status s = map_block(c, HF("model.layers.%d.", il), il,
-                                   ds_qwen35_layer_is_full_attn(hp, il), err);
+                                   ds_convert_qwen35_full_attn(hp, il), err);
         if (s != DSPEC_OK) {
             return s;
         }
@@ -816,7 +816,7 @@ static dspec_status map_all(q35_ctx *c, int64_t n_mtp, dspec_err *err) {
 
 // The arch KVs of target-qwen35.md §3.1, with gguf-py's value types (u32 ints, f32 floats,
 // INT32 arrays), in the order convert_hf_to_gguf.py adds them.
-static void write_kvs(ds_gguf_writer *w, const ds_qwen35_hparams *hp, int64_t n_mtp) {
+static void write_kvs(ds_gguf_writer *w, const ds_convert_qwen35_hparams *hp, int64_t n_mtp) {
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof(k), "%s." suffix, hp->arch), k)
     ds_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(hp->n_layer + n_mtp));
@@ -874,7 +874,7 @@ static void write_kvs(ds_gguf_writer *w, const ds_qwen35_hparams *hp, int64_t n_
 #undef KEY
 }
 
-dspec_status ds_cv_qwen35_prepare(const ds_qwen35_hparams *hp, const ds_convert_opts *o,
+dspec_status ds_cv_qwen35_prepare(const ds_convert_qwen35_hparams *hp, const ds_convert_opts *o,
                                   ds_st *st, ds_gguf_writer *w, ds_cv_plan *plan,
                                   dspec_err *err) {
     DS_ASSERT(err != NULL); // the mapping helpers return err->code

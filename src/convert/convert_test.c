@@ -235,7 +235,7 @@ static const char k_nested[] =
 
 static void test_config_nested_equals_flat(void **state) {
     (void)state;
-    ds_qwen35_hparams a, b;
+    ds_convert_qwen35_hparams a, b;
     dspec_err err = {0};
     assert_int_equal(ds_convert_qwen35_parse_config(k_flat, "flat", &a, &err), DSPEC_OK);
     assert_int_equal(ds_convert_qwen35_parse_config(k_nested, "nested", &b, &err), DSPEC_OK);
@@ -253,7 +253,7 @@ static void test_config_nested_equals_flat(void **state) {
     b.tie_word_embeddings = a.tie_word_embeddings;
     memcpy(b.model_type, a.model_type, sizeof(a.model_type));
     assert_memory_equal(&a, &b, sizeof(a));
-    assert_true(ds_qwen35_layer_is_full_attn(&a, 3) && !ds_qwen35_layer_is_full_attn(&a, 4));
+    assert_true(ds_convert_qwen35_full_attn(&a, 3) && !ds_convert_qwen35_full_attn(&a, 4));
 }
 
 static void test_config_legacy_rope(void **state) {
@@ -265,7 +265,7 @@ static void test_config_legacy_rope(void **state) {
         " \"partial_rotary_factor\": 0.5, \"full_attention_interval\": 2,"
         " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0,"
         " \"original_max_position_embeddings\": 32768}}";
-    ds_qwen35_hparams hp;
+    ds_convert_qwen35_hparams hp;
     dspec_err err = {0};
     assert_int_equal(ds_convert_qwen35_parse_config(cfg, "legacy", &hp, &err), DSPEC_OK);
     assert_true(hp.moe);
@@ -281,7 +281,7 @@ static void test_config_legacy_rope(void **state) {
 }
 
 static void expect_error(const char *cfg, dspec_status code, const char *needle) {
-    ds_qwen35_hparams hp;
+    ds_convert_qwen35_hparams hp;
     dspec_err err = {0};
     assert_int_equal(ds_convert_qwen35_parse_config(cfg, "cfg.json", &hp, &err), code);
     if (!strstr(err.msg, needle)) {
