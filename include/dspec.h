@@ -60,6 +60,79 @@ const char *dspec_status_name(dspec_status s);
 // Version string of the library ("0.1.0").
 const char *dspec_version(void);
 
+// ---- engine: a loaded target (+ tokenizer, + optional drafter) -----------------------------------
+
+typedef struct dspec_engine dspec_engine;
+
+typedef struct dspec_engine_params {
+    const char *model_path;  // target GGUF (qwen35 / qwen35moe) with its tokenizer
+    const char *draft_path;  // drafter GGUF or HF directory; NULL = plain decoding only
+    int n_threads;           // CPU threads (0 = all online CPUs)
+    int64_t n_ctx;           // context per session in tokens (0 = 4096)
+    int64_t n_batch;         // prefill chunk (0 = 256)
+    int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
+} dspec_engine_params;
+
+// Loads the model (and drafter), validating every tensor and field. Thread-safe to share.
+dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err);
+void dspec_engine_free(dspec_engine *e);
+// Number of tokens `text` encodes to (parse_special: <|im_start|> etc. become control tokens).
+dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, size_t len,
+                                       int parse_special, int64_t *n, dspec_err *err);
+
+// ---- sessions: one sequence each, used by one thread at a time ----------------------------------
+
+typedef struct dspec_session dspec_session;
+
+typedef struct dspec_gen_params {
+    int64_t max_tokens;      // generated tokens at most (0 = until end of generation / context)
+    float temperature;       // <= 0: greedy
+    int64_t top_k;           // 0 = off
+    float top_p;             // 1 = off
+    float min_p;             // 0 = off
+    float repeat_penalty;    // 1 = off
+    int64_t repeat_last_n;   // penalty window (-1 = all)
+    float frequency_penalty;
+    float presence_penalty;
+    uint64_t seed;
+    int speculative;         // 1: use the engine's drafter (lossless at any temperature)
+    int draft_block_size;    // verify width incl. the anchor (0 = the drafter's block size)
+    const char *proposer;    // "auto" (NULL), "argmax", "markov", "selector"
+    int ddtree_budget;       // > 0: verify a DDTree of this many drafted nodes instead of a chain
+    int ddtree_topk;         // DDTree candidates per depth (0 = min(budget, 8))
+    int parse_special;       // prompt control tokens are parsed (chat prompts)
+} dspec_gen_params;
+
+// Defaults: greedy, max_tokens 256, penalties off, speculative if a drafter is loaded.
+void dspec_gen_params_default(dspec_gen_params *p);
+
+typedef struct dspec_gen_stats {
+    int64_t n_prompt, n_gen;
+    double t_load_prompt;    // seconds: tokenize + prefill
+    double t_first_token;    // seconds from the call to the first generated token
+    double t_decode;         // seconds after the first token
+    int stop_eog;            // ended on an end-of-generation token
+    // speculative decoding (zero when off)
+    int64_t spec_steps, spec_drafted, spec_accepted;
+    double spec_tau;         // mean committed tokens per step incl. the bonus
+    double t_draft, t_verify, t_commit;
+    int64_t pos_tried[64], pos_accepted[64];
+} dspec_gen_stats;
+
+// Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop.
+typedef int (*dspec_text_fn)(const char *text, size_t len, void *user);
+
+dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err);
+void dspec_session_free(dspec_session *s);
+// Generates a continuation of `prompt` (from an empty context). The text callback and stats are
+// optional. Greedy speculative output equals plain greedy output token for token; sampled
+// speculative output has the target sampler's distribution. With temperature > 0, proposals are
+// drawn from the drafter's per-slot distributions (DSpark Markov / DFlash 2 selector conditionals
+// are used for greedy proposals only). Errors: prompt longer than the context, bad parameters.
+dspec_status dspec_generate(dspec_session *s, const char *prompt, size_t len,
+                            const dspec_gen_params *p, dspec_text_fn fn, void *user,
+                            dspec_gen_stats *stats, dspec_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,11 +11,13 @@ typedef struct command {
 } command;
 
 static const command k_commands[] = {
+    {"run", ds_cli_run, "generate text from a prompt (speculative decoding with --draft)"},
     {"logits", ds_cli_logits, "run the target forward on token ids: logits, hidden states"},
     {"tokenize", ds_cli_tokenize, "text -> token ids with a GGUF's tokenizer (and back)"},
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
     {"tensor", ds_cli_tensor, "dequantize one GGUF tensor to f32: stats, optional raw dump"},
     {"convert", ds_cli_convert, "convert a Hugging Face Qwen3.5 checkpoint to a GGUF"},
+    {"synth", ds_cli_synth, "write a random-weight GGUF with a real model's shapes and quant mix"},
     {"bench", ds_cli_bench, "benchmarks: --kernels (CPU dot kernels and quantizers)"},
 };
 

@@ -36,6 +36,52 @@ ds_synth_params ds_synth_tiny(ds_arch arch, ds_type wtype, uint64_t seed) {
     return p;
 }
 
+bool ds_synth_preset(const char *name, ds_synth_params *p) {
+    ds_synth_params t = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_F32, 0);
+    // n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, H_v; shared: head_dim 256, n_rot 64,
+    // d_state 128, H_k 16, conv 4, interval 4 (target-qwen35.md §1.1).
+    static const struct {
+        const char *name;
+        int64_t n_embd;
+        int n_layer, n_head, n_head_kv;
+        int64_t n_ff;
+        int n_v_heads;
+    } dense[] = {
+        {"0.8b", 1024, 24, 8, 2, 3584, 16}, {"2b", 2048, 24, 8, 2, 6144, 16},
+        {"4b", 2560, 32, 16, 4, 9216, 32},  {"9b", 4096, 32, 16, 4, 12288, 32},
+        {"27b", 5120, 64, 24, 4, 17408, 48},
+    };
+    if (!strcmp(name, "tiny")) {
+        *p = t;
+        return true;
+    }
+    if (!strcmp(name, "100m")) {
+        t.n_vocab = 32768, t.n_embd = 768, t.n_layer = 12, t.n_head = 6, t.n_head_kv = 2;
+        t.head_dim = 128, t.n_rot = 32, t.n_ff = 2304, t.d_state = 64, t.n_k_heads = 6;
+        t.n_v_heads = 12;
+        *p = t;
+        return true;
+    }
+    t.n_vocab = 248320, t.head_dim = 256, t.n_rot = 64, t.d_state = 128, t.n_k_heads = 16;
+    t.d_conv = 4, t.interval = 4, t.rope_base = 1e7f;
+    for (size_t i = 0; i < DS_ARRAY_LEN(dense); i++) {
+        if (strcmp(name, dense[i].name)) continue;
+        t.n_embd = dense[i].n_embd, t.n_layer = dense[i].n_layer, t.n_head = dense[i].n_head;
+        t.n_head_kv = dense[i].n_head_kv, t.n_ff = dense[i].n_ff, t.n_v_heads = dense[i].n_v_heads;
+        t.tied = dense[i].n_embd <= 2560;
+        *p = t;
+        return true;
+    }
+    if (!strcmp(name, "35b-a3b")) {
+        t.arch = DS_ARCH_QWEN35MOE, t.n_embd = 2048, t.n_layer = 40, t.n_head = 16;
+        t.n_head_kv = 2, t.n_v_heads = 32, t.n_expert = 256, t.n_expert_used = 8;
+        t.n_ff_exp = 512, t.n_ff_shexp = 512, t.n_ff = 0;
+        *p = t;
+        return true;
+    }
+    return false;
+}
+
 // How a tensor's values are drawn.
 typedef enum fill { FILL_LINEAR, FILL_NORM, FILL_SSM_A, FILL_DT, FILL_CONV, FILL_PLAIN } fill;
 
@@ -183,6 +229,10 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     set_kv(w, p);
     int64_t max_row = 0;
     for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
+        if (p->type_of) {
+            int64_t ne4[4] = {l.t[i].ne[0], l.t[i].ne[1], l.t[i].ne[2], 1};
+            l.t[i].type = p->type_of(p->type_ctx, l.t[i].name, l.t[i].n_dims, ne4, l.t[i].type);
+        }
         st = ds_gguf_writer_add_tensor(w, l.t[i].name, l.t[i].type, l.t[i].n_dims, l.t[i].ne,
                                        err);
         max_row = DS_MAX(max_row, l.t[i].ne[0]);
@@ -192,18 +242,39 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     q = malloc((size_t)max_row * sizeof(float) + 64);
     if (st == DSPEC_OK && (!row || !q)) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
     rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 1};
+    double total = 0.0, done_rows = 0.0;
+    for (int i = 0; i < l.n; i++) total += (double)(l.t[i].ne[1] * l.t[i].ne[2]);
     for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
         const tdesc *d = &l.t[i];
         int64_t rows = d->ne[1] * d->ne[2];
-        for (int64_t rr = 0; rr < rows && st == DSPEC_OK; rr++) {
-            for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
-            st = ds_quantize_row(d->type, q, row, d->ne[0], err);
-            if (st == DSPEC_OK) {
-                st = ds_gguf_writer_write_tensor_data(w, i, q, ds_type_row_size(d->type, d->ne[0]),
-                                                      err);
+        size_t rb = ds_type_row_size(d->type, d->ne[0]);
+        bool pooled = p->pool_rows > 0 && rows > p->pool_rows && d->how == FILL_LINEAR;
+        uint8_t *pool = NULL;
+        if (pooled) { // quantize pool_rows fresh rows once, then write rows drawn from them
+            pool = malloc(rb * (size_t)p->pool_rows);
+            if (!pool) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
+            for (int64_t k = 0; k < p->pool_rows && st == DSPEC_OK; k++) {
+                for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
+                st = ds_quantize_row(d->type, pool + (size_t)k * rb, row, d->ne[0], err);
             }
         }
+        for (int64_t rr = 0; rr < rows && st == DSPEC_OK; rr++) {
+            const void *src = q;
+            if (pooled) {
+                src = pool + (size_t)(rng_next(&r) % (uint64_t)p->pool_rows) * rb;
+            } else {
+                for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
+                st = ds_quantize_row(d->type, q, row, d->ne[0], err);
+            }
+            if (st == DSPEC_OK) st = ds_gguf_writer_write_tensor_data(w, i, src, rb, err);
+            if (p->progress && (rr & 1023) == 0) {
+                p->progress(p->progress_ctx, (done_rows + (double)rr) / total);
+            }
+        }
+        done_rows += (double)rows;
+        free(pool);
     }
+    if (p->progress && st == DSPEC_OK) p->progress(p->progress_ctx, 1.0);
     if (st == DSPEC_OK) st = ds_gguf_writer_finish(w, err);
 done:
     ds_gguf_writer_free(w);

@@ -25,7 +25,22 @@ typedef struct ds_synth_params {
     ds_type wtype;              // type of every matmul weight and token_embd
     ds_type out_type;           // type of output.weight (DS_TYPE_COUNT = wtype)
     uint64_t seed;
+    // Optional per-tensor type choice (a quant mix): called once per tensor in file order with
+    // the type the fields above would give; returns the type to write.
+    ds_type (*type_of)(void *ctx, const char *name, int n_dims, const int64_t ne[4], ds_type def);
+    void *type_ctx;
+    // Rows of each (type, row length) are drawn from a pool of this many distinct quantized rows
+    // (0 = every row fresh). Makes multi-GB files fast to write while keeping real-looking blocks.
+    int64_t pool_rows;
+    // Optional progress callback: fraction done in [0, 1].
+    void (*progress)(void *ctx, double done);
+    void *progress_ctx;
 } ds_synth_params;
+
+// Named shapes of published models (target-qwen35.md §1.2-1.3) plus small test sizes:
+// "tiny" (4 layers, n_embd 256), "100m", "0.8b", "2b", "4b", "9b", "27b", "35b-a3b".
+// Returns false for an unknown name. The caller sets types and seed afterwards.
+bool ds_synth_preset(const char *name, ds_synth_params *p);
 
 // A small valid default configuration (n_embd 256, 4 layers, vocab 512) of the given arch.
 ds_synth_params ds_synth_tiny(ds_arch arch, ds_type wtype, uint64_t seed);

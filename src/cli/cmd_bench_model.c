@@ -1,0 +1,186 @@
+// cmd_bench_model.c: `dspec bench --model FILE`: speed of the target forward on this machine:
+// prefill tok/s, decode ms/token against the memory-bandwidth roofline (weight bytes per token /
+// measured copy bandwidth), and speculative verify-step time for N rows (the ratio to N = 1
+// decides speculative speed). Calls model/, backend/.
+#include "cli/cli.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bm_opts {
+    const char *model;
+    int64_t prompt, decode, reps;
+    int threads;
+    int64_t verify[16];
+    int n_verify;
+    ds_type kv;
+} bm_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspec bench --model FILE [options]\n"
+            "  --prompt N       prefill length (default 512)\n"
+            "  --decode N       decode steps timed (default 32)\n"
+            "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
+            "  --reps N         repetitions per verify size (default 5; median reported)\n"
+            "  --kv-type T      f16 (default) or f32\n"
+            "  -t, --threads N  CPU threads (default: all)\n");
+}
+
+// Host copy bandwidth in GB/s (read + write counted once each, as a decode reads weights once).
+static double copy_bandwidth(void) {
+    size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a), free(b);
+        return 0.0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 1e30;
+    for (int i = 0; i < 5; i++) {
+        double t0 = ds_time_now();
+        memcpy(b, a, n);
+        double dt = ds_time_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    volatile char sink = b[n / 2];
+    (void)sink;
+    free(a), free(b);
+    return 2.0 * (double)n / best / 1e9;
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int run_bench(const bm_opts *o) {
+    dspec_err err = {0};
+    ds_backend *be = NULL;
+    ds_model *m = NULL;
+    ds_state *st = NULL;
+    int32_t *toks = NULL;
+    int rc = 1;
+    if (ds_backend_cpu_new(&be, o->threads, &err) || ds_model_load(&m, o->model, be, &err)) {
+        fprintf(stderr, "dspec bench: %s\n", err.msg);
+        goto done;
+    }
+    const ds_model_hparams *hp = ds_model_hparams_get(m);
+    int64_t max_v = 1;
+    for (int i = 0; i < o->n_verify; i++) max_v = DS_MAX(max_v, o->verify[i]);
+    ds_state_params sp = {.n_ctx = o->prompt + o->decode + max_v + 8, .n_batch = o->prompt,
+                          .n_verify = max_v, .kv_type = o->kv};
+    if (ds_state_new(&st, m, &sp, &err)) {
+        fprintf(stderr, "dspec bench: %s\n", err.msg);
+        goto done;
+    }
+    int64_t n_tok = o->prompt + o->decode + max_v;
+    toks = malloc((size_t)n_tok * sizeof(int32_t));
+    for (int64_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    double bw = copy_bandwidth();
+    double gb = (double)ds_model_weight_bytes(m) / 1e9;
+    printf("model %s: %d layers, n_embd %" PRId64 ", %.3f GB of weights read per token\n",
+           o->model, hp->n_layer, hp->n_embd, gb);
+    printf("backend cpu, %d threads; measured copy bandwidth %.1f GB/s -> decode roofline "
+           "%.2f ms/token (%.0f tok/s)\n", ds_pool_n_threads(ds_backend_cpu_pool(be)), bw,
+           gb / bw * 1e3, bw / gb);
+    int32_t am;
+    ds_batch pre = {.n = o->prompt, .tokens = toks, .n_logits = 1, .argmax = &am};
+    double t0 = ds_time_now();
+    if (ds_model_forward(m, st, &pre, &err)) goto fail;
+    double t_pre = ds_time_now() - t0;
+    printf("prefill %" PRId64 " tokens: %.3f s, %.1f tok/s\n", o->prompt, t_pre,
+           (double)o->prompt / t_pre);
+    t0 = ds_time_now();
+    for (int64_t i = 0; i < o->decode; i++) {
+        ds_batch one = {.n = 1, .tokens = toks + o->prompt + i, .n_logits = 1, .argmax = &am};
+        if (ds_model_forward(m, st, &one, &err)) goto fail;
+    }
+    double t_dec = (ds_time_now() - t0) / (double)o->decode;
+    printf("decode: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
+           t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
+    printf("verify step (speculative batch + commit of 0 rows), median of %" PRId64 ":\n",
+           o->reps);
+    double t1 = 0.0;
+    int32_t *amv = calloc((size_t)max_v, sizeof(int32_t));
+    for (int vi = 0; vi < o->n_verify; vi++) {
+        int64_t n = o->verify[vi];
+        double times[64];
+        int64_t reps = DS_MIN(o->reps, 64);
+        for (int64_t r = 0; r < reps; r++) {
+            ds_batch vb = {.n = n, .tokens = toks + o->prompt + o->decode, .n_logits = n,
+                           .argmax = amv, .speculative = true};
+            t0 = ds_time_now();
+            if (ds_model_forward(m, st, &vb, &err) || ds_state_commit(st, 0, NULL, &err)) {
+                free(amv);
+                goto fail;
+            }
+            times[r] = ds_time_now() - t0;
+        }
+        qsort(times, (size_t)reps, sizeof(double), cmp_double);
+        double med = times[reps / 2];
+        if (vi == 0) t1 = med;
+        printf("  N = %3" PRId64 ": %8.3f ms  (%.2fx N=%" PRId64 ", %.3f ms/row)\n", n, med * 1e3,
+               med / t1, o->verify[0], med * 1e3 / (double)n);
+    }
+    free(amv);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "dspec bench: %s\n", err.msg);
+done:
+    free(toks);
+    ds_state_free(st);
+    ds_model_free(m);
+    ds_backend_free(be);
+    return rc;
+}
+
+int ds_cli_bench_model(int argc, char **argv) {
+    bm_opts o = {.prompt = 512, .decode = 32, .reps = 5, .kv = DS_TYPE_F16,
+                 .verify = {1, 2, 4, 8, 16, 24, 32}, .n_verify = 7};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") && v) {
+            o.model = v, i++;
+        } else if (!strcmp(a, "--prompt") && v && atoll(v) > 0) {
+            o.prompt = atoll(v), i++;
+        } else if (!strcmp(a, "--decode") && v && atoll(v) > 0) {
+            o.decode = atoll(v), i++;
+        } else if (!strcmp(a, "--reps") && v && atoll(v) > 0) {
+            o.reps = atoll(v), i++;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
+            o.threads = atoi(v), i++;
+        } else if (!strcmp(a, "--kv-type") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
+            o.kv = !strcmp(v, "f16") ? DS_TYPE_F16 : DS_TYPE_F32, i++;
+        } else if (!strcmp(a, "--verify") && v) {
+            o.n_verify = 0;
+            for (const char *s = v; *s && o.n_verify < 16;) {
+                char *end;
+                long x = strtol(s, &end, 10);
+                if (end == s || x <= 0 || x > 4096) {
+                    fprintf(stderr, "dspec bench: bad --verify list '%s'\n", v);
+                    return 2;
+                }
+                o.verify[o.n_verify++] = x;
+                s = *end == ',' ? end + 1 : end;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "dspec bench: bad or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.model || o.n_verify == 0) {
+        usage(stderr);
+        return 2;
+    }
+    return run_bench(&o);
+}

@@ -1,0 +1,69 @@
+// engine.c: dspec_engine: backend, target model, tokenizer (from the target GGUF) and optional
+// drafter, loaded and validated once. Calls model/, text/, draft/, backend/.
+#include "engine/engine.h"
+
+#include <stdlib.h>
+
+struct dspec_engine {
+    dspec_engine_params p;
+    ds_backend *be;
+    ds_model *m;
+    ds_tok *tok;
+    ds_drafter *d;
+};
+
+dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err) {
+    *out = NULL;
+    if (!p || !p->model_path) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "engine: no model path");
+    }
+    dspec_engine *e = calloc(1, sizeof(*e));
+    if (!e) return ds_err_set(err, DSPEC_ERR_NOMEM, "engine: out of memory");
+    e->p = *p;
+    dspec_status st = ds_backend_cpu_new(&e->be, p->n_threads, err);
+    if (st == DSPEC_OK) st = ds_model_load(&e->m, p->model_path, e->be, err);
+    if (st == DSPEC_OK) {
+        st = ds_tok_load_gguf(&e->tok, ds_model_gguf(e->m), err);
+        if (st != DSPEC_OK) ds_err_prefix(err, "%s: tokenizer: ", p->model_path);
+    }
+    if (st == DSPEC_OK && p->draft_path) {
+        st = ds_drafter_load(&e->d, p->draft_path, e->m, err);
+        if (st != DSPEC_OK) ds_err_prefix(err, "drafter: ");
+    }
+    if (st != DSPEC_OK) {
+        dspec_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return DSPEC_OK;
+}
+
+void dspec_engine_free(dspec_engine *e) {
+    if (!e) return;
+    ds_drafter_free(e->d);
+    ds_tok_free(e->tok);
+    ds_model_free(e->m);
+    ds_backend_free(e->be);
+    free(e);
+}
+
+dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, size_t len,
+                                       int parse_special, int64_t *n, dspec_err *err) {
+    int32_t *ids = NULL;
+    dspec_status st = ds_tok_encode_alloc(e->tok, text, len, parse_special != 0, &ids, n, err);
+    free(ids);
+    return st;
+}
+
+const ds_tok *ds_engine_tok(const dspec_engine *e) {
+    return e->tok;
+}
+const ds_model *ds_engine_model(const dspec_engine *e) {
+    return e->m;
+}
+const ds_drafter *ds_engine_drafter(const dspec_engine *e) {
+    return e->d;
+}
+const dspec_engine_params *ds_engine_params(const dspec_engine *e) {
+    return &e->p;
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""`dspec run` end to end on a converted fixture model with a small byte-level BPE tokenizer:
+text out, greedy output == the argmax chain of `dspec logits`, chat prompts, seeded sampling is
+reproducible, and clear errors (missing file, not a model, prompt longer than the context).
+The tokenizer (built here, deterministic) also checks our ids against HF tokenizers."""
+import argparse
+import numpy as np
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+QWEN35_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?"
+                r"[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+USER_DEFINED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+
+
+def byte_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def make_tokenizer(d, vocab_size):
+    bu = byte_unicode()
+    vocab = {bu[b]: i for i, b in enumerate(sorted(bu))}
+    merges = []
+    words = ["def", "return", "self", "import", "the", "and", "print", "hello", "world", "for",
+             "in", "if", "else", "class", "value", "data", "list", "name"]
+    n_added = len(SPECIALS) + len(USER_DEFINED)
+    for w in words:  # left-to-right merges building each word with and without a leading space
+        for prefix in ("", bu[ord(" ")]):
+            cur = prefix + w[0] if prefix else w[0]
+            for ch in (w[1:] if prefix else w[1:]):
+                pair = (cur, ch)
+                if (cur + ch) not in vocab and len(vocab) < vocab_size - n_added:
+                    if cur not in vocab:
+                        merges.append((prefix, w[0]))
+                        vocab[cur] = len(vocab)
+                    merges.append(pair)
+                    vocab[cur + ch] = len(vocab)
+                cur = cur + ch
+    added = []
+    for i, t in enumerate(SPECIALS + USER_DEFINED):
+        added.append({"id": vocab_size - n_added + i, "content": t, "single_word": False,
+                      "lstrip": False, "rstrip": False, "normalized": False,
+                      "special": t in SPECIALS})
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN35_REGEX}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                    "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
+    }
+    json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"), ensure_ascii=False)
+    json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": False,
+               "model_max_length": 1024}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+
+
+class R:
+    passed = failed = 0
+
+    @classmethod
+    def check(cls, name, ok, detail=""):
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+        if ok:
+            cls.passed += 1
+        else:
+            cls.failed += 1
+
+
+def run(dspec, *args, ok=True):
+    r = subprocess.run([dspec, *args], capture_output=True)
+    if ok and r.returncode != 0:
+        raise RuntimeError(f"dspec {args[0]} failed: {r.stderr.decode(errors='replace')[-400:]}")
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dspec", required=True)
+    ap.add_argument("--build", default=".")
+    a = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(here, "..", "fixtures", "target", "dense_b", "hf_f32")
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = os.path.join(tmp, "hf")
+        shutil.copytree(src, hf)
+        make_tokenizer(hf, 512)
+        model = os.path.join(tmp, "m.gguf")
+        run(a.dspec, "convert", hf, model, "--type", "f32")
+
+        # tokenizer ids vs HF tokenizers on this vocabulary
+        try:
+            from tokenizers import Tokenizer
+            hft = Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
+            text = "def hello(self):\n    return self.value  # the data, and 42 items"
+            want = hft.encode(text, add_special_tokens=False).ids
+            got = json.loads(run(a.dspec, "tokenize", "-m", model, "--ids-only", "-p",
+                                 text).stdout)
+            R.check("tokenizer ids == HF tokenizers", got == want, f"{len(want)} ids")
+        except ImportError:
+            R.check("tokenizers package available", False)
+
+        prompt = "def hello(self):\n    return"
+        r = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "12", "-t", "2")
+        err = r.stderr.decode()
+        R.check("run: exit 0 and stats", "generated tokens:" in err and "prefill" in err,
+                err.strip().splitlines()[-1] if err.strip() else "")
+        # greedy == argmax chain of dspec logits
+        ids = json.loads(run(a.dspec, "tokenize", "-m", model, "--ids-only", "-p",
+                             prompt).stdout)
+        chain = []
+        for _ in range(12):
+            lg = os.path.join(tmp, "lg.bin")
+            run(a.dspec, "logits", "-m", model, "--tokens", ",".join(map(str, ids + chain)),
+                "--out", lg)
+            v = np.fromfile(lg, dtype=np.float32).reshape(len(ids) + len(chain), 512)[-1]
+            nxt = int(v.argmax())
+            if nxt in (505, 507):  # <|endoftext|>, <|im_end|>: end of generation
+                break
+            chain.append(nxt)
+        out = r.stdout
+        # decode chain through the tokenizer to compare text
+        hft_dec = hft.decode(chain, skip_special_tokens=False).encode()
+        R.check("run: greedy text == argmax chain of dspec logits", out == hft_dec,
+                f"{out[:40]!r} vs {hft_dec[:40]!r}")
+
+        r1 = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "10", "--temp", "0.9",
+                 "--seed", "5", "--top-k", "20").stdout
+        r2 = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "10", "--temp", "0.9",
+                 "--seed", "5", "--top-k", "20").stdout
+        R.check("run: seeded sampling reproducible", r1 == r2)
+        r = run(a.dspec, "run", "-m", model, "-p", "hello", "--chat", "--system", "be brief",
+                "--no-think", "-n", "5")
+        R.check("run --chat", r.returncode == 0)
+
+        r = run(a.dspec, "run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x", ok=False)
+        R.check("error: missing file", r.returncode != 0 and b"missing.gguf" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
+        info = os.path.join(here, "..", "..", "models", "tiny-info.gguf")
+        r = run(a.dspec, "run", "-m", info, "-p", "x", ok=False)
+        R.check("error: not a model", r.returncode != 0 and b"tensor" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
+        r = run(a.dspec, "run", "-m", model, "-p", "hello world " * 20, "-c", "16", ok=False)
+        R.check("error: prompt longer than the context",
+                r.returncode != 0 and b"context" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
+    print(f"{R.passed} passed, {R.failed} failed")
+    return 1 if R.failed or not R.passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
