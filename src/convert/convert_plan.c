@@ -80,6 +80,9 @@ static int cmp_loader_order(const void *a, const void *b) {
 }
 
 void ds_cv_plan_sort(ds_cv_plan *p) {
+    if (p->n == 0) {
+        return; // vocab-only: no tensors (qsort of NULL is undefined)
+    }
     qsort(p->t, (size_t)p->n, sizeof(*p->t), cmp_loader_order);
 }
 

@@ -13,32 +13,12 @@
 
 // ---- target ---------------------------------------------------------------------------------------
 
-static ds_tensor tensor_of(const ds_gguf_tensor *g) {
-    ds_tensor t = {.data = (void *)g->data, .type = g->type};
-    for (int i = 0; i < 4; i++) {
-        t.ne[i] = g->ne[i];
-        t.nb[i] = g->nb[i];
-    }
-    return t;
-}
-
 dspec_status ds_draft_target_from_model(ds_draft_target *t, const ds_model *m, dspec_err *err) {
     memset(t, 0, sizeof(*t));
     const ds_model_hparams *hp = ds_model_hparams_get(m);
-    const ds_gguf *g = ds_model_gguf(m);
-    ds_backend *be = ds_model_backend(m);
-    if (!be->weights_in_host_memory) {
-        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "drafter: the %s backend keeps the target's "
-                          "weights in device memory; model/ does not expose them yet", be->name);
-    }
-    const ds_gguf_tensor *emb = ds_gguf_find_tensor(g, "token_embd.weight");
-    const ds_gguf_tensor *out = ds_gguf_find_tensor(g, "output.weight");
-    if (!emb) {
-        return ds_err_set(err, DSPEC_ERR_FORMAT, "drafter: target %s has no token_embd.weight",
-                          ds_gguf_path(g));
-    }
-    *t = (ds_draft_target){.be = be, .token_embd = tensor_of(emb),
-                           .output = tensor_of(out ? out : emb), .n_vocab = hp->n_vocab,
+    (void)err;
+    *t = (ds_draft_target){.be = ds_model_backend(m), .token_embd = *ds_model_token_embd(m),
+                           .output = *ds_model_output(m), .n_vocab = hp->n_vocab,
                            .n_embd = hp->n_embd, .n_layer = hp->n_layer};
     return DSPEC_OK;
 }

@@ -68,6 +68,10 @@ void ds_model_free(ds_model *m);
 const ds_model_hparams *ds_model_hparams_get(const ds_model *m);
 const ds_gguf *ds_model_gguf(const ds_model *m);
 ds_backend *ds_model_backend(const ds_model *m);
+// The token embedding table {n_embd, n_vocab} and the lm_head {n_embd, n_vocab} (= the embedding
+// table when tied), in backend memory; drafters share them.
+const ds_tensor *ds_model_token_embd(const ds_model *m);
+const ds_tensor *ds_model_output(const ds_model *m);
 // Weight bytes the forward reads per token (for roofline reports).
 size_t ds_model_weight_bytes(const ds_model *m);
 

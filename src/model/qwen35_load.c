@@ -428,6 +428,12 @@ const ds_gguf *ds_model_gguf(const ds_model *m) {
 ds_backend *ds_model_backend(const ds_model *m) {
     return m->be;
 }
+const ds_tensor *ds_model_token_embd(const ds_model *m) {
+    return &m->token_embd.t;
+}
+const ds_tensor *ds_model_output(const ds_model *m) {
+    return &m->output.t;
+}
 size_t ds_model_weight_bytes(const ds_model *m) {
     return m->weight_bytes;
 }

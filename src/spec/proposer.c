@@ -16,6 +16,6 @@ void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,
                                    const ds_drafter *d) {
     const ds_draft_config *c = ds_drafter_config(d);
     *p = (ds_proposer){.ctx = dp, .n_taps = c->n_taps, .tap_layers = c->target_layer_ids,
-                       .block_size = c->block_size, .append = drafter_append,
+                       .block_size = c->verify_width, .append = drafter_append,
                        .propose = drafter_propose};
 }
