@@ -94,6 +94,38 @@ def run(dspec, *args, ok=True):
     return r
 
 
+def spec_checks(dspec, here, tmp):
+    """`dspec run --draft`: speculative greedy output == plain greedy output, for every drafter
+    variant (HF directory and converted GGUF), chain widths and DDTree; sampled runs work."""
+    fx = os.path.join(here, "..", "fixtures", "drafter")
+    hf = os.path.join(tmp, "dtarget")
+    shutil.copytree(os.path.join(fx, "target"), hf)
+    make_tokenizer(hf, 512)
+    model = os.path.join(tmp, "dtarget.gguf")
+    run(dspec, "convert", hf, model, "--type", "f32")
+    prompts = ["def hello(self):\n    return self.value", "the data and the list of names"]
+    for prompt in prompts:
+        plain = run(dspec, "run", "-m", model, "-p", prompt, "-n", "24").stdout
+        for variant in ("dflash_b4_trained", "dspark_b4_trained", "dflash2_b8",
+                        "dflash_b8_yarn_bidir"):
+            d = os.path.join(fx, variant)
+            gguf = os.path.join(tmp, variant + ".gguf")
+            if not os.path.exists(gguf):
+                run(dspec, "convert", d, gguf, "--type", "f32")
+            for draft, extra in ((d, ()), (gguf, ()), (gguf, ("--draft-block-size", "2")),
+                                 (d, ("--ddtree-budget", "6")),
+                                 (gguf, ("--ddtree-budget", "12", "--ddtree-topk", "3"))):
+                r = run(dspec, "run", "-m", model, "--draft", draft, "-p", prompt, "-n", "24",
+                        *extra)
+                tau = [l for l in r.stderr.decode().splitlines() if "tau" in l]
+                R.check(f"spec == plain: {variant} {'gguf' if draft == gguf else 'hf'} "
+                        f"{' '.join(extra)}", r.stdout == plain, tau[0] if tau else "no stats")
+        r = run(dspec, "run", "-m", model, "--draft", os.path.join(fx, "dspark_b4_trained"),
+                "-p", prompt, "-n", "16", "--temp", "0.8", "--seed", "3", ok=False)
+        R.check("sampled speculative run", r.returncode == 0,
+                r.stderr.decode(errors="replace").strip()[-160:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dspec", required=True)
@@ -164,6 +196,7 @@ def main():
         R.check("error: prompt longer than the context",
                 r.returncode != 0 and b"context" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
+        spec_checks(a.dspec, here, tmp)
     print(f"{R.passed} passed, {R.failed} failed")
     return 1 if R.failed or not R.passed else 0
 
