@@ -37,6 +37,7 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     s->p = *p;
     if (params) s->params = *params;
     s->params.n_slots = n_slots;
+    ds_spec_policy_init(&s->policy, &s->params.policy);
     if (budget && !s->params.tree_topk) s->params.tree_topk = DS_MIN(budget, 8);
     int64_t rows = DS_MAX(n_slots, budget + 1);
     s->feat_rows = DS_MAX(256, rows);
@@ -153,7 +154,7 @@ void ds_spec_count_step(ds_spec *s, int64_t n_prop, int64_t k) {
     ss->emitted += k + 1;
 }
 
-dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
+static dspec_status spec_step_spec(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
                           dspec_err *err) {
     *n_out = 0;
     if (!s->ready) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: step before prefill");
@@ -182,4 +183,42 @@ dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_
         if (i < k) s->stats.pos_accepted[i]++;
     }
     return DSPEC_OK;
+}
+
+// A plain step inside the loop (policy burst): the anchor runs through the target alone; its tap
+// features still feed the drafter so speculation can resume at any step.
+static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, dspec_err *err) {
+    double t0 = ds_time_now();
+    int32_t tok;
+    ds_batch b = {.n = 1, .tokens = &s->anchor, .n_logits = 1, .argmax = &tok,
+                  .logits = s->params.sampler ? s->target_logits : NULL, .n_taps = s->p.n_taps,
+                  .tap_layers = s->p.tap_layers, .taps = s->feats};
+    dspec_status st = ds_model_forward(s->m, s->st, &b, err);
+    if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_token(s, s->target_logits, &tok, err);
+    s->stats.t_verify += ds_time_now() - t0;
+    if (st == DSPEC_OK) st = ds_spec_stage_feed(s, 1, err);
+    if (st != DSPEC_OK) return st;
+    out[0] = tok;
+    s->anchor = tok;
+    *n_out = 1;
+    s->stats.plain_steps++;
+    s->stats.emitted++;
+    return DSPEC_OK;
+}
+
+dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
+                          dspec_err *err) {
+    double t0 = ds_time_now();
+    if (s->ready && !ds_spec_policy_speculate(&s->policy) &&
+        ds_state_n_past(s->st) < ds_state_n_ctx(s->st)) {
+        dspec_status st = spec_step_plain(s, out, n_out, err);
+        if (st == DSPEC_OK) ds_spec_policy_record_plain(&s->policy, ds_time_now() - t0);
+        return st;
+    }
+    int64_t acc0 = s->stats.accepted;
+    dspec_status st = spec_step_spec(s, max_out, out, n_out, err);
+    if (st == DSPEC_OK) {
+        ds_spec_policy_record_spec(&s->policy, s->stats.accepted - acc0, ds_time_now() - t0);
+    }
+    return st;
 }

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "sample/sample.h"
 #include "spec/ddtree.h"
+#include "spec/policy.h"
 
 #define DS_SPEC_MAX_SLOTS DS_DRAFT_MAX_BLOCK
 
@@ -59,13 +60,16 @@ typedef struct ds_spec_params {
     // matching child, if any, is followed. Borrowed; its RNG drives every draw; it must already
     // hold the prompt in its penalty history.
     ds_sampler *sampler;
+    // Adaptive speculation (policy.h): zero-initialised = off (always speculate).
+    ds_spec_policy_params policy;
 } ds_spec_params;
 
 typedef struct ds_spec_stats {
     int64_t steps;        // verify steps
     int64_t drafted;      // proposals verified
     int64_t accepted;     // proposals accepted
-    int64_t emitted;      // tokens emitted by steps (accepted + bonus)
+    int64_t emitted;      // tokens emitted by steps (accepted + bonus + plain steps)
+    int64_t plain_steps;  // steps the adaptive policy ran without speculation
     int64_t pos_tried[DS_SPEC_MAX_SLOTS];    // per draft position: times verified
     int64_t pos_accepted[DS_SPEC_MAX_SLOTS]; // per draft position: times accepted
     double t_prefill, t_draft, t_verify, t_commit, t_feed; // seconds

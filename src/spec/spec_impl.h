@@ -24,6 +24,7 @@ struct ds_spec {
     ds_sample_probs *q;    // [n_slots] draft distributions
     ds_sample_probs pdist, resid;
     ds_sampler *qs;        // processes drafter logits into q (the target's params, no penalties)
+    ds_spec_policy policy;
     float *resid_scratch;  // [n_vocab], all zero between uses
 };
 

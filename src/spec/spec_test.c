@@ -156,7 +156,7 @@ static const ds_spec_stats *run_case_p(int n_slots, int period, const ds_spec_pa
     assert_int_equal(sc.ctx_len, ds_state_n_past(st));
     const ds_spec_stats *ss = ds_spec_stats_get(s);
     assert_int_equal(ss->emitted, N_GEN - 1);
-    assert_int_equal(ss->emitted, ss->accepted + ss->steps);
+    assert_int_equal(ss->emitted, ss->accepted + ss->steps + ss->plain_steps);
     bool tree = sp_in->tree_budget > 0;
     if (period == 0) { // perfect proposals: every step accepts all (except budget-capped ones)
         if (!tree || sp_in->tree_budget >= n_slots - 1) {
@@ -201,6 +201,13 @@ static void test_tree_lossless(void **s) {
             }
         }
     }
+    // adaptive policy: bursts of plain steps when proposals never land, still lossless
+    ds_spec_params pp = {.n_slots = 4};
+    ds_spec_policy_params_default(&pp.policy);
+    pp.policy.burst = 5;
+    ds_spec_stats st_pol;
+    run_case_p(4, 1, &pp, &st_pol);
+    assert_true(st_pol.plain_steps > 0);
     ds_spec_stats chain, tree;
     ds_spec_params cp = {.n_slots = 8};
     ds_spec_params tp = {.n_slots = 8, .tree_budget = 24, .tree_topk = 2};
@@ -239,10 +246,10 @@ static dspec_status rand_propose(void *ctx, int32_t anchor, int n_slots, ds_draf
     return DSPEC_OK;
 }
 
-enum { N_SAMPLES = 1500, SAMPLE_LEN = 4 };
+enum { N_SAMPLES = 1200, SAMPLE_LEN = 4 };
 
 // Generates SAMPLE_LEN tokens after the prompt, plain or speculative, with seed `seed`.
-static void sample_run(bool spec, uint64_t seed, int32_t *toks) {
+static void sample_run(int spec, uint64_t seed, int32_t *toks) { // 0 plain, 1 chain, 2 tree
     env *e = &g_env;
     ds_sample_params sp;
     ds_sample_params_default(&sp);
@@ -270,7 +277,8 @@ static void sample_run(bool spec, uint64_t seed, int32_t *toks) {
         rand_prop rp = {.salt = 99};
         ds_proposer p = {.ctx = &rp, .n_taps = 0, .block_size = 4, .append = rand_append,
                          .propose = rand_propose};
-        ds_spec_params par = {.n_slots = 4, .sampler = smp};
+        ds_spec_params par = {.n_slots = 4, .sampler = smp, .tree_budget = spec == 2 ? 6 : 0,
+                              .tree_topk = 3};
         ds_spec *s;
         assert_int_equal(ds_spec_new(&s, e->m, st, &p, &par, NULL), DSPEC_OK);
         assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &toks[0], NULL), DSPEC_OK);
@@ -313,10 +321,9 @@ static double chi2_two_sample(const int *a, const int *b, int n_bins, int *df) {
 static void test_sampled_distribution(void **state) {
     (void)state;
     static int32_t plain[N_SAMPLES][SAMPLE_LEN], spec[N_SAMPLES][SAMPLE_LEN];
-    for (int i = 0; i < N_SAMPLES; i++) {
-        sample_run(false, 1000 + (uint64_t)i, plain[i]);
-        sample_run(true, 900000 + (uint64_t)i, spec[i]);
-    }
+    for (int i = 0; i < N_SAMPLES; i++) sample_run(0, 1000 + (uint64_t)i, plain[i]);
+    for (int mode = 1; mode <= 2; mode++) {
+    for (int i = 0; i < N_SAMPLES; i++) sample_run(mode, 900000 * mode + (uint64_t)i, spec[i]);
     for (int pos = 0; pos < SAMPLE_LEN; pos++) {
         static int ca[512], cb[512];
         memset(ca, 0, sizeof(ca));
@@ -329,9 +336,11 @@ static void test_sampled_distribution(void **state) {
         double stat = chi2_two_sample(ca, cb, 512, &df);
         // a 5-sigma bound of the chi-square(df) distribution (fixed seeds: deterministic)
         double bound = df + 5.0 * sqrt(2.0 * df);
-        print_message("position %d: chi2 %.1f, df %d, bound %.1f\n", pos, stat, df, bound);
+        print_message("%s position %d: chi2 %.1f, df %d, bound %.1f\n",
+                      mode == 1 ? "chain" : "tree", pos, stat, df, bound);
         assert_true(df >= 5);
         assert_true(stat < bound);
+    }
     }
 }
 

@@ -1,0 +1,45 @@
+// policy.c: adaptive speculation policy (policy.h).
+#include "spec/policy.h"
+
+void ds_spec_policy_params_default(ds_spec_policy_params *p) {
+    *p = (ds_spec_policy_params){.enabled = true, .alpha = 0.2, .probe_alpha = 0.5, .burst = 40,
+                                 .margin = 0.8, .default_ratio = 1.9};
+}
+
+void ds_spec_policy_init(ds_spec_policy *pol, const ds_spec_policy_params *p) {
+    *pol = (ds_spec_policy){.p = *p};
+    pol->ema_accept = 1e9; // optimistic start: speculate until measured otherwise
+}
+
+double ds_spec_policy_break_even(const ds_spec_policy *pol) {
+    double ratio = pol->p.default_ratio;
+    if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) ratio = pol->ema_t_spec / pol->ema_t_plain;
+    double be = pol->p.margin * (ratio - 1.0);
+    return be > 0.0 ? be : 0.0;
+}
+
+bool ds_spec_policy_speculate(const ds_spec_policy *pol) {
+    return !pol->p.enabled || pol->burst_left == 0;
+}
+
+static double ema(double old, double x, double a) {
+    return old == 0.0 ? x : old + a * (x - old);
+}
+
+void ds_spec_policy_record_spec(ds_spec_policy *pol, int64_t accepted, double seconds) {
+    double a = pol->probing ? pol->p.probe_alpha : pol->p.alpha;
+    pol->ema_accept = pol->ema_accept > 1e8 ? (double)accepted
+                                            : pol->ema_accept + a * ((double)accepted -
+                                                                     pol->ema_accept);
+    pol->ema_t_spec = ema(pol->ema_t_spec, seconds, pol->p.alpha);
+    pol->probing = false;
+    if (pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
+        pol->burst_left = pol->p.burst;
+        pol->n_bursts++;
+    }
+}
+
+void ds_spec_policy_record_plain(ds_spec_policy *pol, double seconds) {
+    pol->ema_t_plain = ema(pol->ema_t_plain, seconds, pol->p.alpha);
+    if (pol->burst_left > 0 && --pol->burst_left == 0) pol->probing = true;
+}

@@ -1,0 +1,97 @@
+// policy_test.c: the adaptive policy on synthetic acceptance traces.
+#include "spec/policy.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+// Runs a trace: accepted drafts per speculative step come from accept(step); a speculative step
+// costs t_spec, a plain step t_plain. Returns the fraction of steps that speculated.
+static double run_trace(ds_spec_policy *pol, int steps, int64_t (*accept)(int), double t_spec,
+                        double t_plain) {
+    int spec = 0;
+    for (int i = 0; i < steps; i++) {
+        if (ds_spec_policy_speculate(pol)) {
+            ds_spec_policy_record_spec(pol, accept(i), t_spec);
+            spec++;
+        } else {
+            ds_spec_policy_record_plain(pol, t_plain);
+        }
+    }
+    return (double)spec / steps;
+}
+
+static int64_t high(int i) { (void)i; return 5; }
+static int64_t zero(int i) { (void)i; return 0; }
+static int64_t phase(int i) { return i < 300 ? 0 : 6; }
+
+static void test_high_acceptance_always_speculates(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    ds_spec_policy pol;
+    ds_spec_policy_init(&pol, &p);
+    assert_true(run_trace(&pol, 500, high, 1.8, 1.0) == 1.0);
+    assert_int_equal(pol.n_bursts, 0);
+}
+
+static void test_zero_acceptance_mostly_plain(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    ds_spec_policy pol;
+    ds_spec_policy_init(&pol, &p);
+    double f = run_trace(&pol, 2000, zero, 1.8, 1.0);
+    assert_true(f < 0.05);  // one probe per burst of 40
+    assert_true(f > 0.01);  // but it keeps probing
+    assert_true(pol.n_bursts > 10);
+}
+
+static void test_recovers_after_phase_change(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    ds_spec_policy pol;
+    ds_spec_policy_init(&pol, &p);
+    run_trace(&pol, 300, phase, 1.8, 1.0);
+    assert_false(ds_spec_policy_speculate(&pol) && pol.ema_accept > 1.0);
+    // after the switch: at most one burst until the probe sees the new acceptance, then stays
+    int spec = 0;
+    for (int i = 300; i < 400; i++) {
+        if (ds_spec_policy_speculate(&pol)) {
+            ds_spec_policy_record_spec(&pol, phase(i), 1.8);
+            spec++;
+        } else {
+            ds_spec_policy_record_plain(&pol, 1.0);
+        }
+    }
+    assert_true(spec >= 100 - p.burst - 1);
+    assert_true(ds_spec_policy_speculate(&pol));
+}
+
+static void test_break_even_follows_measured_times(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    ds_spec_policy pol;
+    ds_spec_policy_init(&pol, &p);
+    assert_true(ds_spec_policy_break_even(&pol) > 0.71 && ds_spec_policy_break_even(&pol) < 0.73);
+    ds_spec_policy_record_plain(&pol, 1.0);
+    ds_spec_policy_record_spec(&pol, 3, 3.0); // ratio 3 -> break-even 0.8 * 2 = 1.6
+    assert_true(ds_spec_policy_break_even(&pol) > 1.59 && ds_spec_policy_break_even(&pol) < 1.61);
+    p.enabled = false;
+    ds_spec_policy_init(&pol, &p);
+    assert_true(run_trace(&pol, 100, zero, 5.0, 1.0) == 1.0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_high_acceptance_always_speculates),
+        cmocka_unit_test(test_zero_acceptance_mostly_plain),
+        cmocka_unit_test(test_recovers_after_phase_change),
+        cmocka_unit_test(test_break_even_follows_measured_times),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
