@@ -100,6 +100,9 @@ typedef struct dspec_gen_params {
     const char *proposer;    // "auto" (NULL), "argmax", "markov", "selector"
     int ddtree_budget;       // > 0: verify a DDTree of this many drafted nodes instead of a chain
     int ddtree_topk;         // DDTree candidates per depth (0 = min(budget, 8))
+    int adaptive;            // 1: plain-decoding bursts while acceptance is below break-even
+    float draft_conf_threshold; // DSpark: truncate proposals at the first slot whose confidence
+                                // is below this (0 = off)
     int parse_special;       // prompt control tokens are parsed (chat prompts)
 } dspec_gen_params;
 
@@ -114,9 +117,11 @@ typedef struct dspec_gen_stats {
     int stop_eog;            // ended on an end-of-generation token
     // speculative decoding (zero when off)
     int64_t spec_steps, spec_drafted, spec_accepted;
+    int64_t plain_steps;     // steps the adaptive policy ran without speculation
     double spec_tau;         // mean committed tokens per step incl. the bonus
     double t_draft, t_verify, t_commit;
     int64_t pos_tried[64], pos_accepted[64];
+    int64_t n_cached;        // prompt tokens restored from a prefix snapshot (not prefilled)
 } dspec_gen_stats;
 
 // Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop.

@@ -35,6 +35,9 @@ static void usage(FILE *f) {
             "  --proposer NAME           auto | argmax | markov | selector (default auto)\n"
             "  --ddtree-budget N         verify a DDTree of N drafted nodes (default 0 = chain)\n"
             "  --ddtree-topk K           DDTree candidates per depth (default min(N, 8))\n"
+            "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
+            "                            acceptance is below the measured break-even)\n"
+            "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
             "  -c, --ctx N               context size in tokens (default 4096)\n"
             "  --batch N                 prefill chunk (default 256)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
@@ -90,6 +93,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--no-think")) { o->no_think = true; continue; }
         if (IS("--no-spec")) { o->no_spec = true; continue; }
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
+        if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
         if (!v) {
             fprintf(stderr, "dspec run: unknown option or missing value: %s\n", a);
             return 2;
@@ -113,6 +117,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (IS("--proposer")) o->gp.proposer = NEXT();
         else if (IS("--ddtree-budget")) o->gp.ddtree_budget = atoi(NEXT());
         else if (IS("--ddtree-topk")) o->gp.ddtree_topk = atoi(NEXT());
+        else if (IS("--draft-conf-threshold")) o->gp.draft_conf_threshold = strtof(NEXT(), NULL);
         else if (IS("-c") || IS("--ctx")) o->ep.n_ctx = atoll(NEXT());
         else if (IS("--batch")) o->ep.n_batch = atoll(NEXT());
         else if (IS("-t") || IS("--threads")) o->ep.n_threads = atoi(NEXT());
@@ -170,9 +175,10 @@ static void print_stats(const dspec_gen_stats *s, bool spec) {
     fprintf(stderr, "generated tokens: %" PRId64 ", decode %.1f tok/s%s\n", s->n_gen, dec_tps,
             s->stop_eog ? " (end of generation)" : "");
     if (!spec) return;
-    fprintf(stderr, "speculative: %" PRId64 " steps, tau %.3f, accepted %" PRId64 " of %" PRId64
-            " drafted; draft %.3f s, verify %.3f s, commit %.3f s\n", s->spec_steps, s->spec_tau,
-            s->spec_accepted, s->spec_drafted, s->t_draft, s->t_verify, s->t_commit);
+    fprintf(stderr, "speculative: %" PRId64 " steps (+%" PRId64 " plain), tau %.3f, accepted %"
+            PRId64 " of %" PRId64 " drafted; draft %.3f s, verify %.3f s, commit %.3f s\n",
+            s->spec_steps, s->plain_steps, s->spec_tau, s->spec_accepted, s->spec_drafted,
+            s->t_draft, s->t_verify, s->t_commit);
     fprintf(stderr, "per-position acceptance:");
     for (int i = 0; i < 64 && s->pos_tried[i]; i++) {
         fprintf(stderr, " %.2f", (double)s->pos_accepted[i] / (double)s->pos_tried[i]);

@@ -25,6 +25,7 @@ void dspec_gen_params_default(dspec_gen_params *p) {
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
     p->speculative = 1;
+    p->adaptive = 1;
 }
 
 dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err) {
@@ -167,6 +168,8 @@ static dspec_status generate_spec(dspec_session *s, const int32_t *ids, int64_t 
                         spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
     ds_spec_params params = {.n_slots = p->draft_block_size, .tree_budget = p->ddtree_budget,
                              .tree_topk = p->ddtree_topk, .sampler = plain_greedy ? NULL : smp};
+    if (p->adaptive) ds_spec_policy_params_default(&params.policy);
+    ds_draft_ctx_set_threshold(s->dctx, p->draft_conf_threshold);
     dspec_status st = ds_spec_new(&sp, ds_engine_model(s->e), s->st, &prop, &params, err);
     if (st != DSPEC_OK) return st;
     int32_t out[DS_SPEC_MAX_SLOTS];
@@ -183,6 +186,7 @@ static dspec_status generate_spec(dspec_session *s, const int32_t *ids, int64_t 
     em->stats->t_decode = ds_time_now() - t_dec;
     const ds_spec_stats *ss = ds_spec_stats_get(sp);
     em->stats->spec_steps = ss->steps;
+    em->stats->plain_steps = ss->plain_steps;
     em->stats->spec_drafted = ss->drafted;
     em->stats->spec_accepted = ss->accepted;
     em->stats->spec_tau = ds_spec_tau(ss);
@@ -202,6 +206,10 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
     if (!s->dctx) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "speculative decoding needs a drafter "
                           "(--draft)");
+    }
+    if (!(p->draft_conf_threshold >= 0.0f && p->draft_conf_threshold < 1.0f)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "draft confidence threshold %g outside [0, 1)",
+                          (double)p->draft_conf_threshold);
     }
     if (p->ddtree_budget < 0 || p->ddtree_budget > DS_DDTREE_MAX_NODES || p->ddtree_topk < 0 ||
         p->ddtree_topk > DS_DDTREE_MAX_K) {

@@ -116,11 +116,17 @@ def spec_checks(dspec, here, tmp):
                                  (d, ("--ddtree-budget", "6")),
                                  (gguf, ("--ddtree-budget", "12", "--ddtree-topk", "3"))):
                 r = run(dspec, "run", "-m", model, "--draft", draft, "-p", prompt, "-n", "24",
-                        *extra)
+                        "--no-adaptive", *extra)
                 tau = [l for l in r.stderr.decode().splitlines() if "tau" in l]
                 R.check(f"spec == plain: {variant} {'gguf' if draft == gguf else 'hf'} "
                         f"{' '.join(extra)}", r.stdout == plain, tau[0] if tau else "no stats")
-        r = run(dspec, "run", "-m", model, "--draft", os.path.join(fx, "dspark_b4_trained"),
+        dsp = os.path.join(fx, "dspark_b4_trained")
+        for extra in (("--draft-conf-threshold", "0.5", "--no-adaptive"), ()):
+            r = run(dspec, "run", "-m", model, "--draft", dsp, "-p", prompt, "-n", "24", *extra)
+            tau = [l for l in r.stderr.decode().splitlines() if "tau" in l]
+            R.check(f"spec == plain: dspark {' '.join(extra) or 'adaptive'}", r.stdout == plain,
+                    tau[0] if tau else "no stats")
+        r = run(dspec, "run", "-m", model, "--draft", dsp, "--no-adaptive",
                 "-p", prompt, "-n", "16", "--temp", "0.8", "--seed", "3", ok=False)
         R.check("sampled speculative run", r.returncode == 0,
                 r.stderr.decode(errors="replace").strip()[-160:])
