@@ -67,3 +67,6 @@ const ds_drafter *ds_engine_drafter(const dspec_engine *e) {
 const dspec_engine_params *ds_engine_params(const dspec_engine *e) {
     return &e->p;
 }
+int64_t ds_engine_n_ctx(const dspec_engine *e) {
+    return e->p.n_ctx > 0 ? e->p.n_ctx : 4096;
+}

@@ -3,11 +3,28 @@
 // decode or speculate -> streamed text). Calls spec/, draft/, model/, text/, sample/, backend/.
 // Called by server/ and cli/. Spec: DESIGN.md §2 "engine/".
 //
-// Usage: see include/dspec.h (dspec_engine_new, dspec_session_new, dspec_generate).
+// Usage (one-shot): see include/dspec.h (dspec_engine_new, dspec_session_new, dspec_generate).
+// Usage (stepped, for a scheduler that interleaves sessions and reuses prefixes):
+//     ds_gen_req r = {.ids = ids, .n = n, .p = &params, .fn = on_text, .user = u,
+//                     .from = snap_or_NULL, .save_at = pos, .n_save = 1,
+//                     .on_snap = keep_snapshot, .snap_user = cache};
+//     ds_gen_begin(s, &r, &err);
+//     bool done = false;
+//     while (!done && !cancelled) ds_gen_step(s, &done, &err);   // one prefill chunk or one step
+//     ds_gen_end(s, ok, &stats);
 //
 // Rules: an engine is immutable after creation and shared by its sessions; a session is used by
-// one thread at a time. Internal layers above (server/, cli/) may use these accessors to reach the
-// tokenizer and model for things the public API does not cover yet (chat rendering, tokenize).
+// one thread at a time, and so is the engine's backend: sessions of one engine must be stepped
+// from one thread (the server's scheduler). Internal layers above (server/, cli/) may use these
+// accessors to reach the tokenizer and model for things the public API does not cover.
+//
+// Prefix snapshots (server prefix reuse): a ds_snap holds the exact target state (KV rows and
+// recurrent state) after the first n_tokens prompt tokens, plus, when the engine has a drafter,
+// the drafter's input features (target taps) of those rows. Restoring copies the target state and
+// re-feeds the features to the session's drafter context, so the drafter context is rebuilt row
+// for row as a cold prefill builds it. The CPU forward does not depend on the batch size or the
+// chunking (STYLE.md §2.8), so generation from a restored snapshot equals a cold run token for
+// token, greedy or seeded sampling, plain or speculative.
 #pragma once
 
 #include "dspec.h"
@@ -15,7 +32,58 @@
 #include "model/model.h"
 #include "text/text.h"
 
+#include <stdbool.h>
+
 const ds_tok *ds_engine_tok(const dspec_engine *e);
 const ds_model *ds_engine_model(const dspec_engine *e);
 const ds_drafter *ds_engine_drafter(const dspec_engine *e);
 const dspec_engine_params *ds_engine_params(const dspec_engine *e);
+// Context size of the engine's sessions in tokens (after defaults).
+int64_t ds_engine_n_ctx(const dspec_engine *e);
+
+// ---- prefix snapshots ------------------------------------------------------------------------------
+
+typedef struct ds_snap ds_snap;
+
+void ds_snap_free(ds_snap *s);
+int64_t ds_snap_n_tokens(const ds_snap *s);
+const int32_t *ds_snap_tokens(const ds_snap *s);
+// Host memory the snapshot holds (state copy + features + tokens), for cache budgets.
+size_t ds_snap_bytes(const ds_snap *s);
+
+// Receives a new snapshot; takes ownership (free with ds_snap_free).
+typedef void (*ds_snap_fn)(ds_snap *snap, void *user);
+
+// ---- stepped generation ----------------------------------------------------------------------------
+
+#define DS_GEN_MAX_SAVES 4
+
+typedef struct ds_gen_req {
+    const int32_t *ids;      // prompt tokens; borrowed until ds_gen_end
+    int64_t n;               // 1 .. n_ctx - 1
+    const dspec_gen_params *p; // copied (p->proposer is borrowed until ds_gen_end)
+    dspec_text_fn fn;        // streamed text (optional); returning nonzero stops the run
+    void *user;
+    // Optional snapshot to start from: its tokens must equal ids[0 .. n_tokens) with n_tokens < n
+    // (borrowed during ds_gen_begin only). Snapshots come from sessions of the same engine.
+    const ds_snap *from;
+    // Positions (ascending, in (from's n_tokens, n)) after which the prefill saves a snapshot and
+    // hands it to on_snap. Ignored without on_snap.
+    int64_t save_at[DS_GEN_MAX_SAVES];
+    int n_save;
+    ds_snap_fn on_snap;
+    void *snap_user;
+} ds_gen_req;
+
+// Starts a run: validates the request (prompt length vs context, parameters, snapshot prefix),
+// restores the snapshot if any. No forward yet. Errors leave the session idle.
+dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *r, dspec_err *err);
+// One unit of work: a prefill chunk (at most n_batch rows, split at save positions), or one
+// decode / speculative step. *done becomes true when the run finished (end of generation,
+// max_tokens, full context, or the text callback asked to stop). On error the run is over.
+dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err);
+// Ends the run and frees its resources: flushes held-back text to fn when `flush`, and fills
+// *stats (optional). Safe to call after any error, and on an idle session (no-op).
+void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats);
+// True while the run is still prefilling (no token generated yet).
+bool ds_gen_prefilling(const dspec_session *s);

@@ -1,6 +1,8 @@
-// session.c: dspec_session and dspec_generate: tokenize, prefill, then plain decoding (sampler)
-// or greedy speculative decoding (spec/), streaming complete UTF-8 text to the caller.
-// Calls spec/, model/, draft/, text/, sample/. Called through include/dspec.h.
+// session.c: dspec_session and generation as a stepped run (ds_gen_begin / _step / _end: prefill
+// in chunks, then plain decoding (sampler) or speculative decoding (spec/)), streaming complete
+// UTF-8 text to the caller; prefix snapshots (save during prefill, restore at begin); and
+// dspec_generate on top of the stepped run. Calls spec/, model/, draft/, text/, sample/.
+// Called through include/dspec.h and engine.h.
 #include "engine/engine.h"
 #include "sample/sample.h"
 #include "spec/spec.h"
@@ -8,13 +10,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct ds_snap {
+    int32_t *tokens;
+    int64_t n;
+    ds_state *st;
+    float *feats; // [n * row] drafter input features, or NULL (engine without a drafter)
+    size_t bytes;
+};
+
+typedef enum run_phase { RUN_IDLE = 0, RUN_PREFILL, RUN_DECODE } run_phase;
+
+// Streaming output of generated tokens (stops at the first end-of-generation token).
+typedef struct emitter {
+    dspec_session *s;
+    dspec_text_fn fn;
+    void *user;
+    dspec_gen_stats *stats;
+    double t_start;
+    int64_t max_tokens;
+    bool done;
+} emitter;
+
+typedef struct gen_run {
+    run_phase phase;
+    bool failed;
+    dspec_gen_params p;
+    const int32_t *ids;
+    int64_t n;
+    int64_t cursor;            // prompt rows already in the target state
+    int64_t save_at[DS_GEN_MAX_SAVES];
+    int n_save, i_save;
+    ds_snap_fn on_snap;
+    void *snap_user;
+    float *flog;               // features of prompt rows [0, flog_rows) for snapshots
+    int64_t flog_rows;
+    bool spec;
+    ds_sampler *smp;
+    ds_spec *sp;
+    ds_drafter_proposer dp;
+    ds_proposer prop;
+    int32_t tok;               // plain decoding: last sampled token, not yet run
+    emitter em;
+    dspec_gen_stats stats;
+    double t_dec;
+} gen_run;
+
 struct dspec_session {
     dspec_engine *e;
+    ds_state_params sp;
     ds_state *st;
     ds_draft_ctx *dctx;     // NULL without a drafter
     ds_tok_stream *stream;
     float *logits;          // [n_vocab]
     ds_sample_probs probs;
+    int64_t n_batch;
+    int64_t row;            // floats per feature row (n_taps * n_embd), 0 without a drafter
+    float *feats;           // [n_batch * row] tap scratch of a prefill chunk
+    gen_run run;
 };
 
 void dspec_gen_params_default(dspec_gen_params *p) {
@@ -35,12 +87,20 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
     s->e = e;
     const dspec_engine_params *ep = ds_engine_params(e);
     const ds_model *m = ds_engine_model(e);
-    int64_t V = ds_model_hparams_get(m)->n_vocab;
-    ds_state_params sp = {.n_ctx = ep->n_ctx, .n_batch = ep->n_batch,
-                          .kv_type = ep->kv_f16 ? DS_TYPE_F16 : DS_TYPE_F32};
-    dspec_status st = ds_state_new(&s->st, m, &sp, err);
-    if (st == DSPEC_OK && ds_engine_drafter(e)) {
-        st = ds_draft_ctx_new(&s->dctx, ds_engine_drafter(e), ds_state_n_ctx(s->st), err);
+    const ds_model_hparams *hp = ds_model_hparams_get(m);
+    int64_t V = hp->n_vocab;
+    s->sp = (ds_state_params){.n_ctx = ep->n_ctx, .n_batch = ep->n_batch,
+                              .kv_type = ep->kv_f16 ? DS_TYPE_F16 : DS_TYPE_F32};
+    s->n_batch = ep->n_batch > 0 ? ep->n_batch : 256;
+    dspec_status st = ds_state_new(&s->st, m, &s->sp, err);
+    const ds_drafter *d = ds_engine_drafter(e);
+    if (st == DSPEC_OK && d) {
+        st = ds_draft_ctx_new(&s->dctx, d, ds_state_n_ctx(s->st), err);
+        s->row = (int64_t)ds_drafter_config(d)->n_taps * hp->n_embd;
+        if (st == DSPEC_OK &&
+            !(s->feats = malloc((size_t)(s->n_batch * s->row) * sizeof(float)))) {
+            st = ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory");
+        }
     }
     if (st == DSPEC_OK) st = ds_tok_stream_new(&s->stream, ds_engine_tok(e), false, err);
     if (st == DSPEC_OK) st = ds_sample_probs_init(&s->probs, V, err);
@@ -57,24 +117,86 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
 
 void dspec_session_free(dspec_session *s) {
     if (!s) return;
+    ds_gen_end(s, false, NULL);
     ds_state_free(s->st);
     ds_draft_ctx_free(s->dctx);
     ds_tok_stream_free(s->stream);
     ds_sample_probs_deinit(&s->probs);
     free(s->logits);
+    free(s->feats);
     free(s);
 }
 
-// Streaming output of generated tokens (stops at the first end-of-generation token).
-typedef struct emitter {
-    dspec_session *s;
-    dspec_text_fn fn;
-    void *user;
-    dspec_gen_stats *stats;
-    double t_start;
-    int64_t max_tokens;
-    bool done;
-} emitter;
+// ---- snapshots ---------------------------------------------------------------------------------
+
+void ds_snap_free(ds_snap *s) {
+    if (!s) return;
+    ds_state_free(s->st);
+    free(s->feats);
+    free(s->tokens);
+    free(s);
+}
+int64_t ds_snap_n_tokens(const ds_snap *s) {
+    return s->n;
+}
+const int32_t *ds_snap_tokens(const ds_snap *s) {
+    return s->tokens;
+}
+size_t ds_snap_bytes(const ds_snap *s) {
+    return s->bytes;
+}
+
+// Snapshot of the session at the current prefill cursor, handed to on_snap. Failing to make one
+// only costs the reuse, so errors are logged, not returned.
+static void snap_save(dspec_session *s) {
+    gen_run *r = &s->run;
+    int64_t n = r->cursor;
+    ds_snap *sn = calloc(1, sizeof(*sn));
+    dspec_err err = {0};
+    bool ok = sn && (sn->tokens = malloc((size_t)n * sizeof(int32_t)));
+    if (ok && r->flog) ok = (sn->feats = malloc((size_t)(n * s->row) * sizeof(float))) != NULL;
+    if (ok) {
+        ok = ds_state_new(&sn->st, ds_engine_model(s->e), &s->sp, &err) == DSPEC_OK &&
+             ds_state_copy(sn->st, s->st, &err) == DSPEC_OK;
+    }
+    if (!ok) {
+        ds_log(DS_LOG_WARN, "engine: no prefix snapshot at %" PRId64 " tokens: %s", n,
+               err.msg[0] ? err.msg : "out of memory");
+        ds_snap_free(sn);
+        return;
+    }
+    sn->n = n;
+    memcpy(sn->tokens, r->ids, (size_t)n * sizeof(int32_t));
+    if (r->flog) memcpy(sn->feats, r->flog, (size_t)(n * s->row) * sizeof(float));
+    sn->bytes = sizeof(*sn) + (size_t)n * sizeof(int32_t) + ds_state_kv_bytes(sn->st) +
+                ds_state_recurrent_bytes(sn->st) +
+                (sn->feats ? (size_t)(n * s->row) * sizeof(float) : 0);
+    r->on_snap(sn, r->snap_user);
+}
+
+// Puts the session at the snapshot's position: target state copied, drafter context re-fed with
+// the snapshot's features (the same rows a cold prefill appends).
+static dspec_status snap_restore(dspec_session *s, const ds_snap *from, dspec_err *err) {
+    gen_run *r = &s->run;
+    if (from->n >= r->n || memcmp(from->tokens, r->ids, (size_t)from->n * sizeof(int32_t))) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "snapshot of %" PRId64 " tokens is not a "
+                          "proper prefix of the %" PRId64 "-token prompt", from->n, r->n);
+    }
+    if (s->dctx && !from->feats) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "snapshot without drafter features");
+    }
+    dspec_status st = ds_state_copy(s->st, from->st, err);
+    if (st == DSPEC_OK && s->dctx) st = ds_draft_ctx_append(s->dctx, from->feats, from->n, err);
+    if (st == DSPEC_OK && r->flog) {
+        int64_t rows = DS_MIN(from->n, r->flog_rows);
+        memcpy(r->flog, from->feats, (size_t)(rows * s->row) * sizeof(float));
+    }
+    r->cursor = from->n;
+    r->stats.n_cached = from->n;
+    return st;
+}
+
+// ---- emitting ----------------------------------------------------------------------------------
 
 static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, dspec_err *err) {
     for (int64_t i = 0; i < n && !em->done; i++) {
@@ -94,12 +216,13 @@ static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, dspec_err 
     return DSPEC_OK;
 }
 
-static dspec_status emit_flush(emitter *em) {
+static void emit_flush(emitter *em) {
     ds_str piece;
     ds_tok_stream_flush(em->s->stream, &piece);
     if (piece.len && em->fn) em->fn(piece.ptr, piece.len, em->user);
-    return DSPEC_OK;
 }
+
+// ---- run setup -----------------------------------------------------------------------------------
 
 static dspec_status new_sampler(ds_sampler **out, const dspec_gen_params *p, int64_t V,
                                 dspec_err *err) {
@@ -117,28 +240,6 @@ static dspec_status new_sampler(ds_sampler **out, const dspec_gen_params *p, int
     return ds_sample_new(out, &sp, V, err);
 }
 
-static dspec_status generate_plain(dspec_session *s, const int32_t *ids, int64_t n,
-                                   ds_sampler *smp, emitter *em, dspec_err *err) {
-    const ds_model *m = ds_engine_model(s->e);
-    int64_t V = ds_model_hparams_get(m)->n_vocab;
-    ds_batch b = {.n = n, .tokens = ids, .n_logits = 1, .logits = s->logits};
-    dspec_status st = ds_model_forward(m, s->st, &b, err);
-    em->stats->t_load_prompt = ds_time_now() - em->t_start;
-    double t_dec = 0.0;
-    while (st == DSPEC_OK) {
-        int32_t tok;
-        st = ds_sample_token(smp, s->logits, V, &s->probs, &tok, err);
-        if (st != DSPEC_OK) break;
-        if (em->stats->n_gen == 0) t_dec = ds_time_now();
-        if ((st = emit(em, &tok, 1, err)) != DSPEC_OK || em->done) break;
-        if (ds_state_n_past(s->st) >= ds_state_n_ctx(s->st)) break;
-        ds_batch one = {.n = 1, .tokens = &tok, .n_logits = 1, .logits = s->logits};
-        st = ds_model_forward(m, s->st, &one, err);
-    }
-    if (t_dec > 0.0) em->stats->t_decode = ds_time_now() - t_dec;
-    return st;
-}
-
 static ds_propose parse_proposer(const char *name, bool *ok) {
     *ok = true;
     if (!name || !strcmp(name, "auto")) return DS_PROPOSE_AUTO;
@@ -147,58 +248,6 @@ static ds_propose parse_proposer(const char *name, bool *ok) {
     if (!strcmp(name, "selector")) return DS_PROPOSE_SELECTOR;
     *ok = false;
     return DS_PROPOSE_AUTO;
-}
-
-static dspec_status generate_spec(dspec_session *s, const int32_t *ids, int64_t n,
-                                  const dspec_gen_params *p, ds_sampler *smp, emitter *em,
-                                  dspec_err *err) {
-    bool ok;
-    ds_drafter_proposer dp = {.ctx = s->dctx, .how = parse_proposer(p->proposer, &ok)};
-    if (!ok) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "unknown proposer '%s' (auto, argmax, markov, "
-                          "selector)", p->proposer);
-    }
-    ds_proposer prop;
-    ds_spec_proposer_from_drafter(&prop, &dp, ds_engine_drafter(s->e));
-    ds_spec *sp;
-    // The greedy fast path compares argmaxes on the device; penalties or temperature need the
-    // sampler's processed distributions.
-    const ds_sample_params *spp = ds_sample_get_params(smp);
-    bool plain_greedy = spp->temperature <= 0.0f && spp->repeat_penalty == 1.0f &&
-                        spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
-    ds_spec_params params = {.n_slots = p->draft_block_size, .tree_budget = p->ddtree_budget,
-                             .tree_topk = p->ddtree_topk, .sampler = plain_greedy ? NULL : smp};
-    if (p->adaptive) ds_spec_policy_params_default(&params.policy);
-    ds_draft_ctx_set_threshold(s->dctx, p->draft_conf_threshold);
-    dspec_status st = ds_spec_new(&sp, ds_engine_model(s->e), s->st, &prop, &params, err);
-    if (st != DSPEC_OK) return st;
-    int32_t out[DS_SPEC_MAX_SLOTS];
-    st = ds_spec_prefill(sp, ids, n, &out[0], err);
-    em->stats->t_load_prompt = ds_time_now() - em->t_start;
-    double t_dec = ds_time_now();
-    if (st == DSPEC_OK) st = emit(em, out, 1, err);
-    while (st == DSPEC_OK && !em->done && ds_state_n_past(s->st) < ds_state_n_ctx(s->st)) {
-        int64_t budget = p->max_tokens > 0 ? p->max_tokens - em->stats->n_gen : INT64_MAX;
-        int64_t n_out;
-        st = ds_spec_step(sp, budget, out, &n_out, err);
-        if (st == DSPEC_OK) st = emit(em, out, n_out, err);
-    }
-    em->stats->t_decode = ds_time_now() - t_dec;
-    const ds_spec_stats *ss = ds_spec_stats_get(sp);
-    em->stats->spec_steps = ss->steps;
-    em->stats->plain_steps = ss->plain_steps;
-    em->stats->spec_drafted = ss->drafted;
-    em->stats->spec_accepted = ss->accepted;
-    em->stats->spec_tau = ds_spec_tau(ss);
-    em->stats->t_draft = ss->t_draft;
-    em->stats->t_verify = ss->t_verify;
-    em->stats->t_commit = ss->t_commit + ss->t_feed;
-    for (int i = 0; i < 64 && i < DS_SPEC_MAX_SLOTS; i++) {
-        em->stats->pos_tried[i] = ss->pos_tried[i];
-        em->stats->pos_accepted[i] = ss->pos_accepted[i];
-    }
-    ds_spec_free(sp);
-    return st;
 }
 
 static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_params *p,
@@ -217,8 +266,231 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
                           "out of range", p->ddtree_budget, DS_DDTREE_MAX_NODES, p->ddtree_topk,
                           DS_DDTREE_MAX_K);
     }
+    bool ok;
+    parse_proposer(p->proposer, &ok);
+    if (!ok) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "unknown proposer '%s' (auto, argmax, markov, "
+                          "selector)", p->proposer);
+    }
     return DSPEC_OK;
 }
+
+static dspec_status new_spec(dspec_session *s, dspec_err *err) {
+    gen_run *r = &s->run;
+    bool ok;
+    r->dp = (ds_drafter_proposer){.ctx = s->dctx, .how = parse_proposer(r->p.proposer, &ok)};
+    ds_spec_proposer_from_drafter(&r->prop, &r->dp, ds_engine_drafter(s->e));
+    // The greedy fast path compares argmaxes on the device; penalties or temperature need the
+    // sampler's processed distributions.
+    const ds_sample_params *spp = ds_sample_get_params(r->smp);
+    bool plain_greedy = spp->temperature <= 0.0f && spp->repeat_penalty == 1.0f &&
+                        spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
+    ds_spec_params params = {.n_slots = r->p.draft_block_size, .tree_budget = r->p.ddtree_budget,
+                             .tree_topk = r->p.ddtree_topk,
+                             .sampler = plain_greedy ? NULL : r->smp};
+    if (r->p.adaptive) ds_spec_policy_params_default(&params.policy);
+    ds_draft_ctx_set_threshold(s->dctx, r->p.draft_conf_threshold);
+    return ds_spec_new(&r->sp, ds_engine_model(s->e), s->st, &r->prop, &params, err);
+}
+
+dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *err) {
+    ds_gen_end(s, false, NULL);
+    gen_run *r = &s->run;
+    memset(r, 0, sizeof(*r));
+    if (req->p) {
+        r->p = *req->p;
+    } else {
+        dspec_gen_params_default(&r->p);
+    }
+    r->ids = req->ids;
+    r->n = req->n;
+    r->spec = r->p.speculative && s->dctx;
+    r->em = (emitter){.s = s, .fn = req->fn, .user = req->user, .stats = &r->stats,
+                      .t_start = ds_time_now(), .max_tokens = r->p.max_tokens};
+    r->stats.n_prompt = req->n;
+    dspec_status st = r->spec ? check_spec_params(s, &r->p, err) : DSPEC_OK;
+    if (st == DSPEC_OK && req->n <= 0) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "empty prompt");
+    } else if (st == DSPEC_OK && req->n >= ds_state_n_ctx(s->st)) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "prompt of %" PRId64 " tokens does not fit the "
+                        "context of %" PRId64 " tokens", req->n, ds_state_n_ctx(s->st));
+    }
+    int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
+    if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, err);
+    for (int64_t i = 0; i < req->n && st == DSPEC_OK; i++) {
+        st = ds_sample_accept(r->smp, req->ids[i], err);
+    }
+    int64_t lo = req->from ? ds_snap_n_tokens(req->from) : 0;
+    if (st == DSPEC_OK && req->on_snap) {
+        for (int i = 0; i < req->n_save && i < DS_GEN_MAX_SAVES; i++) {
+            int64_t at = req->save_at[i];
+            if (at <= lo || at >= req->n || (r->n_save && at <= r->save_at[r->n_save - 1])) {
+                continue; // outside (lo, n) or not ascending: nothing to save there
+            }
+            r->save_at[r->n_save++] = at;
+        }
+        r->on_snap = req->on_snap;
+        r->snap_user = req->snap_user;
+    }
+    if (st == DSPEC_OK && r->n_save && s->dctx) {
+        r->flog_rows = r->save_at[r->n_save - 1];
+        if (!(r->flog = malloc((size_t)(r->flog_rows * s->row) * sizeof(float)))) {
+            st = ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory (%" PRId64 " feature "
+                            "rows)", r->flog_rows);
+        }
+    }
+    if (st == DSPEC_OK) {
+        ds_state_reset(s->st);
+        if (s->dctx) ds_draft_ctx_reset(s->dctx);
+        ds_tok_stream_reset(s->stream);
+        if (req->from) st = snap_restore(s, req->from, err);
+    }
+    if (st == DSPEC_OK && r->spec) st = new_spec(s, err);
+    if (st != DSPEC_OK) {
+        r->phase = RUN_PREFILL; // so that ds_gen_end frees what was made
+        ds_gen_end(s, false, NULL);
+        return st;
+    }
+    r->phase = RUN_PREFILL;
+    return DSPEC_OK;
+}
+
+// ---- steps -----------------------------------------------------------------------------------
+
+// A prefill chunk before the last: target rows [cursor, end) with taps when the drafter needs them
+// (speculative run) or a snapshot will (feature log).
+static dspec_status prefill_chunk(dspec_session *s, int64_t end, dspec_err *err) {
+    gen_run *r = &s->run;
+    int64_t cn = end - r->cursor;
+    bool taps = s->dctx && (r->spec || r->cursor < r->flog_rows);
+    const ds_draft_config *dc = s->dctx ? ds_drafter_config(ds_engine_drafter(s->e)) : NULL;
+    ds_batch b = {.n = cn, .tokens = r->ids + r->cursor};
+    if (taps) {
+        b.n_taps = dc->n_taps;
+        b.tap_layers = dc->target_layer_ids;
+        b.taps = s->feats;
+    }
+    dspec_status st = ds_model_forward(ds_engine_model(s->e), s->st, &b, err);
+    if (st == DSPEC_OK && taps && r->spec) st = ds_draft_ctx_append(s->dctx, s->feats, cn, err);
+    if (st == DSPEC_OK && taps && r->cursor < r->flog_rows) {
+        int64_t rows = DS_MIN(end, r->flog_rows) - r->cursor;
+        memcpy(r->flog + r->cursor * s->row, s->feats, (size_t)(rows * s->row) * sizeof(float));
+    }
+    if (st != DSPEC_OK) return st;
+    r->cursor = end;
+    if (r->i_save < r->n_save && r->cursor == r->save_at[r->i_save]) {
+        r->i_save++;
+        snap_save(s);
+    }
+    return DSPEC_OK;
+}
+
+// The last prefill chunk [cursor, n): logits of the last row, first token emitted.
+static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
+    gen_run *r = &s->run;
+    const ds_model *m = ds_engine_model(s->e);
+    int64_t V = ds_model_hparams_get(m)->n_vocab;
+    dspec_status st;
+    if (r->spec) {
+        int32_t first;
+        st = ds_spec_prefill(r->sp, r->ids + r->cursor, r->n - r->cursor, &first, err);
+        r->stats.t_load_prompt = ds_time_now() - r->em.t_start;
+        r->t_dec = ds_time_now();
+        if (st == DSPEC_OK) st = emit(&r->em, &first, 1, err);
+    } else {
+        ds_batch b = {.n = r->n - r->cursor, .tokens = r->ids + r->cursor, .n_logits = 1,
+                      .logits = s->logits};
+        st = ds_model_forward(m, s->st, &b, err);
+        r->stats.t_load_prompt = ds_time_now() - r->em.t_start;
+        if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
+        r->t_dec = ds_time_now();
+        if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, err);
+    }
+    r->cursor = r->n;
+    r->phase = RUN_DECODE;
+    return st;
+}
+
+static dspec_status decode_step(dspec_session *s, dspec_err *err) {
+    gen_run *r = &s->run;
+    const ds_model *m = ds_engine_model(s->e);
+    if (r->spec) {
+        int64_t budget = r->p.max_tokens > 0 ? r->p.max_tokens - r->stats.n_gen : INT64_MAX;
+        int32_t out[DS_SPEC_MAX_SLOTS];
+        int64_t n_out;
+        dspec_status st = ds_spec_step(r->sp, budget, out, &n_out, err);
+        return st == DSPEC_OK ? emit(&r->em, out, n_out, err) : st;
+    }
+    int64_t V = ds_model_hparams_get(m)->n_vocab;
+    ds_batch one = {.n = 1, .tokens = &r->tok, .n_logits = 1, .logits = s->logits};
+    dspec_status st = ds_model_forward(m, s->st, &one, err);
+    if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
+    if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, err);
+    return st;
+}
+
+dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err) {
+    gen_run *r = &s->run;
+    *done = true;
+    if (r->phase == RUN_IDLE || r->failed) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "session: step without a running generation");
+    }
+    dspec_status st;
+    if (r->phase == RUN_PREFILL) {
+        int64_t end = DS_MIN(r->cursor + s->n_batch, r->n);
+        if (r->i_save < r->n_save) end = DS_MIN(end, r->save_at[r->i_save]);
+        st = end < r->n ? prefill_chunk(s, end, err) : prefill_last(s, err);
+    } else {
+        st = r->em.done || ds_state_n_past(s->st) >= ds_state_n_ctx(s->st) ? DSPEC_OK
+                                                                             : decode_step(s, err);
+        if (st == DSPEC_OK && !r->em.done && ds_state_n_past(s->st) >= ds_state_n_ctx(s->st)) {
+            r->em.done = true; // context full
+        }
+    }
+    if (st != DSPEC_OK) {
+        r->failed = true;
+        return st;
+    }
+    *done = r->phase == RUN_DECODE &&
+            (r->em.done || ds_state_n_past(s->st) >= ds_state_n_ctx(s->st));
+    return DSPEC_OK;
+}
+
+bool ds_gen_prefilling(const dspec_session *s) {
+    return s->run.phase == RUN_PREFILL;
+}
+
+void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats) {
+    gen_run *r = &s->run;
+    if (r->phase == RUN_IDLE) {
+        if (stats) memset(stats, 0, sizeof(*stats));
+        return;
+    }
+    if (flush && !r->failed && r->phase == RUN_DECODE) emit_flush(&r->em);
+    if (r->phase == RUN_DECODE && r->t_dec > 0.0) r->stats.t_decode = ds_time_now() - r->t_dec;
+    if (r->sp) {
+        const ds_spec_stats *ss = ds_spec_stats_get(r->sp);
+        r->stats.spec_steps = ss->steps;
+        r->stats.plain_steps = ss->plain_steps;
+        r->stats.spec_drafted = ss->drafted;
+        r->stats.spec_accepted = ss->accepted;
+        r->stats.spec_tau = ds_spec_tau(ss);
+        r->stats.t_draft = ss->t_draft;
+        r->stats.t_verify = ss->t_verify;
+        r->stats.t_commit = ss->t_commit + ss->t_feed;
+        for (int i = 0; i < 64 && i < DS_SPEC_MAX_SLOTS; i++) {
+            r->stats.pos_tried[i] = ss->pos_tried[i];
+            r->stats.pos_accepted[i] = ss->pos_accepted[i];
+        }
+    }
+    if (stats) *stats = r->stats;
+    ds_spec_free(r->sp);
+    ds_sample_free(r->smp);
+    free(r->flog);
+    memset(r, 0, sizeof(*r));
+}
+
+// ---- one-shot generation -----------------------------------------------------------------------
 
 dspec_status dspec_generate(dspec_session *s, const char *prompt, size_t len,
                             const dspec_gen_params *p, dspec_text_fn fn, void *user,
@@ -228,41 +500,22 @@ dspec_status dspec_generate(dspec_session *s, const char *prompt, size_t len,
         dspec_gen_params_default(&defaults);
         p = &defaults;
     }
-    dspec_gen_stats local;
-    if (!stats) stats = &local;
-    memset(stats, 0, sizeof(*stats));
-    emitter em = {.s = s, .fn = fn, .user = user, .stats = stats, .t_start = ds_time_now(),
-                  .max_tokens = p->max_tokens};
-    bool spec = p->speculative && s->dctx;
-    dspec_status st = spec ? check_spec_params(s, p, err) : DSPEC_OK;
-    if (st != DSPEC_OK) return st;
+    if (stats) memset(stats, 0, sizeof(*stats));
+    if (p->speculative && s->dctx) {
+        dspec_status st = check_spec_params(s, p, err);
+        if (st != DSPEC_OK) return st;
+    }
     int32_t *ids = NULL;
     int64_t n = 0;
-    st = ds_tok_encode_alloc(ds_engine_tok(s->e), prompt, len, p->parse_special != 0, &ids, &n,
-                             err);
+    dspec_status st = ds_tok_encode_alloc(ds_engine_tok(s->e), prompt, len,
+                                          p->parse_special != 0, &ids, &n, err);
     if (st != DSPEC_OK) return st;
-    stats->n_prompt = n;
-    if (n == 0) {
-        st = ds_err_set(err, DSPEC_ERR_INVALID, "empty prompt");
-    } else if (n >= ds_state_n_ctx(s->st)) {
-        st = ds_err_set(err, DSPEC_ERR_INVALID, "prompt of %" PRId64 " tokens does not fit the "
-                        "context of %" PRId64 " tokens", n, ds_state_n_ctx(s->st));
-    }
-    ds_sampler *smp = NULL;
-    if (st == DSPEC_OK) {
-        int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
-        st = new_sampler(&smp, p, V, err);
-    }
-    for (int64_t i = 0; i < n && st == DSPEC_OK; i++) st = ds_sample_accept(smp, ids[i], err);
-    if (st == DSPEC_OK) {
-        ds_state_reset(s->st);
-        if (s->dctx) ds_draft_ctx_reset(s->dctx);
-        ds_tok_stream_reset(s->stream);
-        st = spec ? generate_spec(s, ids, n, p, smp, &em, err)
-                  : generate_plain(s, ids, n, smp, &em, err);
-    }
-    ds_sample_free(smp);
-    if (st == DSPEC_OK) emit_flush(&em);
+    ds_gen_req req = {.ids = ids, .n = n, .p = p, .fn = fn, .user = user};
+    st = ds_gen_begin(s, &req, err);
+    bool done = st != DSPEC_OK;
+    while (!done && st == DSPEC_OK) st = ds_gen_step(s, &done, err);
+    ds_gen_end(s, st == DSPEC_OK, stats);
+    if (stats && st != DSPEC_OK && stats->n_prompt == 0) stats->n_prompt = n;
     free(ids);
     return st;
 }
