@@ -7,7 +7,7 @@ bad=0
 for lib in "$dir"/libds_*.a; do
   [ -e "$lib" ] || continue
   case "$lib" in *libds_cuda.a) continue ;; esac
-  syms=$(nm -g --defined-only "$lib" 2>/dev/null | awk 'NF==3 {print $3}' | grep -Ev '^(ds_|dspec_)' || true)
+  syms=$(nm -g --defined-only "$lib" 2>/dev/null | awk 'NF==3 {print $3}' | grep -Ev '^(ds_|dspec_|__odr_asan|__asan|__ubsan|__sancov)' || true)
   if [ -n "$syms" ]; then
     echo "$lib: global symbols without ds_/dspec_ prefix:"
     echo "$syms" | sed 's/^/  /'

@@ -18,8 +18,8 @@ void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const 
         in[K - 1] = ds_cpu_row(x, t, 0, 0);
         int64_t cur = t, win = K - 2; // next window slot to use once the batch history ends
         for (int64_t j = K - 2; j >= 0; j--) {
-            int64_t prev = parent ? parent[cur] : cur - 1;
-            if (cur >= 0 && prev >= 0) {
+            int64_t prev = cur < 0 ? -1 : parent ? parent[cur] : cur - 1;
+            if (prev >= 0) {
                 in[j] = ds_cpu_row(x, prev, 0, 0);
                 cur = prev;
             } else {
