@@ -159,3 +159,13 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
 // The CPU backend's pool (for callers that run host-side loops in parallel), or NULL.
 ds_pool *ds_backend_cpu_pool(ds_backend *be);
 void ds_backend_free(ds_backend *be);
+
+// ---- CUDA backend (backend/cuda; linked only when CMake found nvcc: callers test DSPEC_HAVE_CUDA)
+// One device, one stream, device memory via cudaMalloc; weights_in_host_memory is false (the
+// model uploads weights with alloc + write). Host array arguments of ops are staged to the device
+// in stream order; read and argmax wait for the stream. Numerics and batch invariance:
+// docs/cuda.md. Errors: DSPEC_ERR_DEVICE (no such device, CUDA failure), DSPEC_ERR_UNSUPPORTED
+// (compute capability below 8.0).
+dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_err *err);
+// Number of visible CUDA devices (0 when there is none or no driver).
+int ds_cuda_device_count(void);

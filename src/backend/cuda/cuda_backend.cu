@@ -1,11 +1,258 @@
-// cuda_backend.cu: CUDA backend entry points (skeleton; kernels arrive with issue #7).
-// Calls the CUDA runtime. Called through backend/backend.h only.
-#include <cuda_runtime.h>
+// cuda_backend.cu: the CUDA backend object: construction on one device with one stream, device
+// memory (cudaMalloc, no managed memory), copies, the staging ring for host op arguments, the
+// per-op scratch buffer, error handling (sticky "dead" state) and the op table.
+// Calls the CUDA runtime and cuda_ops.h. Called through backend/backend.h (ds_backend_cuda_new).
+// Spec: DESIGN.md §7, STYLE.md §2.4 and §2.9, docs/cuda.md.
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { STAGE_MIN = 4 << 20 }; // staging ring bytes (grows for larger argument arrays)
+
+bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *file, int line) {
+    if (e == cudaSuccess) {
+        return true;
+    }
+    ds_log(DS_LOG_ERROR, "cuda: %s:%d: %s failed: %s (%s); the backend is unusable from now on",
+           file, line, expr, cudaGetErrorName(e), cudaGetErrorString(e));
+    c->dead = true;
+    return false;
+}
+
+bool ds_cuda_alive(ds_cuda_ctx *c, const char *op) {
+    if (c->dead) {
+        ds_log(DS_LOG_ERROR, "cuda: %s skipped: an earlier CUDA call failed", op);
+        return false;
+    }
+    return true;
+}
+
+void ds_cuda_launched(ds_cuda_ctx *c, const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        ds_log(DS_LOG_ERROR, "cuda: %s: launch failed: %s", op, cudaGetErrorName(e));
+        c->dead = true;
+        return;
+    }
+#ifdef DSPEC_CUDA_SYNC
+    e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        ds_log(DS_LOG_ERROR, "cuda: %s: kernel failed: %s", op, cudaGetErrorName(e));
+        c->dead = true;
+    }
+#endif
+}
+
+static bool stage_alloc(ds_cuda_ctx *c, size_t cap) {
+    if (c->stage_h) cudaFreeHost(c->stage_h);
+    if (c->stage_d) cudaFree(c->stage_d);
+    c->stage_h = NULL;
+    c->stage_d = NULL;
+    c->stage_cap = 0;
+    c->stage_pos = 0;
+    if (!DS_CUDA_TRY(c, cudaMallocHost((void **)&c->stage_h, cap)) ||
+        !DS_CUDA_TRY(c, cudaMalloc((void **)&c->stage_d, cap))) {
+        return false;
+    }
+    c->stage_cap = cap;
+    return true;
+}
+
+const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n) {
+    size_t need = ds_cuda_align(n ? n : 1, 16);
+    if (c->stage_pos + need > c->stage_cap) {
+        // The pinned region about to be rewritten may still feed queued copies: wait for them.
+        DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+        c->stage_pos = 0;
+        if (need > c->stage_cap && !stage_alloc(c, DS_MAX(2 * need, (size_t)STAGE_MIN))) {
+            return NULL;
+        }
+    }
+    uint8_t *h = c->stage_h + c->stage_pos;
+    uint8_t *d = c->stage_d + c->stage_pos;
+    if (n) memcpy(h, host, n);
+    DS_CUDA_TRY(c, cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, c->stream));
+    c->stage_pos += need;
+    return d;
+}
+
+void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n) {
+    if (n > c->scratch_size) {
+        // cudaFree waits for the device, so queued ops still using the old buffer finish first.
+        if (c->scratch_d) DS_CUDA_TRY(c, cudaFree(c->scratch_d));
+        c->scratch_d = NULL;
+        c->scratch_size = 0;
+        size_t grow = ds_cuda_align(n + n / 4, 1 << 20);
+        if (!DS_CUDA_TRY(c, cudaMalloc((void **)&c->scratch_d, grow))) {
+            ds_log(DS_LOG_ERROR, "cuda: scratch of %zu bytes could not be allocated", grow);
+            return NULL;
+        }
+        c->scratch_size = grow;
+    }
+    return c->scratch_d;
+}
+
+bool ds_cuda_ok(ds_backend *be) {
+    return !ds_cuda_of(be)->dead;
+}
+
+// ---- memory and copies ---------------------------------------------------------------------------
+
+static void cuda_read(ds_backend *be, void *dst_host, const void *src, size_t n) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "read") || n == 0) return;
+    DS_CUDA_TRY(c, cudaMemcpyAsync(dst_host, src, n, cudaMemcpyDeviceToHost, c->stream));
+    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "write") || n == 0) return;
+    // Pageable source: the copy is complete (and the host buffer reusable) when the sync returns.
+    DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, c->stream));
+    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_copy(ds_backend *be, void *dst, const void *src, size_t n) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "copy") || n == 0 || dst == src) return;
+    DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+static void *cuda_alloc(ds_backend *be, size_t n) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (c->dead) return NULL;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n ? n : 256);
+    if (e != cudaSuccess) {
+        // Out of memory is not fatal for the backend: report it and let the caller fail cleanly.
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        ds_log(DS_LOG_ERROR, "cuda: cannot allocate %zu bytes on cuda:%d (%s; %.1f GiB free of "
+               "%.1f GiB)", n, c->device, cudaGetErrorName(e), free_b / 1073741824.0,
+               total_b / 1073741824.0);
+        return NULL;
+    }
+    if (!DS_CUDA_TRY(c, cudaMemsetAsync(p, 0, n, c->stream))) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(ds_backend *be, void *p) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (p) DS_CUDA_TRY(c, cudaFree(p));
+}
+
+static void cuda_sync(ds_backend *be) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!c->dead) DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_destroy(ds_backend *be) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    if (c->scratch_d) cudaFree(c->scratch_d);
+    if (c->stage_d) cudaFree(c->stage_d);
+    if (c->stage_h) cudaFreeHost(c->stage_h);
+    cudaStreamDestroy(c->stream);
+    free(c);
+    free(be);
+}
 
 extern "C" int ds_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
         return 0;
     }
     return n;
+}
+
+extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_err *err) {
+    *out = NULL;
+    int n_dev = ds_cuda_device_count();
+    if (device < 0 || device >= n_dev) {
+        return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d requested, %d device(s) visible",
+                          device, n_dev);
+    }
+    ds_backend *be = (ds_backend *)calloc(1, sizeof(*be));
+    ds_cuda_ctx *c = (ds_cuda_ctx *)calloc(1, sizeof(*c));
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "cuda backend: out of memory");
+    }
+    c->device = device;
+    cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+    if (e == cudaSuccess && prop.major < 8) {
+        free(be);
+        free(c);
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "cuda: device %d (%s) has compute capability "
+                          "%d.%d; the kernels need 8.0 or newer (int8 mma.sync)", device,
+                          prop.name, prop.major, prop.minor);
+    }
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        free(be);
+        free(c);
+        return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d: %s (%s)", device,
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    c->n_sm = prop.multiProcessorCount;
+    if (!stage_alloc(c, STAGE_MIN)) {
+        cudaStreamDestroy(c->stream);
+        free(be);
+        free(c);
+        return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d: cannot allocate the %d-byte "
+                          "staging buffers", device, (int)STAGE_MIN);
+    }
+    be->name = "cuda";
+    be->ctx = c;
+    be->weights_in_host_memory = false;
+    ds_backend_ops ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.matmul = ds_cuda_matmul;
+    ops.matmul_id = ds_cuda_matmul_id;
+    ops.get_rows = ds_cuda_get_rows;
+    ops.rmsnorm = ds_cuda_rmsnorm;
+    ops.add = ds_cuda_add;
+    ops.swiglu = ds_cuda_swiglu;
+    ops.mul_sigmoid = ds_cuda_mul_sigmoid;
+    ops.rope_neox = ds_cuda_rope_neox;
+    ops.store_rows = ds_cuda_store_rows;
+    ops.attention = ds_cuda_attention;
+    ops.conv_silu = ds_cuda_conv_silu;
+    ops.gdn_gates = ds_cuda_gdn_gates;
+    ops.gated_delta = ds_cuda_gated_delta;
+    ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
+    ops.argmax = ds_cuda_argmax;
+    ops.read = cuda_read;
+    ops.write = cuda_write;
+    ops.copy = cuda_copy;
+    ops.alloc = cuda_alloc;
+    ops.free = cuda_free;
+    ops.sync = cuda_sync;
+    ops.destroy = cuda_destroy;
+    ops.attention_rows = ds_cuda_attention_rows;
+    ops.rope_neox_freq = ds_cuda_rope_neox_freq;
+    ops.dyn_conv = ds_cuda_dyn_conv;
+    ops.scale_softcap = ds_cuda_scale_softcap;
+    be->ops = ops;
+    ds_log(DS_LOG_INFO, "cuda: device %d: %s, %d SMs, %.1f GiB", device, prop.name, c->n_sm,
+           prop.totalGlobalMem / 1073741824.0);
+    *out = be;
+    return DSPEC_OK;
 }

@@ -1,0 +1,278 @@
+// attention.cu: softmax attention of a batch of query rows against the K/V cache (F32 or F16),
+// with chain, tree (parent chains) or explicit per-row [lo, hi) visibility; GQA (one block serves
+// the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
+// Split-KV: the visible keys of a row are cut into chunks of ATT_CH (grid.z); each chunk writes
+// its max, sum and unnormalised output, and attn_combine merges the chunks in order. Chunk
+// boundaries depend only on the row's own visible list, so a row's output is bitwise the same
+// in a verify batch, a tree, or alone (DESIGN.md §4.2). Calls common.cuh. Called through the op
+// table. Spec: backend.h (attention, attention_rows), target-qwen35.md §2.8.
+//   bytes: per row and kv head: n_vis*hd*2*sizeof(KV) + partials n_head*chunks*(hd+2)*8
+//   flops: 4*n*n_head*n_vis*hd
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+#include <stdlib.h>
+
+enum { ATT_CH = 256, ATT_THREADS = 256, ATT_GMAX = 16 };
+
+struct attn_args {
+    const char *q;
+    int64_t q_nb1, q_nb2;   // bytes: per head, per row
+    const char *k, *v;
+    int64_t k_nb1, v_nb1;   // bytes per cache row
+    int hd, n_head, group;
+    float scale;
+    int64_t n_past;
+    const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
+    int vis_stride;
+    const int32_t *lo;      // rows mode: first visible cache row per batch row
+    const int32_t *nvis;    // visible keys per row
+    int s_max;              // chunks per row in the partial arrays
+    float *pm, *pl, *pacc;  // partials [t][head][chunk] (m, l), [t][head][chunk][hd]
+    float *out;
+    int64_t out_nb1;        // floats
+    int64_t t0;             // first batch row of this launch
+};
+
+__device__ __forceinline__ int64_t key_row(const attn_args &a, int64_t t, int64_t i) {
+    if (a.lo) return a.lo[t] + i;
+    if (i < a.n_past) return i;
+    const int64_t j = i - a.n_past;
+    return a.n_past + (a.vis ? a.vis[t * a.vis_stride + j] : j);
+}
+
+template <typename KV>
+__device__ __forceinline__ float kv_ld(const char *p, int64_t i) {
+    if constexpr (sizeof(KV) == 2) {
+        return __half2float(((const __half *)p)[i]);
+    } else {
+        return ((const float *)p)[i];
+    }
+}
+
+// One (kv head, row, chunk): scores of the G query heads over the chunk's keys, softmax
+// numerators, and sum_j p_j * v_j, all in a fixed order.
+template <typename KV, int GM>
+static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_args a) {
+    extern __shared__ float sh[];
+    const int kvh = blockIdx.x, s = blockIdx.z;
+    const int64_t tl = blockIdx.y, t = a.t0 + tl; // partials are indexed by tl (this launch)
+    const int64_t nv = a.nvis[t], i0 = (int64_t)s * ATT_CH;
+    if (i0 >= nv) return; // whole block: uniform
+    const int cnt = (int)min((int64_t)ATT_CH, nv - i0);
+    const int G = a.group, hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float *qs = sh;               // [G][hd]
+    float *sc = sh + GM * hd;     // [G][ATT_CH]
+    for (int idx = tid; idx < G * hd; idx += ATT_THREADS) {
+        const int gq = idx / hd, d = idx % hd;
+        const int h = kvh * G + gq;
+        qs[idx] = ((const float *)(a.q + h * a.q_nb1 + t * a.q_nb2))[d];
+    }
+    __syncthreads();
+    // scores: one warp per key, lanes over head_dim
+    const int R = hd / 32;
+    for (int j = warp; j < cnt; j += ATT_THREADS / 32) {
+        const char *kp = a.k + key_row(a, t, i0 + j) * a.k_nb1;
+        float kv[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++) kv[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+#pragma unroll
+        for (int gq = 0; gq < GM; gq++) {
+            if (gq >= G) break;
+            float p = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                if (r < R) p = __fmaf_rn(qs[gq * hd + lane + 32 * r], kv[r], p);
+            }
+            p = ds_cu_warp_sum(p);
+            if (lane == 0) sc[gq * ATT_CH + j] = __fmul_rn(p, a.scale);
+        }
+    }
+    __syncthreads();
+    // softmax numerators per head: one warp per head
+    const int64_t pbase = ((tl * a.n_head) + (int64_t)kvh * G) * a.s_max + s;
+    for (int gq = warp; gq < G; gq += ATT_THREADS / 32) {
+        float *row = sc + gq * ATT_CH;
+        float m = -INFINITY;
+        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, row[j]);
+        m = ds_cu_warp_max(m);
+        float l = 0.0f;
+        for (int j = lane; j < cnt; j += 32) {
+            float p = expf(__fsub_rn(row[j], m));
+            row[j] = p;
+            l = __fadd_rn(l, p);
+        }
+        l = ds_cu_warp_sum(l);
+        if (lane == 0) {
+            a.pm[pbase + (int64_t)gq * a.s_max] = m;
+            a.pl[pbase + (int64_t)gq * a.s_max] = l;
+        }
+    }
+    __syncthreads();
+    // p . V: thread per dimension, all G heads, keys in order
+    if (tid < hd) {
+        float acc[GM];
+#pragma unroll
+        for (int gq = 0; gq < GM; gq++) acc[gq] = 0.0f;
+        for (int j = 0; j < cnt; j++) {
+            const char *vp = a.v + key_row(a, t, i0 + j) * a.v_nb1;
+            const float vv = kv_ld<KV>(vp, (int64_t)kvh * hd + tid);
+#pragma unroll
+            for (int gq = 0; gq < GM; gq++) {
+                if (gq < G) acc[gq] = __fmaf_rn(sc[gq * ATT_CH + j], vv, acc[gq]);
+            }
+        }
+#pragma unroll
+        for (int gq = 0; gq < GM; gq++) {
+            if (gq < G) a.pacc[(pbase + (int64_t)gq * a.s_max) * hd + tid] = acc[gq];
+        }
+    }
+}
+
+// out[t, h] = sum_c acc_c * e^(m_c - M) / sum_c l_c * e^(m_c - M), chunks c in order.
+static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
+    const int h = blockIdx.x, d = threadIdx.x;
+    const int64_t tl = blockIdx.y, t = a.t0 + tl;
+    const int S = (int)((a.nvis[t] + ATT_CH - 1) / ATT_CH);
+    const int64_t base = (tl * a.n_head + h) * a.s_max;
+    float M = -INFINITY;
+    for (int c = 0; c < S; c++) M = fmaxf(M, a.pm[base + c]);
+    float L = 0.0f, O = 0.0f;
+    for (int c = 0; c < S; c++) {
+        const float w = expf(__fsub_rn(a.pm[base + c], M));
+        L = __fmaf_rn(a.pl[base + c], w, L);
+        O = __fmaf_rn(a.pacc[(base + c) * a.hd + d], w, O);
+    }
+    a.out[t * a.out_nb1 + (int64_t)h * a.hd + d] = __fdiv_rn(O, L);
+}
+
+template <typename KV>
+static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t rows, int gm) {
+    const size_t smem = (size_t)gm * (size_t)(a.hd + ATT_CH) * sizeof(float);
+    dim3 grid((unsigned)n_kv, (unsigned)rows, (unsigned)a.s_max);
+    switch (gm) {
+    case 1: attn_chunk_kernel<KV, 1><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    case 2: attn_chunk_kernel<KV, 2><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    case 4: attn_chunk_kernel<KV, 4><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    case 8: attn_chunk_kernel<KV, 8><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    default: attn_chunk_kernel<KV, 16><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    }
+}
+
+// Shared body: nvis_h[t] visible keys per row (host); the rest of `a` set by the caller.
+static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, int n_kv,
+                     int64_t n, const int32_t *nvis_h) {
+    int64_t max_vis = 1;
+    for (int64_t t = 0; t < n; t++) max_vis = DS_MAX(max_vis, (int64_t)nvis_h[t]);
+    a.s_max = (int)((max_vis + ATT_CH - 1) / ATT_CH);
+    a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)n * 4);
+    if (!a.nvis) return;
+    int gm = 1;
+    while (gm < a.group) gm *= 2;
+    // rows per launch: bound the partials to ~256 MiB (same chunking either way)
+    const size_t per_row = (size_t)a.n_head * (size_t)a.s_max * (size_t)(a.hd + 2) * 4;
+    const int64_t rows = DS_MAX((int64_t)1, DS_MIN(n, (int64_t)((256u << 20) / per_row)));
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * per_row + 1024);
+    if (!s) return;
+    const size_t n_p = (size_t)rows * (size_t)a.n_head * (size_t)a.s_max;
+    a.pm = (float *)s;
+    a.pl = a.pm + n_p;
+    a.pacc = a.pl + n_p;
+    for (int64_t t0 = 0; t0 < n; t0 += rows) {
+        const int64_t nr = DS_MIN(rows, n - t0);
+        DS_ASSERT(nr <= 65535);
+        a.t0 = t0;
+        if (kvt == DS_TYPE_F16) {
+            attn_chunks<__half>(c, a, n_kv, nr, gm);
+        } else {
+            attn_chunks<float>(c, a, n_kv, nr, gm);
+        }
+        dim3 cg((unsigned)a.n_head, (unsigned)nr);
+        attn_combine_kernel<<<cg, a.hd, 0, c->stream>>>(a);
+    }
+    ds_cuda_launched(c, op);
+}
+
+static attn_args attn_common(const ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                             const ds_tensor *v, int n_kv, float scale) {
+    const int64_t hd = q->ne[0], n_head = q->ne[1];
+    DS_ASSERT(n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= ATT_GMAX);
+    DS_ASSERT(hd % 32 == 0 && hd <= 256 && k->ne[0] == hd * n_kv && v->ne[0] == hd * n_kv);
+    DS_ASSERT(k->type == v->type && (k->type == DS_TYPE_F32 || k->type == DS_TYPE_F16));
+    DS_ASSERT(q->type == DS_TYPE_F32 && q->nb[0] == 4 && out->nb[0] == 4 && out->nb[1] % 4 == 0);
+    DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == q->ne[2] && n_kv <= 65535);
+    attn_args a;
+    memset(&a, 0, sizeof(a));
+    a.q = (const char *)q->data, a.q_nb1 = (int64_t)q->nb[1], a.q_nb2 = (int64_t)q->nb[2];
+    a.k = (const char *)k->data, a.v = (const char *)v->data;
+    a.k_nb1 = (int64_t)k->nb[1], a.v_nb1 = (int64_t)v->nb[1];
+    a.hd = (int)hd, a.n_head = (int)n_head, a.group = (int)(n_head / n_kv), a.scale = scale;
+    a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
+    return a;
+}
+
+extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q,
+                                  const ds_tensor *k, const ds_tensor *v, int n_kv,
+                                  const ds_attn_params *p) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "attention")) return;
+    const int64_t n = q->ne[2];
+    DS_ASSERT(p->n_past >= 0 && p->n_past + n <= k->ne[1] && k->ne[1] <= v->ne[1]);
+    if (n == 0) return;
+    attn_args a = attn_common(out, q, k, v, n_kv, p->scale);
+    a.n_past = p->n_past;
+    int32_t *host = (int32_t *)malloc((size_t)n * 4 + (p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0));
+    DS_ASSERT(host != NULL);
+    int32_t *nvis = host;
+    if (p->parent) { // per row: its ancestors and itself, ascending (= cache order)
+        int32_t *vis = host + n;
+        for (int64_t t = 0; t < n; t++) {
+            int32_t *row = vis + t * (n + 1);
+            int64_t cnt = 0;
+            for (int64_t x = t; x >= 0; x = p->parent[x]) {
+                DS_ASSERT(x < n && p->parent[x] < x);
+                row[cnt++] = (int32_t)x;
+            }
+            for (int64_t i = 0; i < cnt / 2; i++) {
+                int32_t tmp = row[i];
+                row[i] = row[cnt - 1 - i];
+                row[cnt - 1 - i] = tmp;
+            }
+            row[cnt] = -1;
+            nvis[t] = (int32_t)(p->n_past + cnt);
+        }
+        a.vis = (const int32_t *)ds_cuda_stage(c, vis, (size_t)n * (size_t)(n + 1) * 4);
+        a.vis_stride = (int)(n + 1);
+        if (!a.vis) {
+            free(host);
+            return;
+        }
+    } else {
+        for (int64_t t = 0; t < n; t++) nvis[t] = (int32_t)(p->n_past + t + 1);
+    }
+    attn_run(c, "attention", a, k->type, n_kv, n, nvis);
+    free(host);
+}
+
+extern "C" void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q,
+                                       const ds_tensor *k, const ds_tensor *v, int n_kv,
+                                       const int32_t *lo, const int32_t *hi, float scale) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "attention_rows")) return;
+    const int64_t n = q->ne[2];
+    DS_ASSERT(v->ne[1] == k->ne[1]);
+    if (n == 0) return;
+    attn_args a = attn_common(out, q, k, v, n_kv, scale);
+    int32_t *nvis = (int32_t *)malloc((size_t)n * 4);
+    DS_ASSERT(nvis != NULL);
+    for (int64_t t = 0; t < n; t++) {
+        DS_ASSERT(lo[t] >= 0 && lo[t] < hi[t] && hi[t] <= k->ne[1]);
+        nvis[t] = hi[t] - lo[t];
+    }
+    a.lo = (const int32_t *)ds_cuda_stage(c, lo, (size_t)n * 4);
+    if (a.lo) attn_run(c, "attention_rows", a, k->type, n_kv, n, nvis);
+    free(nvis);
+}

@@ -1,0 +1,124 @@
+// common.cuh: device helpers and the private state of the CUDA backend, shared by every .cu file of
+// backend/cuda (never included from C). Owns nothing; calls the CUDA runtime. Spec: STYLE.md §2.9,
+// docs/cuda.md.
+//
+// Conventions: kernels are `static __global__` with __launch_bounds__; a launcher (cuda_ops.h)
+// asserts types, shapes and alignment, stages host arrays with ds_cuda_stage, takes scratch with
+// ds_cuda_scratch, launches on ctx->stream and ends with ds_cuda_launched(). Float arithmetic
+// whose rounding must match the CPU backend (or must be identical for every batch size) uses the
+// explicit __fmul_rn/__fadd_rn/__fsub_rn intrinsics, which the compiler never contracts into FMA.
+#pragma once
+
+// The C headers use C-only spellings; map them for the C++ front end of nvcc.
+#define restrict __restrict__
+#define _Noreturn [[noreturn]]
+extern "C" {
+#include "backend/backend.h"
+}
+#undef _Noreturn
+#undef restrict
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+typedef struct ds_cuda_ctx {
+    int device;
+    int n_sm;                 // multiprocessors (fixes the K-split of the GEMV: see matmul.cu)
+    cudaStream_t stream;      // the backend's one stream
+    // Host arrays of op arguments (ids, positions, parents, ranges) travel through a pinned ring
+    // buffer and an equal device ring, in stream order (ds_cuda_stage).
+    uint8_t *stage_h;
+    uint8_t *stage_d;
+    size_t stage_cap, stage_pos;
+    // Per-op device scratch (quantized activations, split-K partials, attention partials...).
+    // Ops run in stream order, so one buffer serves all of them; it only grows.
+    uint8_t *scratch_d;
+    size_t scratch_size;
+    bool dead;                // a CUDA call failed: every later op is skipped (sticky)
+} ds_cuda_ctx;
+
+static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
+    return (ds_cuda_ctx *)be->ctx;
+}
+
+// Records a failed CUDA call (logs it with file/line/name, marks the backend dead). Returns
+// true when `e` is cudaSuccess.
+bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *file, int line);
+#define DS_CUDA_TRY(c, expr) ds_cuda_check((c), (expr), #expr, __FILE__, __LINE__)
+
+// After an op's launches: checks cudaGetLastError (and synchronizes under DSPEC_CUDA_SYNC).
+void ds_cuda_launched(ds_cuda_ctx *c, const char *op);
+// True if the backend can run ops (logs once per call otherwise).
+bool ds_cuda_alive(ds_cuda_ctx *c, const char *op);
+// Copies n bytes of host memory into the device staging ring (in stream order) and returns the
+// device address (16-byte aligned). The host array may be reused as soon as this returns.
+const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n);
+// Device scratch of at least n bytes (256-byte aligned), valid until the next call.
+void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n);
+
+static inline int64_t ds_cuda_nrows(const ds_tensor *t) {
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
+static inline size_t ds_cuda_align(size_t n, size_t a) {
+    return (n + a - 1) / a * a;
+}
+
+// A 4-D f32 tensor seen as rows of ne0 elements (flat row index r over dims 1..3).
+typedef struct ds_cu_rows {
+    char *data;
+    int64_t ne0, ne1, ne2;
+    int64_t nb1, nb2, nb3;
+} ds_cu_rows;
+
+static inline ds_cu_rows ds_cu_rows_of(const ds_tensor *t) {
+    ds_cu_rows v = {(char *)t->data, t->ne[0], t->ne[1], t->ne[2],
+                    (int64_t)t->nb[1], (int64_t)t->nb[2], (int64_t)t->nb[3]};
+    return v;
+}
+
+__device__ __forceinline__ float *ds_cu_row(const ds_cu_rows &v, int64_t r) {
+    int64_t i1 = r % v.ne1;
+    int64_t i2 = (r / v.ne1) % v.ne2;
+    int64_t i3 = r / (v.ne1 * v.ne2);
+    return (float *)(v.data + i1 * v.nb1 + i2 * v.nb2 + i3 * v.nb3);
+}
+
+// expf-based activations with the CPU backend's formulas (cpu_impl.h).
+__device__ __forceinline__ float ds_cu_silu(float x) {
+    return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+}
+__device__ __forceinline__ float ds_cu_sigmoid(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+__device__ __forceinline__ float ds_cu_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+__device__ __forceinline__ double ds_cu_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+__device__ __forceinline__ float ds_cu_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+__device__ __forceinline__ int ds_cu_warp_sum_i(int v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// fp16 bits -> float (exact).
+__device__ __forceinline__ float ds_cu_h2f(uint32_t bits16) {
+    return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xffffu)));
+}

@@ -1,0 +1,67 @@
+// cuda_ops.h: the CUDA backend's op launchers, one per entry of ds_backend_ops, with the op
+// interface's signatures (backend.h gives each op's contract). C code includes nothing else from
+// backend/cuda. Called by cuda_backend.cu (the op table) and by the CUDA tests.
+// Spec: STYLE.md §2.9, docs/cuda.md.
+//
+// Every launcher asserts dtype, shape, contiguity and alignment (programmer errors), copies host
+// arrays (ids, positions, parents, ranges) to the device in stream order, launches on the
+// backend's stream and returns without waiting, except where the result lands in host memory
+// (argmax, read), which waits for the stream.
+#pragma once
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// matmul.cu
+void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x);
+void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
+                       const int32_t *ids, int64_t k);
+// Whether matmul supports weight type t (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS).
+bool ds_cuda_matmul_supports(ds_type t);
+// get_rows.cu
+void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
+// norm.cu
+void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                     float eps);
+void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
+                           const ds_tensor *z, float eps);
+// elem.cu
+void ds_cuda_add(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
+void ds_cuda_swiglu(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_tensor *u);
+void ds_cuda_mul_sigmoid(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *g);
+void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_tensor *x, float scale,
+                           float cap);
+void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x);
+void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+// rope.cu
+void ds_cuda_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
+void ds_cuda_rope_neox_freq(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+                            const float *inv_freq, float mscale);
+// attention.cu
+void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                       const ds_tensor *v, int n_kv, const ds_attn_params *p);
+void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q,
+                            const ds_tensor *k, const ds_tensor *v, int n_kv, const int32_t *lo,
+                            const int32_t *hi, float scale);
+// deltanet.cu
+void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
+                       const ds_tensor *window, const int32_t *parent);
+void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
+                       const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
+void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
+                         const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
+                         ds_tensor *state_out, int n_k_heads, int n_v_heads,
+                         const ds_gdn_params *p);
+void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *base,
+                      const ds_tensor *dyn, int64_t group);
+
+// cuda_backend.cu: false once a CUDA call has failed on this backend (every later op is then
+// skipped and logs an error). Tests check it after each comparison.
+bool ds_cuda_ok(ds_backend *be);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,316 @@
+// deltanet.cu: Gated DeltaNet ops: causal conv + SiLU over the conv window (chain or parent
+// chains), the beta/g gates, the gated delta rule with the state kept in registers across the
+// rows of a batch (chain; trees reload a parent's saved state only at branch points), and the
+// DFlash 2 grouped dynamic conv. Elementwise float operations follow cpu_deltanet.c /
+// cpu_attn_block.c; dot products inside the delta rule are warp reductions in a fixed order, so a
+// row's result never depends on the batch size (DESIGN.md §4.2). Calls common.cuh. Called
+// through the op table. Spec: backend.h, target-qwen35.md §2.4-2.5.
+//   gated_delta bytes: 2*H_v*d_k*d_v*4 (state in/out once per call) + n*(conv_dim + 2*H_v +
+//   d_v*H_v)*4 (+ d_k*d_v*4 per head per saved/reloaded tree branch); flops: ~8*n*H_v*d_k*d_v.
+//   conv_silu bytes: n*C*(K+1)*4; flops: 2*n*C*K.
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+#include <stdlib.h>
+
+enum { CONV_MAX_K = 16, GDN_WARPS = 4, GDN_JW = 8 };
+
+// ---- causal conv + SiLU --------------------------------------------------------------------------
+
+static __global__ __launch_bounds__(256) void conv_silu_kernel(
+    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, const char *win,
+    int64_t win_nb1, const int32_t *parent, int64_t C, int K) {
+    const int64_t t = blockIdx.x;
+    const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (ch >= C) return;
+    const float *in[CONV_MAX_K];
+    in[K - 1] = (const float *)(x + t * x_nb1);
+    int64_t cur = t, wi = K - 2; // next window row once the history in the batch ends
+    for (int j = K - 2; j >= 0; j--) {
+        const int64_t prev = cur < 0 ? -1 : parent ? parent[cur] : cur - 1;
+        if (cur >= 0 && prev >= 0) {
+            in[j] = (const float *)(x + prev * x_nb1);
+            cur = prev;
+        } else {
+            cur = -1;
+            in[j] = (const float *)(win + (wi--) * win_nb1);
+        }
+    }
+    float s = 0.0f;
+    for (int j = 0; j < K; j++) s = __fadd_rn(s, __fmul_rn(w[ch * K + j], in[j][ch]));
+    out[t * o_nb1 + ch] = ds_cu_silu(s);
+}
+
+extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x,
+                                  const ds_tensor *w, const ds_tensor *window,
+                                  const int32_t *parent) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "conv_silu")) return;
+    const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
+    DS_ASSERT(K >= 1 && K <= CONV_MAX_K && w->ne[1] == C && window->ne[0] == C &&
+              window->ne[1] == K - 1 && out->ne[0] == C && out->ne[1] == n);
+    DS_ASSERT(w->type == DS_TYPE_F32 && w->nb[1] == (size_t)K * 4 && x->nb[0] == 4 &&
+              out->nb[0] == 4 && window->nb[0] == 4 && out->nb[1] % 4 == 0);
+    if (n == 0) return;
+    const int32_t *par_d = NULL;
+    if (parent) {
+        par_d = (const int32_t *)ds_cuda_stage(c, parent, (size_t)n * 4);
+        if (!par_d) return;
+    }
+    dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
+    conv_silu_kernel<<<grid, 256, 0, c->stream>>>(
+        (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
+        (const float *)w->data, (const char *)window->data, (int64_t)window->nb[1], par_d, C,
+        (int)K);
+    ds_cuda_launched(c, "conv_silu");
+}
+
+// ---- gates ---------------------------------------------------------------------------------------
+
+static __global__ __launch_bounds__(256) void gdn_gates_kernel(ds_cu_rows beta, ds_cu_rows g,
+                                                               ds_cu_rows b, ds_cu_rows alpha,
+                                                               const float *dt, const float *A) {
+    const int64_t t = blockIdx.x;
+    const int64_t h = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (h >= b.ne0) return;
+    ds_cu_row(beta, t)[h] = ds_cu_sigmoid(ds_cu_row(b, t)[h]);
+    const float x = __fadd_rn(ds_cu_row(alpha, t)[h], dt[h]);
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    ds_cu_row(g, t)[h] = __fmul_rn(A[h], sp);
+}
+
+extern "C" void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g,
+                                  const ds_tensor *b, const ds_tensor *alpha,
+                                  const ds_tensor *dt_bias, const ds_tensor *ssm_a) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "gdn_gates")) return;
+    const int64_t H = b->ne[0], n = b->ne[1];
+    DS_ASSERT(alpha->ne[0] == H && dt_bias->ne[0] == H && ssm_a->ne[0] == H);
+    DS_ASSERT(beta->ne[0] == H && g->ne[0] == H && alpha->ne[1] == n && beta->ne[1] == n &&
+              g->ne[1] == n);
+    if (n == 0) return;
+    dim3 grid((unsigned)n, (unsigned)((H + 255) / 256));
+    gdn_gates_kernel<<<grid, 256, 0, c->stream>>>(ds_cu_rows_of(beta), ds_cu_rows_of(g),
+                                                  ds_cu_rows_of(b), ds_cu_rows_of(alpha),
+                                                  (const float *)dt_bias->data,
+                                                  (const float *)ssm_a->data);
+    ds_cuda_launched(c, "gdn_gates");
+}
+
+// ---- gated delta rule ----------------------------------------------------------------------------
+
+struct gdn_args {
+    const char *qkv;
+    int64_t qkv_nb1;
+    const char *beta, *g;
+    int64_t beta_nb1, g_nb1;
+    const float *s0;      // state {d_k*d_v, H_v}
+    float *s_out;         // final state (chain) or NULL
+    float *out;
+    int64_t out_nb1;      // floats
+    int dv, hk, hv;
+    float q_scale, eps;
+    int n;
+    const int32_t *src;   // per row: -1 continue, -2 load s0, >= 0 load saved slot
+    const int32_t *dst;   // per row: -1 none, >= 0 save the state after the row in this slot
+    float *saved;         // [slots][H_v][d_v][d_k]
+};
+
+// Block: GDN_WARPS warps x GDN_JW value rows; lane l holds S[j][l*DKL .. l*DKL+DKL) of each row j.
+template <int DKL>
+static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_args a) {
+    constexpr int DK = DKL * 32;
+    __shared__ float sq[DK], sk[DK];
+    __shared__ float sred[2];
+    const int h = blockIdx.y, kh = h % a.hk;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = (blockIdx.x * GDN_WARPS + warp) * GDN_JW;
+    const size_t hs = (size_t)DK * (size_t)a.dv; // floats per head
+    float S[GDN_JW][DKL];
+    for (int t = 0; t < a.n; t++) {
+        const float *row = (const float *)(a.qkv + (int64_t)t * a.qkv_nb1);
+        // normalised q and k of this row's k head
+        for (int i = threadIdx.x; i < DK; i += GDN_WARPS * 32) {
+            sq[i] = row[kh * DK + i];
+            sk[i] = row[(a.hk + kh) * DK + i];
+        }
+        __syncthreads();
+        if (warp < 2) {
+            const float *v = warp == 0 ? sq : sk;
+            float ss = 0.0f;
+#pragma unroll
+            for (int r = 0; r < DKL; r++) ss = __fmaf_rn(v[lane + 32 * r], v[lane + 32 * r], ss);
+            ss = ds_cu_warp_sum(ss);
+            if (lane == 0) {
+                sred[warp] = __fdiv_rn(warp == 0 ? a.q_scale : 1.0f, sqrtf(__fadd_rn(ss, a.eps)));
+            }
+        }
+        __syncthreads();
+        float qn[DKL], kn[DKL];
+#pragma unroll
+        for (int r = 0; r < DKL; r++) {
+            qn[r] = __fmul_rn(sq[lane * DKL + r], sred[0]);
+            kn[r] = __fmul_rn(sk[lane * DKL + r], sred[1]);
+        }
+        __syncthreads(); // sq/sk/sred are rewritten by the next row
+        const float beta = ((const float *)(a.beta + (int64_t)t * a.beta_nb1))[h];
+        const float decay = expf(((const float *)(a.g + (int64_t)t * a.g_nb1))[h]);
+        const float *vrow = row + 2 * a.hk * DK + (int64_t)h * a.dv;
+        // state before this row: carried in registers, the committed state, or a saved branch
+        const int src = a.src[t];
+        if (src != -1) {
+            const float *base = src == -2 ? a.s0 + (size_t)h * hs
+                                          : a.saved + ((size_t)src * a.hv + h) * hs;
+#pragma unroll
+            for (int jj = 0; jj < GDN_JW; jj++) {
+#pragma unroll
+                for (int r = 0; r < DKL; r++) S[jj][r] = base[(size_t)(j0 + jj) * DK + lane * DKL + r];
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < GDN_JW; jj++) {
+            float u = 0.0f;
+#pragma unroll
+            for (int r = 0; r < DKL; r++) {
+                S[jj][r] = __fmul_rn(S[jj][r], decay);
+                u = __fmaf_rn(S[jj][r], kn[r], u);
+            }
+            u = ds_cu_warp_sum(u);
+            const float delta = __fmul_rn(beta, __fsub_rn(vrow[j0 + jj], u));
+            float o = 0.0f;
+#pragma unroll
+            for (int r = 0; r < DKL; r++) {
+                S[jj][r] = __fadd_rn(S[jj][r], __fmul_rn(kn[r], delta));
+                o = __fmaf_rn(S[jj][r], qn[r], o);
+            }
+            o = ds_cu_warp_sum(o);
+            if (lane == 0) a.out[(int64_t)t * a.out_nb1 + (int64_t)h * a.dv + j0 + jj] = o;
+        }
+        const int dst = a.dst[t];
+        if (dst >= 0) {
+            float *base = a.saved + ((size_t)dst * a.hv + h) * hs;
+#pragma unroll
+            for (int jj = 0; jj < GDN_JW; jj++) {
+#pragma unroll
+                for (int r = 0; r < DKL; r++) base[(size_t)(j0 + jj) * DK + lane * DKL + r] = S[jj][r];
+            }
+        }
+    }
+    if (a.s_out) {
+        float *base = a.s_out + (size_t)h * hs;
+#pragma unroll
+        for (int jj = 0; jj < GDN_JW; jj++) {
+#pragma unroll
+            for (int r = 0; r < DKL; r++) base[(size_t)(j0 + jj) * DK + lane * DKL + r] = S[jj][r];
+        }
+    }
+}
+
+extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
+                                    const ds_tensor *beta, const ds_tensor *g,
+                                    const ds_tensor *state, ds_tensor *state_out, int n_k_heads,
+                                    int n_v_heads, const ds_gdn_params *p) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "gated_delta")) return;
+    const int64_t hv = n_v_heads, hk = n_k_heads, n = qkv->ne[1];
+    const int64_t dv = out->ne[0] / hv;
+    const int64_t dk = (qkv->ne[0] - dv * hv) / (2 * hk);
+    DS_ASSERT(hv % hk == 0 && out->ne[0] == dv * hv && qkv->ne[0] == 2 * hk * dk + hv * dv);
+    DS_ASSERT(state->ne[0] == dk * dv && state->ne[1] == hv && out->ne[1] == n);
+    DS_ASSERT(ds_tensor_is_contiguous(state) && (!state_out || ds_tensor_is_contiguous(state_out)));
+    DS_ASSERT(!(p->parent && state_out) && "gated_delta: trees are verify-only (state_out NULL)");
+    DS_ASSERT((dk == 32 || dk == 64 || dk == 128 || dk == 256) && dv % (GDN_WARPS * GDN_JW) == 0);
+    DS_ASSERT(qkv->nb[0] == 4 && out->nb[0] == 4 && out->nb[1] % 4 == 0 && hv <= 65535);
+    DS_ASSERT(beta->ne[0] == hv && g->ne[0] == hv && beta->ne[1] == n && g->ne[1] == n);
+    if (n == 0) {
+        if (state_out && state_out->data != state->data) {
+            DS_CUDA_TRY(c, cudaMemcpyAsync(state_out->data, state->data, ds_tensor_nbytes(state),
+                                           cudaMemcpyDeviceToDevice, c->stream));
+        }
+        return;
+    }
+    // Row schedule: where each row's starting state comes from, and which states to keep.
+    int32_t *sched = (int32_t *)malloc((size_t)n * 2 * 4);
+    DS_ASSERT(sched != NULL);
+    int32_t *src = sched, *dst = sched + n;
+    int n_slots = 0;
+    for (int64_t t = 0; t < n; t++) dst[t] = -1;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t par = p->parent ? p->parent[t] : t - 1;
+        DS_ASSERT(par >= -1 && par < t);
+        if (par < 0) {
+            src[t] = -2;
+        } else if (par == t - 1) {
+            src[t] = -1;
+        } else {
+            if (dst[par] < 0) dst[par] = n_slots++;
+            src[t] = dst[par];
+        }
+    }
+    const int32_t *sched_d = (const int32_t *)ds_cuda_stage(c, sched, (size_t)n * 2 * 4);
+    free(sched);
+    if (!sched_d) return;
+    gdn_args a;
+    memset(&a, 0, sizeof(a));
+    a.qkv = (const char *)qkv->data, a.qkv_nb1 = (int64_t)qkv->nb[1];
+    a.beta = (const char *)beta->data, a.g = (const char *)g->data;
+    a.beta_nb1 = (int64_t)beta->nb[1], a.g_nb1 = (int64_t)g->nb[1];
+    a.s0 = (const float *)state->data, a.s_out = state_out ? (float *)state_out->data : NULL;
+    a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
+    a.dv = (int)dv, a.hk = (int)hk, a.hv = (int)hv, a.q_scale = p->q_scale, a.eps = p->eps;
+    a.n = (int)n, a.src = sched_d, a.dst = sched_d + n;
+    if (n_slots > 0) {
+        a.saved = (float *)ds_cuda_scratch(c, (size_t)n_slots * (size_t)hv * (size_t)(dk * dv) * 4);
+        if (!a.saved) return;
+    }
+    dim3 grid((unsigned)(dv / (GDN_WARPS * GDN_JW)), (unsigned)hv);
+    switch (dk) {
+    case 32: gated_delta_kernel<1><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
+    case 64: gated_delta_kernel<2><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
+    case 128: gated_delta_kernel<4><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
+    default: gated_delta_kernel<8><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
+    }
+    ds_cuda_launched(c, "gated_delta");
+}
+
+// ---- DFlash 2 dynamic conv -----------------------------------------------------------------------
+
+static __global__ __launch_bounds__(256) void dyn_conv_kernel(float *y, int64_t y_nb1,
+                                                              const char *x, int64_t x_nb1,
+                                                              const char *base, int64_t b_nb1,
+                                                              const char *dyn, int64_t d_nb1,
+                                                              int64_t d_nb2, int64_t C, int K,
+                                                              int64_t group) {
+    const int64_t t = blockIdx.x;
+    const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (ch >= C) return;
+    float acc = 0.0f;
+    for (int o = 0; o < K && o <= t; o++) {
+        const float xv = ((const float *)(x + (t - o) * x_nb1))[ch];
+        const float bv = ((const float *)(base + (int64_t)o * b_nb1))[ch];
+        const float dv = ((const float *)(dyn + (int64_t)o * d_nb1 + t * d_nb2))[ch / group];
+        acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(bv, dv), xv));
+    }
+    y[t * y_nb1 + ch] = acc;
+}
+
+extern "C" void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *x,
+                                 const ds_tensor *base, const ds_tensor *dyn, int64_t group) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "dyn_conv")) return;
+    const int64_t C = x->ne[0], n = x->ne[1], K = base->ne[1];
+    DS_ASSERT(y->ne[0] == C && y->ne[1] == n && base->ne[0] == C && base->type == DS_TYPE_F32);
+    DS_ASSERT(group > 0 && C % group == 0 && dyn->ne[0] == C / group && dyn->ne[1] == K &&
+              dyn->ne[2] == n && y->data != x->data);
+    DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && dyn->nb[0] == 4 && y->nb[1] % 4 == 0);
+    if (n == 0) return;
+    dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
+    dyn_conv_kernel<<<grid, 256, 0, c->stream>>>(
+        (float *)y->data, (int64_t)(y->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
+        (const char *)base->data, (int64_t)base->nb[1], (const char *)dyn->data,
+        (int64_t)dyn->nb[1], (int64_t)dyn->nb[2], C, (int)K, group);
+    ds_cuda_launched(c, "dyn_conv");
+}

@@ -1,0 +1,161 @@
+// elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
+// scale + tanh softcap, K/V row stores (F32/F16 cache), and argmax over the vocabulary (result
+// copied to the caller's host array). Same formulas as the CPU backend (cpu_elem.c,
+// cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
+// Calls common.cuh. Called through the op table. Spec: backend.h.
+//   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+enum { EW_ADD = 0, EW_SWIGLU = 1, EW_MUL_SIGMOID = 2, EW_SOFTCAP = 3 };
+
+template <int OP>
+static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows a, ds_cu_rows b,
+                                                        float p0, float p1) {
+    const int64_t r = blockIdx.x;
+    const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (i >= a.ne0) return;
+    const float av = ds_cu_row(a, r)[i];
+    float v;
+    if (OP == EW_ADD) {
+        v = __fadd_rn(av, ds_cu_row(b, r)[i]);
+    } else if (OP == EW_SWIGLU) {
+        v = __fmul_rn(ds_cu_silu(av), ds_cu_row(b, r)[i]);
+    } else if (OP == EW_MUL_SIGMOID) {
+        v = __fmul_rn(av, ds_cu_sigmoid(ds_cu_row(b, r)[i]));
+    } else {
+        v = __fmul_rn(av, p0);
+        if (p1 > 0.0f) v = __fmul_rn(tanhf(__fdiv_rn(v, p1)), p1);
+    }
+    ds_cu_row(y, r)[i] = v;
+}
+
+template <int OP>
+static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_tensor *a,
+                      const ds_tensor *b, float p0, float p1) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, op)) return;
+    const int64_t n = a->ne[0], rows = ds_cuda_nrows(a);
+    DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows);
+    DS_ASSERT(a->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && a->nb[0] == 4 && y->nb[0] == 4);
+    DS_ASSERT(!b || (b->ne[0] == n && ds_cuda_nrows(b) == rows && b->nb[0] == 4));
+    DS_ASSERT(rows <= 0x7fffffff);
+    if (rows == 0 || n == 0) return;
+    ds_cu_rows bv = b ? ds_cu_rows_of(b) : ds_cu_rows_of(a);
+    dim3 grid((unsigned)rows, (unsigned)((n + 255) / 256));
+    ew_kernel<OP><<<grid, 256, 0, c->stream>>>(ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1);
+    ds_cuda_launched(c, op);
+}
+
+extern "C" void ds_cuda_add(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b) {
+    ew_launch<EW_ADD>(be, "add", y, x, b, 0.0f, 0.0f);
+}
+
+extern "C" void ds_cuda_swiglu(ds_backend *be, ds_tensor *y, const ds_tensor *g,
+                               const ds_tensor *u) {
+    ew_launch<EW_SWIGLU>(be, "swiglu", y, g, u, 0.0f, 0.0f);
+}
+
+extern "C" void ds_cuda_mul_sigmoid(ds_backend *be, ds_tensor *y, const ds_tensor *x,
+                                    const ds_tensor *g) {
+    ew_launch<EW_MUL_SIGMOID>(be, "mul_sigmoid", y, x, g, 0.0f, 0.0f);
+}
+
+extern "C" void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_tensor *x,
+                                      float scale, float cap) {
+    ew_launch<EW_SOFTCAP>(be, "scale_softcap", y, x, NULL, scale, cap);
+}
+
+// ---- K/V row stores ------------------------------------------------------------------------------
+
+template <bool F16>
+static __global__ __launch_bounds__(256) void store_rows_kernel(char *dst, int64_t d_nb1,
+                                                                int64_t row0, ds_cu_rows x) {
+    const int64_t r = blockIdx.x;
+    const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (i >= x.ne0) return;
+    const float v = ds_cu_row(x, r)[i];
+    char *d = dst + (row0 + r) * d_nb1;
+    if (F16) {
+        ((__half *)d)[i] = __float2half_rn(v);
+    } else {
+        ((float *)d)[i] = v;
+    }
+}
+
+extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
+                                   const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "store_rows")) return;
+    const int64_t ne0 = x->ne[0], n = ds_cuda_nrows(x);
+    DS_ASSERT(dst->ne[0] == ne0 && row0 >= 0 && row0 + n <= dst->ne[1] && x->nb[0] == 4);
+    DS_ASSERT(dst->type == DS_TYPE_F32 || dst->type == DS_TYPE_F16);
+    if (n == 0) return;
+    dim3 grid((unsigned)n, (unsigned)((ne0 + 255) / 256));
+    if (dst->type == DS_TYPE_F16) {
+        store_rows_kernel<true><<<grid, 256, 0, c->stream>>>((char *)dst->data,
+                                                            (int64_t)dst->nb[1], row0,
+                                                            ds_cu_rows_of(x));
+    } else {
+        store_rows_kernel<false><<<grid, 256, 0, c->stream>>>((char *)dst->data,
+                                                             (int64_t)dst->nb[1], row0,
+                                                             ds_cu_rows_of(x));
+    }
+    ds_cuda_launched(c, "store_rows");
+}
+
+// ---- argmax --------------------------------------------------------------------------------------
+
+// (v, i) beats (bv, bi) if larger, or equal with a lower index (ties -> lowest id, as the CPU).
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+static __global__ __launch_bounds__(1024) void argmax_kernel(ds_cu_rows x, int32_t *out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int64_t r = blockIdx.x;
+    const float *xr = ds_cu_row(x, r);
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) {
+        float v = xr[i];
+        if (v != v) v = -INFINITY; // NaN never wins
+        am_take(bv, bi, v, (int)i);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, ov, oi);
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[w] = bv;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < (int)(blockDim.x >> 5); k++) am_take(bv, bi, sv[k], si[k]);
+        out[r] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "argmax")) return;
+    const int64_t rows = ds_cuda_nrows(x);
+    DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
+    if (rows == 0) return;
+    int32_t *d = (int32_t *)ds_cuda_scratch(c, (size_t)rows * 4);
+    if (!d) return;
+    argmax_kernel<<<(unsigned)rows, 1024, 0, c->stream>>>(ds_cu_rows_of(x), d);
+    ds_cuda_launched(c, "argmax");
+    DS_CUDA_TRY(c, cudaMemcpyAsync(out, d, (size_t)rows * 4, cudaMemcpyDeviceToHost, c->stream));
+    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+}

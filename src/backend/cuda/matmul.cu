@@ -1,0 +1,810 @@
+// matmul.cu: y{n_out, N} = W{n_in, n_out} · x{n_in, N} (dense) and the expert-indexed MoE form,
+// for W in Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS (int8 tensor cores) and F32, F16, BF16 (CUDA cores).
+// Calls common.cuh. Called through the op table (cuda_ops.h). Spec: backend.h (matmul,
+// matmul_id), DESIGN.md §4.2 (batch invariance) and §7, docs/cuda.md "matmul".
+//
+// Quantized weights (mmq_kernel). The activations are first quantized exactly as the CPU backend
+// quantizes them (q8_K per 256 for the K-quants and IQ4_XS, llama.cpp's x86 q8_0 per 32 for
+// Q8_0: prep_* kernels, bit-identical to ds_quantize_act). The weights are decoded in registers to
+// int8 and multiplied with int8 mma.sync (m16n8k32; m16n8k16 for Q6_K's 16-element scales), so
+// every per-super-block (per-block for Q8_0) integer sum and float term equals the CPU kernel's
+// (dtype.h "Dot products"); only the order in which those float terms are added differs.
+//   Block: 8 warps x 16 weight rows = 128 rows; each warp one m16 tile, all N <= 32 columns of the
+//   block (4 n8 tiles) from one read of the weights. The activations of one 256-element unit are
+//   staged in shared memory (double buffer) for the 8 warps. K is split into `ks` contiguous
+//   ranges of units (grid.y) chosen from (n_out, n_in, #SMs) only; partial sums go to scratch and
+//   mmq_reduce adds them in split order. N > 32: grid.z runs 32-column chunks (weights re-read
+//   per chunk, kernel still bandwidth-bound).
+//   Batch invariance: each output element is sum_{split} (sum_{unit in split} term(unit)) in a
+//   fixed order that depends on the shape only, never on N or on the other columns (an mma
+//   output element depends only on its own row and column), so a row's result is bitwise the
+//   same for every N, and equals the CPU's within float reassociation of <= n_in/256 terms.
+//   bytes: n_out*n_in*bpw/8 (weights, once per 32 columns) + N*n_in*5 (activations: f32 read,
+//          int8 written and re-read) + ks*N*n_out*8 (partials)
+//   flops: 2*n_out*n_in*N (int8 tensor-core MACs) + ~n_out*N*n_in/16 (scales, f32)
+// Float weights (mmf_kernel): one warp per 4 rows, lane l accumulates elements l, l+32, ... of
+// w[i]*a[i] (activation rounded to the weight type as ds_quantize_act does), then the same
+// pairwise tree as ds_lanes32_reduce: bitwise equal to the CPU backend, for every N.
+//   bytes: n_out*n_in*sizeof(W) (once per 8 columns) + N*n_in*8;  flops: 2*n_out*n_in*N
+// Measured: not yet (bench/cuda/run.sh prints GB/s per type and N; see docs/cuda.md).
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
+enum { MMQ_THREADS = 256, MMQ_ROWS = 128, MMQ_COLS = 32, UNIT = 256, MMF_ROWS = 32 };
+
+static constexpr int qt_unit_bytes(int qt) {
+    return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
+                                                                                            : 136;
+}
+static constexpr int qt_xd_per_unit(int qt) { // activation scales per 256: q8_0 has one per 32
+    return qt == QT_Q8_0 ? 8 : 1;
+}
+static constexpr bool qt_bsum(int qt) { // types with mins need per-32 activation sums
+    return qt == QT_Q4_K || qt == QT_Q5_K;
+}
+static constexpr int qt_xq_ld(int qt) { // bytes per staged column: bank-conflict-free LDS
+    return qt == QT_Q6_K ? 272 : 288;
+}
+
+// ---- activation preparation ----------------------------------------------------------------------
+
+// Column c of an f32 activation tensor viewed as {n_in, ne1, ne2}: data + (c % ne1)*nb1 +
+// (c / ne1)*nb2.
+struct xsrc {
+    const char *data;
+    int64_t ne1, nb1, nb2;
+};
+
+__device__ __forceinline__ const float *xcol_ptr(const xsrc &s, int64_t c) {
+    return (const float *)(s.data + (c % s.ne1) * s.nb1 + (c / s.ne1) * s.nb2);
+}
+
+// Round to nearest even for |f| < 2^22 (dtype quants.c round_int).
+__device__ __forceinline__ int round_int(float f) {
+    float v = __fadd_rn(f, 12582912.0f);
+    return (__float_as_int(v) & 0x007fffff) - 0x00400000;
+}
+
+// q8_K (quantize_row_q8_K_ref): per 256, max = first element of largest magnitude, iscale =
+// -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per 32. PERM stores q
+// in IQ4_XS decode order within each 32 (position p holds element 4(p>>3) + ((p&7)>>1) + 16(p&1)).
+template <bool PERM>
+static __global__ __launch_bounds__(256) void prep_q8k_kernel(xsrc src, int64_t n_in, int8_t *xq,
+                                                              float *xd, int32_t *xb) {
+    const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const int64_t c = blockIdx.y;
+    const float *x = xcol_ptr(src, c) + (int64_t)u * UNIT;
+    float v = x[i];
+    float a = v == v ? fabsf(v) : -1.0f;
+    int idx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, a, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > a || (oa == a && oi < idx)) {
+            a = oa;
+            idx = oi;
+        }
+    }
+    __shared__ float s_a[8];
+    __shared__ int s_i[8];
+    __shared__ float s_max;
+    if (lane == 0) {
+        s_a[w] = a;
+        s_i[w] = idx;
+    }
+    __syncthreads();
+    if (i == 0) {
+        float ba = s_a[0];
+        int bi = s_i[0];
+        for (int k = 1; k < 8; k++) {
+            if (s_a[k] > ba || (s_a[k] == ba && s_i[k] < bi)) {
+                ba = s_a[k];
+                bi = s_i[k];
+            }
+        }
+        s_max = ba > 0.0f ? x[bi] : 0.0f;
+    }
+    __syncthreads();
+    const float mx = s_max;
+    int q = 0;
+    float d = 0.0f;
+    if (mx != 0.0f) {
+        float iscale = __fdiv_rn(-127.0f, mx);
+        q = min(127, round_int(__fmul_rn(iscale, v)));
+        d = __fdiv_rn(1.0f, iscale);
+    }
+    int pos = i;
+    if (PERM) {
+        int e = i & 31;
+        pos = (i & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4);
+    }
+    xq[c * n_in + (int64_t)u * UNIT + pos] = (int8_t)q;
+    int bs = ds_cu_warp_sum_i(q);
+    if (lane == 0) xb[c * (n_in / 32) + u * 8 + w] = bs;
+    if (i == 0) xd[c * (n_in / UNIT) + u] = d;
+}
+
+// q8_0 as llama.cpp's x86 CPU backend quantizes activations: d = fp16(amax/127),
+// q = round(x * (127/amax)) saturated to int8 (ds_quantize_act(Q8_0)). One warp per block of 32.
+static __global__ __launch_bounds__(256) void prep_q8_0_kernel(xsrc src, int64_t n_in, int8_t *xq,
+                                                               float *xd) {
+    const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const int64_t c = blockIdx.y;
+    float v = xcol_ptr(src, c)[(int64_t)u * UNIT + i];
+    float amax = ds_cu_warp_max(fabsf(v)); // fmaxf ignores NaN, as the CPU's compare does
+    float dq = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+    float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    float f = __fadd_rn(__fmul_rn(v, id), 12582912.0f);
+    int q = (__float_as_int(f) & 0x007fffff) - 0x00400000;
+    q = q > 127 ? 127 : q < -128 ? -128 : q;
+    xq[c * n_in + (int64_t)u * UNIT + i] = (int8_t)q;
+    if (lane == 0) xd[c * (n_in / 32) + u * 8 + w] = dq;
+}
+
+// Float weights: the activation rounded to the weight's vec_dot type (F32 / F16 / BF16), as f32.
+template <int WT>
+static __global__ __launch_bounds__(256) void prep_f_kernel(xsrc src, int64_t n_in, float *xf) {
+    const int64_t c = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= n_in) return;
+    float v = xcol_ptr(src, c)[i];
+    if (WT == DS_TYPE_F16) v = __half2float(__float2half_rn(v));
+    if (WT == DS_TYPE_BF16) v = __bfloat162float(__float2bfloat16_rn(v));
+    xf[c * n_in + i] = v;
+}
+
+// ---- int8 tensor-core GEMV -----------------------------------------------------------------------
+
+struct mm_args {
+    const uint8_t *w;     // weights (expert 0)
+    size_t w_nb1, w_nb2;  // bytes per row, per expert
+    int64_t n_out, n_in;
+    int n_units, ks;      // n_in / 256, K splits
+    const int8_t *xq;     // prepared activations [ncx][n_in]
+    const float *xd;      // activation scales [ncx][n_in/256] (q8_0: [ncx][n_in/32])
+    const int32_t *xb;    // activation sums per 32 [ncx][n_in/32]
+    const float *xf;      // float activations [ncx][n_in] (mmf)
+    int ncols;            // logical columns (dense: N; MoE: n*k pairs)
+    float *y;             // output
+    int64_t y_nb1, y_nb2; // in floats: column stride (dense) / slot and row strides (MoE)
+    float *part;          // [ks][ncols][n_out] partial sums when ks > 1
+    const int32_t *ids;   // MoE expert per pair (device), NULL for dense
+    int k, per_slot;
+};
+
+__device__ __forceinline__ int64_t mm_xcol(const mm_args &a, int c) {
+    return a.ids ? (a.per_slot ? c : c / a.k) : c;
+}
+__device__ __forceinline__ int64_t mm_yoff(const mm_args &a, int c) {
+    return a.ids ? (int64_t)(c % a.k) * a.y_nb1 + (int64_t)(c / a.k) * a.y_nb2
+                 : (int64_t)c * a.y_nb1;
+}
+
+__device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// The CPU's per-super-block step (dtype_impl.h ds_ksum_step), operation for operation.
+__device__ __forceinline__ float ksum(float dw, float dmw, float da, int isum, int msum) {
+    float dd = __fmul_rn(dw, da), dm = __fmul_rn(dmw, da);
+    return __fsub_rn(__fmul_rn(dd, __int2float_rn(isum)), __fmul_rn(dm, __int2float_rn(msum)));
+}
+
+// Raw weight words of one 256-element unit of one row, as thread t of its quad needs them.
+// Fragment mapping (PTX mma.m16n8k32 .s8): thread (g = lane/4, t = lane%4) holds A rows g, g+8,
+// k-slots 4t..4t+3 (regs 0/1) and 16+4t..16+4t+3 (regs 2/3), B column g with the same k-slots.
+// Within each 32-element group thread t supplies 8 elements; the activations are staged in the
+// same order (natural for all types but IQ4_XS, whose order prep_q8k_kernel<true> produces).
+struct raw_q8_0 {
+    uint32_t q[8][2]; // bytes 8t..8t+7 of each block's qs
+    uint32_t d[8];    // fp16 bits
+};
+struct raw_q4_k {
+    uint4 h;          // d, dmin, scales[12]
+    uint2 q[4];       // qs bytes 32j + 8t .. +7 of pair j (low nibbles: group 2j, high: 2j+1)
+};
+struct raw_q5_k {
+    uint4 h;
+    uint2 qh;         // qh bytes 8t..8t+7 (bit j: fifth bit of group j)
+    uint2 q[4];
+};
+struct raw_q6_k {
+    uint32_t ql[2][2][2]; // [half n][ql offset 0/32][step s]: ql bytes 64n + 32p + 16s + 4t..
+    uint32_t qh[2][2];    // [n][s]: qh bytes 32n + 16s + 4t..
+    uint32_t sc[4];       // the 16 int8 scales
+    uint32_t d;
+};
+struct raw_iq4_xs {
+    uint2 h;              // d | scales_h << 16, scales_l[4]
+    uint32_t q[8];        // qs bytes 16ib + 4t .. +3
+};
+
+template <int QT> struct raw_of;
+template <> struct raw_of<QT_Q8_0> { typedef raw_q8_0 type; };
+template <> struct raw_of<QT_Q4_K> { typedef raw_q4_k type; };
+template <> struct raw_of<QT_Q5_K> { typedef raw_q5_k type; };
+template <> struct raw_of<QT_Q6_K> { typedef raw_q6_k type; };
+template <> struct raw_of<QT_IQ4_XS> { typedef raw_iq4_xs type; };
+
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) {
+    return *(const uint16_t *)p;
+}
+// 4 bytes at a 2-byte-aligned address (Q6_K blocks are 210 bytes).
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
+    if (((uintptr_t)p & 3) == 0) return *(const uint32_t *)p;
+    return ld_u16(p) | (ld_u16(p + 2) << 16);
+}
+
+__device__ __forceinline__ void load_raw(raw_q8_0 &r, const uint8_t *p, int t) {
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const uint8_t *q = p + 34 * b + 2 + 8 * t;
+        if (b & 1) { // 34b + 2 is a multiple of 4 for odd b (the unit starts 4-byte aligned)
+            r.q[b][0] = *(const uint32_t *)q;
+            r.q[b][1] = *(const uint32_t *)(q + 4);
+        } else {
+            r.q[b][0] = ld_u16(q) | (ld_u16(q + 2) << 16);
+            r.q[b][1] = ld_u16(q + 4) | (ld_u16(q + 6) << 16);
+        }
+        r.d[b] = ld_u16(p + 34 * b);
+    }
+}
+__device__ __forceinline__ void load_raw(raw_q4_k &r, const uint8_t *p, int t) {
+    r.h = __ldg((const uint4 *)p);
+#pragma unroll
+    for (int j = 0; j < 4; j++) r.q[j] = __ldg((const uint2 *)(p + 16 + 32 * j + 8 * t));
+}
+__device__ __forceinline__ void load_raw(raw_q5_k &r, const uint8_t *p, int t) {
+    r.h = __ldg((const uint4 *)p);
+    r.qh = __ldg((const uint2 *)(p + 16 + 8 * t));
+#pragma unroll
+    for (int j = 0; j < 4; j++) r.q[j] = __ldg((const uint2 *)(p + 48 + 32 * j + 8 * t));
+}
+__device__ __forceinline__ void load_raw(raw_q6_k &r, const uint8_t *p, int t) {
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            r.ql[n][0][s] = ld_u32_a2(p + 64 * n + 16 * s + 4 * t);
+            r.ql[n][1][s] = ld_u32_a2(p + 64 * n + 32 + 16 * s + 4 * t);
+            r.qh[n][s] = ld_u32_a2(p + 128 + 32 * n + 16 * s + 4 * t);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) r.sc[i] = ld_u32_a2(p + 192 + 4 * i);
+    r.d = ld_u16(p + 208);
+}
+__device__ __forceinline__ void load_raw(raw_iq4_xs &r, const uint8_t *p, int t) {
+    r.h = __ldg((const uint2 *)p);
+#pragma unroll
+    for (int ib = 0; ib < 8; ib++) r.q[ib] = __ldg((const uint32_t *)(p + 8 + 16 * ib + 4 * t));
+}
+
+// Q4_K/Q5_K scale and min of group j from the 12 packed bytes (dtype quants.c k4_scale_min).
+__device__ __forceinline__ uint32_t k4_byte(const uint4 &h, int i) {
+    uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+    return (w >> (8 * (i & 3))) & 0xffu;
+}
+__device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = (int)(k4_byte(h, j) & 63);
+        m = (int)(k4_byte(h, j + 4) & 63);
+    } else {
+        sc = (int)((k4_byte(h, j + 4) & 0xf) | ((k4_byte(h, j - 4) >> 6) << 4));
+        m = (int)((k4_byte(h, j + 4) >> 4) | ((k4_byte(h, j) >> 6) << 4));
+    }
+}
+
+// IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.
+__device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
+    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu; // -127 -104 -83 -65 | -49 -35 -22 -10
+    const uint32_t t2 = 0x26190D01u, t3 = 0x71594535u; //    1   13  25  38 |  53  69  89 113
+    uint32_t sel = s & 0x7777u;
+    uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
+}
+
+// Q6_K 6-bit values minus 32 as int8, for quarter q (0..3) and step s of half n.
+__device__ __forceinline__ uint32_t q6_vals(const raw_q6_k &r, int n, int q, int s) {
+    uint32_t v = ((r.ql[n][q & 1][s] >> (4 * (q >> 1))) & 0x0F0F0F0Fu) |
+                 (((r.qh[n][s] >> (2 * q)) & 0x03030303u) << 4);
+    uint32_t x = v ^ 0x20202020u; // per byte: v >= 32 -> v - 32; v < 32 -> v + 32 ...
+    return x | ((x & 0x20202020u) * 6u); // ... then | 0xC0 makes it v - 32 (mod 256)
+}
+
+// Shared-memory views of one staged unit.
+template <int QT, int NT> struct stage_layout {
+    static constexpr int NC = NT * 8;
+    static constexpr int XQ = NC * qt_xq_ld(QT);
+    static constexpr int XD = qt_xd_per_unit(QT) * NC * 4;
+    static constexpr int XB = qt_bsum(QT) ? 8 * NC * 4 : 0;
+    static constexpr int BUF = XQ + XD + XB;
+};
+
+// One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
+// float term per (row, column) as the CPU computes it.
+template <int QT, int NT>
+__device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_of<QT>::type &A,
+                                       const typename raw_of<QT>::type &B, const uint8_t *buf,
+                                       int g, int t) {
+    typedef stage_layout<QT, NT> L;
+    constexpr int LD = qt_xq_ld(QT);
+    const float *xd = (const float *)(buf + L::XQ);
+    int isum[NT][4], msum[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) isum[nt][e] = msum[nt][e] = 0;
+    }
+    float dA, dB, dmA = 0.0f, dmB = 0.0f;
+    if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
+        const int *xb = (const int *)(buf + L::XQ + L::XD);
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = sb >> 1, h = (sb & 1) * 4;
+            uint32_t a0 = (A.q[j].x >> h) & 0x0F0F0F0Fu, a2 = (A.q[j].y >> h) & 0x0F0F0F0Fu;
+            uint32_t a1 = (B.q[j].x >> h) & 0x0F0F0F0Fu, a3 = (B.q[j].y >> h) & 0x0F0F0F0Fu;
+            if constexpr (QT == QT_Q5_K) {
+                a0 |= ((A.qh.x >> sb) & 0x01010101u) << 4;
+                a2 |= ((A.qh.y >> sb) & 0x01010101u) << 4;
+                a1 |= ((B.qh.x >> sb) & 0x01010101u) << 4;
+                a3 |= ((B.qh.y >> sb) & 0x01010101u) << 4;
+            }
+            int scA, mA, scB, mB;
+            k4_scale_min(A.h, sb, scA, mA);
+            k4_scale_min(B.h, sb, scB, mB);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
+                int2 bs = *(const int2 *)(xb + sb * L::NC + nt * 8 + 2 * t);
+                isum[nt][0] += scA * c[0];
+                isum[nt][1] += scA * c[1];
+                isum[nt][2] += scB * c[2];
+                isum[nt][3] += scB * c[3];
+                msum[nt][0] += mA * bs.x;
+                msum[nt][1] += mA * bs.y;
+                msum[nt][2] += mB * bs.x;
+                msum[nt][3] += mB * bs.y;
+            }
+        }
+        dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
+        dB = ds_cu_h2f(B.h.x), dmB = ds_cu_h2f(B.h.x >> 16);
+    } else if constexpr (QT == QT_Q6_K) {
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    uint32_t a0 = q6_vals(A, n, q, s), a1 = q6_vals(B, n, q, s);
+                    const int si = 8 * n + 2 * q + s;
+                    int scA = (int)(int8_t)((A.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
+                    int scB = (int)(int8_t)((B.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
+                    const int off = 128 * n + 32 * q + 16 * s + 4 * t;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k16(c, a0, a1, bq);
+                        isum[nt][0] += scA * c[0];
+                        isum[nt][1] += scA * c[1];
+                        isum[nt][2] += scB * c[2];
+                        isum[nt][3] += scB * c[3];
+                    }
+                }
+            }
+        }
+        dA = ds_cu_h2f(A.d);
+        dB = ds_cu_h2f(B.d);
+    } else { // IQ4_XS
+        const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
+#pragma unroll
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
+            uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
+            const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
+            int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
+            int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
+            lsA -= 32;
+            lsB -= 32;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
+                isum[nt][0] += lsA * c[0];
+                isum[nt][1] += lsA * c[1];
+                isum[nt][2] += lsB * c[2];
+                isum[nt][3] += lsB * c[3];
+            }
+        }
+        dA = ds_cu_h2f(A.h.x);
+        dB = ds_cu_h2f(B.h.x);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, da.x, isum[nt][0], msum[nt][0]));
+        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, da.y, isum[nt][1], msum[nt][1]));
+        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, da.x, isum[nt][2], msum[nt][2]));
+        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, da.y, isum[nt][3], msum[nt][3]));
+    }
+}
+
+// One unit (8 blocks) of Q8_0: per block (float)isum * (dw*da) added in block order.
+template <int NT>
+__device__ __forceinline__ void unit_q8_0(float (&acc)[NT][4], const raw_q8_0 &A,
+                                          const raw_q8_0 &B, const uint8_t *buf, int g, int t) {
+    typedef stage_layout<QT_Q8_0, NT> L;
+    constexpr int LD = qt_xq_ld(QT_Q8_0);
+    const float *xd = (const float *)(buf + L::XQ);
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const float dwA = ds_cu_h2f(A.d[b]), dwB = ds_cu_h2f(B.d[b]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + b * 32 + 8 * t);
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, A.q[b][0], B.q[b][0], A.q[b][1], B.q[b][1], bq.x, bq.y);
+            float2 da = *(const float2 *)(xd + b * L::NC + nt * 8 + 2 * t);
+            acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__int2float_rn(c[0]), __fmul_rn(dwA, da.x)));
+            acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__int2float_rn(c[1]), __fmul_rn(dwA, da.y)));
+            acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__int2float_rn(c[2]), __fmul_rn(dwB, da.x)));
+            acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__int2float_rn(c[3]), __fmul_rn(dwB, da.y)));
+        }
+    }
+}
+
+// Stages unit u of the block's columns: int8 activations, their scales and (K4/K5) group sums.
+// Column slots >= nvalid are zero.
+template <int QT, int NT>
+__device__ __forceinline__ void stage_unit(uint8_t *buf, const mm_args &a, int c0, int nvalid,
+                                           int u, int tid) {
+    typedef stage_layout<QT, NT> L;
+    constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT);
+    for (int i = tid; i < L::NC * 16; i += MMQ_THREADS) {
+        const int cs = i >> 4, part = i & 15;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (cs < nvalid) {
+            const int64_t xc = mm_xcol(a, c0 + cs);
+            v = *(const uint4 *)(a.xq + xc * a.n_in + (int64_t)u * UNIT + part * 16);
+        }
+        *(uint4 *)(buf + cs * LD + part * 16) = v;
+    }
+    const int64_t n_xd = QT == QT_Q8_0 ? a.n_in / 32 : a.n_in / UNIT;
+    float *xd = (float *)(buf + L::XQ);
+    for (int i = tid; i < XDU * L::NC; i += MMQ_THREADS) {
+        const int j = i / L::NC, cs = i % L::NC;
+        xd[i] = cs < nvalid ? a.xd[mm_xcol(a, c0 + cs) * n_xd + (int64_t)u * XDU + j] : 0.0f;
+    }
+    if constexpr (qt_bsum(QT)) {
+        int *xb = (int *)(buf + L::XQ + L::XD);
+        for (int i = tid; i < 8 * L::NC; i += MMQ_THREADS) {
+            const int j = i / L::NC, cs = i % L::NC;
+            xb[i] = cs < nvalid ? a.xb[mm_xcol(a, c0 + cs) * (a.n_in / 32) + (int64_t)u * 8 + j]
+                                : 0;
+        }
+    }
+}
+
+template <int QT, int NT>
+static __global__ __launch_bounds__(MMQ_THREADS) void mmq_kernel(mm_args a) {
+    typedef stage_layout<QT, NT> L;
+    typedef typename raw_of<QT>::type raw_t;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = (int64_t)blockIdx.x * MMQ_ROWS + warp * 16;
+    const int split = blockIdx.y;
+    const int u0 = (int)((int64_t)split * a.n_units / a.ks);
+    const int u1 = (int)((int64_t)(split + 1) * a.n_units / a.ks);
+    int c0, nvalid;
+    const uint8_t *wb = a.w;
+    if (a.ids) {
+        c0 = blockIdx.z;
+        nvalid = 1;
+        wb += (size_t)a.ids[c0] * a.w_nb2;
+    } else {
+        c0 = blockIdx.z * L::NC;
+        nvalid = min(L::NC, a.ncols - c0);
+    }
+    const int64_t rA = min(row0 + g, a.n_out - 1), rB = min(row0 + g + 8, a.n_out - 1);
+    const uint8_t *wA = wb + rA * a.w_nb1, *wB = wb + rB * a.w_nb1;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int u = u0; u < u1; u++) {
+        uint8_t *buf = smem + ((u - u0) & 1) * L::BUF;
+        raw_t A, B; // weight loads are in flight while the activations are staged
+        load_raw(A, wA + (size_t)u * qt_unit_bytes(QT), t);
+        load_raw(B, wB + (size_t)u * qt_unit_bytes(QT), t);
+        stage_unit<QT, NT>(buf, a, c0, nvalid, u, tid);
+        __syncthreads(); // double buffer: unit u+2 rewrites buf only after this barrier of u+1
+        if constexpr (QT == QT_Q8_0) {
+            unit_q8_0<NT>(acc, A, B, buf, g, t);
+        } else {
+            unit_k<QT, NT>(acc, A, B, buf, g, t);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t row = row0 + g + (e >> 1) * 8;
+            const int cl = nt * 8 + 2 * t + (e & 1);
+            if (row >= a.n_out || cl >= nvalid) continue;
+            const int c = c0 + cl;
+            if (a.ks == 1) {
+                a.y[mm_yoff(a, c) + row] = acc[nt][e];
+            } else {
+                a.part[((size_t)split * a.ncols + c) * a.n_out + row] = acc[nt][e];
+            }
+        }
+    }
+}
+
+// y = sum over splits of the partials, in split order.
+static __global__ __launch_bounds__(256) void mmq_reduce_kernel(mm_args a) {
+    const int64_t row = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (row >= a.n_out) return;
+    for (int c = blockIdx.y; c < a.ncols; c += gridDim.y) {
+        float s = a.part[(size_t)c * a.n_out + row];
+        for (int sp = 1; sp < a.ks; sp++) {
+            s = __fadd_rn(s, a.part[((size_t)sp * a.ncols + c) * a.n_out + row]);
+        }
+        a.y[mm_yoff(a, c) + row] = s;
+    }
+}
+
+// ---- float weights -------------------------------------------------------------------------------
+
+template <int WT>
+__device__ __forceinline__ float ld_w(const uint8_t *row, int64_t i) {
+    if (WT == DS_TYPE_F32) return ((const float *)row)[i];
+    if (WT == DS_TYPE_F16) return __half2float(((const __half *)row)[i]);
+    return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
+}
+
+// One warp per 4 rows; NC columns per block (grid.z: column chunks, or MoE pairs).
+template <int WT, int NC>
+static __global__ __launch_bounds__(256) void mmf_kernel(mm_args a) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = (int64_t)blockIdx.x * MMF_ROWS + warp * 4;
+    int c0, nvalid;
+    const uint8_t *wb = a.w;
+    if (a.ids) {
+        c0 = blockIdx.z;
+        nvalid = 1;
+        wb += (size_t)a.ids[c0] * a.w_nb2;
+    } else {
+        c0 = blockIdx.z * NC;
+        nvalid = min(NC, a.ncols - c0);
+    }
+    const uint8_t *wr[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) wr[r] = wb + min(row0 + r, a.n_out - 1) * a.w_nb1;
+    const float *xc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) xc[c] = a.xf + mm_xcol(a, c0 + min(c, nvalid - 1)) * a.n_in;
+    float acc[4][NC];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+#pragma unroll
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    }
+#pragma unroll 4
+    for (int64_t i = lane; i < a.n_in; i += 32) {
+        float wv[4], xv[NC];
+#pragma unroll
+        for (int r = 0; r < 4; r++) wv[r] = ld_w<WT>(wr[r], i);
+#pragma unroll
+        for (int c = 0; c < NC; c++) xv[c] = xc[c][i];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+#pragma unroll
+            for (int c = 0; c < NC; c++) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(wv[r], xv[c]));
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            float v = acc[r][c];
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
+            acc[r][c] = v;
+        }
+    }
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        if (row0 + r >= a.n_out) continue;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            if (c < nvalid) a.y[mm_yoff(a, c0 + c) + row0 + r] = acc[r][c];
+        }
+    }
+}
+
+// ---- launchers -----------------------------------------------------------------------------------
+
+static int qt_of(ds_type t) {
+    switch (t) {
+    case DS_TYPE_Q8_0: return QT_Q8_0;
+    case DS_TYPE_Q4_K: return QT_Q4_K;
+    case DS_TYPE_Q5_K: return QT_Q5_K;
+    case DS_TYPE_Q6_K: return QT_Q6_K;
+    case DS_TYPE_IQ4_XS: return QT_IQ4_XS;
+    default: return -1;
+    }
+}
+
+static bool is_float_type(ds_type t) {
+    return t == DS_TYPE_F32 || t == DS_TYPE_F16 || t == DS_TYPE_BF16;
+}
+
+extern "C" bool ds_cuda_matmul_supports(ds_type t) {
+    return is_float_type(t) || qt_of(t) >= 0;
+}
+
+// K splits of the quantized GEMV: enough blocks for ~2 per SM. A function of the shape and the
+// device only (never of N): that is what keeps results batch-invariant.
+static int mmq_splits(const ds_cuda_ctx *c, int64_t n_out, int n_units) {
+    int64_t rb = (n_out + MMQ_ROWS - 1) / MMQ_ROWS;
+    int64_t want = (2 * (int64_t)c->n_sm + rb - 1) / rb;
+    return (int)DS_MAX(1, DS_MIN(want, (int64_t)DS_MIN(n_units, 32)));
+}
+
+template <int QT, int NT>
+static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    typedef stage_layout<QT, NT> L;
+    dim3 grid((unsigned)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a.ks, (unsigned)n_z);
+    mmq_kernel<QT, NT><<<grid, MMQ_THREADS, 2 * L::BUF, c->stream>>>(a);
+}
+
+template <int QT>
+static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int nt, int n_z) {
+    if (nt == 1) mmq_launch<QT, 1>(c, a, n_z);
+    else if (nt == 2) mmq_launch<QT, 2>(c, a, n_z);
+    else mmq_launch<QT, 4>(c, a, n_z);
+}
+
+template <int WT>
+static void mmf_dispatch(ds_cuda_ctx *c, const mm_args &a, int nc, int n_z) {
+    dim3 grid((unsigned)((a.n_out + MMF_ROWS - 1) / MMF_ROWS), 1, (unsigned)n_z);
+    if (nc == 1) mmf_kernel<WT, 1><<<grid, 256, 0, c->stream>>>(a);
+    else if (nc == 2) mmf_kernel<WT, 2><<<grid, 256, 0, c->stream>>>(a);
+    else if (nc == 4) mmf_kernel<WT, 4><<<grid, 256, 0, c->stream>>>(a);
+    else mmf_kernel<WT, 8><<<grid, 256, 0, c->stream>>>(a);
+}
+
+// Shared body of matmul and matmul_id. x: ncx activation columns (xs); a: everything else.
+static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const xsrc &xs,
+                   int64_t ncx) {
+    const int64_t n_in = a.n_in;
+    const bool moe = a.ids != NULL;
+    DS_ASSERT(ncx >= 1 && ncx <= 65535 && a.ncols >= 1 && a.ncols <= 65535);
+    if (is_float_type(wt)) {
+        float *xf = (float *)ds_cuda_scratch(c, (size_t)ncx * (size_t)n_in * sizeof(float));
+        if (!xf) return;
+        dim3 pg((unsigned)((n_in + 255) / 256), (unsigned)ncx);
+        if (wt == DS_TYPE_F32) prep_f_kernel<DS_TYPE_F32><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+        if (wt == DS_TYPE_F16) prep_f_kernel<DS_TYPE_F16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+        if (wt == DS_TYPE_BF16) prep_f_kernel<DS_TYPE_BF16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+        a.xf = xf;
+        int nc = moe ? 1 : a.ncols <= 1 ? 1 : a.ncols <= 2 ? 2 : a.ncols <= 4 ? 4 : 8;
+        int n_z = moe ? a.ncols : (a.ncols + nc - 1) / nc;
+        if (wt == DS_TYPE_F32) mmf_dispatch<DS_TYPE_F32>(c, a, nc, n_z);
+        if (wt == DS_TYPE_F16) mmf_dispatch<DS_TYPE_F16>(c, a, nc, n_z);
+        if (wt == DS_TYPE_BF16) mmf_dispatch<DS_TYPE_BF16>(c, a, nc, n_z);
+        ds_cuda_launched(c, op);
+        return;
+    }
+    const int qt = qt_of(wt);
+    DS_ASSERT(qt >= 0 && "matmul: weight type without a CUDA kernel");
+    DS_ASSERT(n_in % UNIT == 0 && "matmul: quantized rows must be whole multiples of 256");
+    DS_ASSERT((uintptr_t)a.w % 16 == 0 && a.w_nb1 % 2 == 0);
+    DS_ASSERT(qt == QT_Q6_K || a.w_nb1 % 8 == 0);
+    a.n_units = (int)(n_in / UNIT);
+    a.ks = mmq_splits(c, a.n_out, a.n_units);
+    // scratch: xq | xd | xb | partials
+    const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
+    const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
+    const size_t sz_b = sz_d;
+    const size_t sz_p = a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b + sz_p);
+    if (!s) return;
+    int8_t *xq = (int8_t *)s;
+    float *xd = (float *)(s + sz_q);
+    int32_t *xb = (int32_t *)(s + sz_q + sz_d);
+    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + sz_d + sz_b);
+    dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
+    if (qt == QT_Q8_0) {
+        prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
+    } else if (qt == QT_IQ4_XS) {
+        prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+    } else {
+        prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+    }
+    int nt = moe ? 1 : a.ncols <= 8 ? 1 : a.ncols <= 16 ? 2 : 4;
+    int n_z = moe ? a.ncols : (a.ncols + nt * 8 - 1) / (nt * 8);
+    switch (qt) {
+    case QT_Q8_0: mmq_dispatch<QT_Q8_0>(c, a, nt, n_z); break;
+    case QT_Q4_K: mmq_dispatch<QT_Q4_K>(c, a, nt, n_z); break;
+    case QT_Q5_K: mmq_dispatch<QT_Q5_K>(c, a, nt, n_z); break;
+    case QT_Q6_K: mmq_dispatch<QT_Q6_K>(c, a, nt, n_z); break;
+    default: mmq_dispatch<QT_IQ4_XS>(c, a, nt, n_z); break;
+    }
+    if (a.ks > 1) {
+        dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
+        mmq_reduce_kernel<<<rg, 256, 0, c->stream>>>(a);
+    }
+    ds_cuda_launched(c, op);
+}
+
+static void check_f32_rows(const ds_tensor *t) {
+    DS_ASSERT(t->type == DS_TYPE_F32 && t->nb[0] == sizeof(float));
+    DS_ASSERT(t->nb[1] % sizeof(float) == 0 && t->nb[2] % sizeof(float) == 0);
+    DS_ASSERT((uintptr_t)t->data % sizeof(float) == 0);
+}
+
+extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
+                               const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "matmul")) return;
+    const int64_t n_in = w->ne[0], n_out = w->ne[1], n = x->ne[1];
+    DS_ASSERT(x->ne[0] == n_in && y->ne[0] == n_out && y->ne[1] == n);
+    DS_ASSERT(x->ne[2] == 1 && x->ne[3] == 1 && y->ne[2] == 1 && w->ne[2] == 1);
+    DS_ASSERT(w->nb[1] == ds_type_row_size(w->type, n_in));
+    check_f32_rows(x);
+    check_f32_rows(y);
+    if (n == 0) return;
+    mm_args a;
+    memset(&a, 0, sizeof(a));
+    a.w = (const uint8_t *)w->data, a.w_nb1 = w->nb[1], a.n_out = n_out, a.n_in = n_in;
+    a.ncols = (int)n, a.y = (float *)y->data, a.y_nb1 = (int64_t)(y->nb[1] / sizeof(float));
+    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    mm_run(c, "matmul", w->type, a, xs, n);
+}
+
+extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w,
+                                  const ds_tensor *x, const int32_t *ids, int64_t k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "matmul_id")) return;
+    const int64_t n_in = w->ne[0], n_out = w->ne[1], n_exp = w->ne[2];
+    const int64_t n = y->ne[2];
+    // x is {n_in, n} (shared by the k slots of a row) or {n_in, k, n} (one input per slot).
+    const bool per_slot = n > 1 ? x->ne[2] == n : x->ne[1] == k;
+    DS_ASSERT(per_slot ? (x->ne[1] == k && x->ne[2] == n) : x->ne[1] == n);
+    DS_ASSERT(x->ne[0] == n_in && y->ne[0] == n_out && y->ne[1] == k && k >= 1);
+    DS_ASSERT(w->nb[1] == ds_type_row_size(w->type, n_in));
+    check_f32_rows(x);
+    check_f32_rows(y);
+    for (int64_t i = 0; i < n * k; i++) DS_ASSERT(ids[i] >= 0 && ids[i] < n_exp);
+    if (n == 0) return;
+    const int32_t *ids_d = (const int32_t *)ds_cuda_stage(c, ids, (size_t)(n * k) * 4);
+    if (!ids_d) return;
+    mm_args a;
+    memset(&a, 0, sizeof(a));
+    a.w = (const uint8_t *)w->data, a.w_nb1 = w->nb[1], a.w_nb2 = w->nb[2];
+    a.n_out = n_out, a.n_in = n_in, a.ncols = (int)(n * k);
+    a.y = (float *)y->data, a.y_nb1 = (int64_t)(y->nb[1] / 4), a.y_nb2 = (int64_t)(y->nb[2] / 4);
+    a.ids = ids_d, a.k = (int)k, a.per_slot = per_slot;
+    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    mm_run(c, "matmul_id", w->type, a, xs, per_slot ? n * k : n);
+}

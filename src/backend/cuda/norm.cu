@@ -1,0 +1,81 @@
+// norm.cu: RMSNorm over rows of strided f32 views (also in place) and the DeltaNet gated RMSNorm
+// (rmsnorm * w * silu(z)). One block per row; the sum of squares is accumulated in double as the
+// CPU backend does (cpu_elem.c), so the scale almost always rounds to the CPU's float bits; the
+// products use the CPU's order. Calls common.cuh. Called through the op table.
+// Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
+//   bytes: rows*ne0*8 (+4 for z);  flops: ~4*rows*ne0.
+#include "backend/cuda/common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+// Sum over the block (fixed order: per-thread strided sums, warp butterflies, warps in order).
+__device__ double block_sum_d(double v, double *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ds_cu_warp_sum_d(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    __syncthreads();
+    return s;
+}
+
+template <bool GATED>
+static __global__ __launch_bounds__(256) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                             const float *w, ds_cu_rows z,
+                                                             float eps) {
+    __shared__ double sh[8];
+    const int64_t r = blockIdx.x, n = x.ne0;
+    const float *xr = ds_cu_row(x, r);
+    float *yr = ds_cu_row(y, r);
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = (double)xr[i];
+        s += v * v;
+    }
+    s = block_sum_d(s, sh);
+    const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(s / (double)n), eps)));
+    const float *zr = GATED ? ds_cu_row(z, r) : NULL;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = __fmul_rn(xr[i], scale);
+        if (w) v = __fmul_rn(v, w[i]);
+        if (GATED) v = __fmul_rn(v, ds_cu_silu(zr[i]));
+        yr[i] = v;
+    }
+}
+
+static int norm_threads(int64_t n) {
+    return n >= 2048 ? 256 : n >= 256 ? 128 : 64;
+}
+
+extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x,
+                                const ds_tensor *w, float eps) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "rmsnorm")) return;
+    const int64_t n = x->ne[0], rows = ds_cuda_nrows(x);
+    DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows && x->type == DS_TYPE_F32);
+    DS_ASSERT(y->type == DS_TYPE_F32 && x->nb[0] == 4 && y->nb[0] == 4);
+    DS_ASSERT(!w || (w->ne[0] == n && w->type == DS_TYPE_F32));
+    DS_ASSERT(rows <= 0x7fffffff);
+    if (rows == 0) return;
+    ds_cu_rows z = {};
+    rmsnorm_kernel<false><<<(unsigned)rows, norm_threads(n), 0, c->stream>>>(
+        ds_cu_rows_of(y), ds_cu_rows_of(x), w ? (const float *)w->data : NULL, z, eps);
+    ds_cuda_launched(c, "rmsnorm");
+}
+
+extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x,
+                                      const ds_tensor *w, const ds_tensor *z, float eps) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "gated_rmsnorm")) return;
+    const int64_t d = x->ne[0], rows = ds_cuda_nrows(x);
+    DS_ASSERT(w->ne[0] == d && w->type == DS_TYPE_F32 && ds_cuda_nrows(z) == rows && z->ne[0] == d);
+    DS_ASSERT(y->ne[0] == d && ds_cuda_nrows(y) == rows);
+    DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && z->nb[0] == 4);
+    if (rows == 0) return;
+    rmsnorm_kernel<true><<<(unsigned)rows, norm_threads(d), 0, c->stream>>>(
+        ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps);
+    ds_cuda_launched(c, "gated_rmsnorm");
+}
