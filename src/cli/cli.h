@@ -12,5 +12,6 @@ int ds_cli_convert(int argc, char **argv);
 int ds_cli_tokenize(int argc, char **argv);
 int ds_cli_bench(int argc, char **argv);
 int ds_cli_run(int argc, char **argv);
+int ds_cli_serve(int argc, char **argv);
 int ds_cli_synth(int argc, char **argv);
 int ds_cli_bench_model(int argc, char **argv);

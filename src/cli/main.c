@@ -12,6 +12,7 @@ typedef struct command {
 
 static const command k_commands[] = {
     {"run", ds_cli_run, "generate text from a prompt (speculative decoding with --draft)"},
+    {"serve", ds_cli_serve, "OpenAI-compatible HTTP server (chat, completions, streaming, tools)"},
     {"logits", ds_cli_logits, "run the target forward on token ids: logits, hidden states"},
     {"tokenize", ds_cli_tokenize, "text -> token ids with a GGUF's tokenizer (and back)"},
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},

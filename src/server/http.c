@@ -1,0 +1,254 @@
+// http.c: libmicrohttpd plumbing: daemon on the bound address (thread per connection), request
+// bodies with a size limit (413), API key check (401), routing (404 / 405), JSON and error
+// responses, and ds_server_run's life cycle (bind, start the scheduler, wait for the stop flag,
+// drain). Calls sched.c, routes_*.c, libmicrohttpd.
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+void ds_server_params_default(ds_server_params *p) {
+    memset(p, 0, sizeof(*p));
+    p->ep.kv_f16 = 1;
+    dspec_gen_params_default(&p->gp);
+    p->gp.max_tokens = 0; // until end of generation or the context is full
+    p->host = "127.0.0.1";
+    p->port = 8080;
+    p->n_parallel = 1;
+    p->queue_max = 64;
+    p->cache_ram_mb = 2048;
+    p->max_body = (size_t)16 << 20;
+    p->timeout_s = 600;
+}
+
+enum MHD_Result ds_http_json(struct MHD_Connection *c, int status, const char *json) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), (void *)json,
+                                                             MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+enum MHD_Result ds_http_error(struct MHD_Connection *c, const ds_http_err *e) {
+    char *s = ds_http_err_json(e);
+    if (!s) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+const ds_http_err *ds_http_not_ready(ds_server *srv, ds_http_err *buf, const dspec_engine **e) {
+    dspec_err lerr = {0};
+    switch (ds_sched_get_state(srv->sched, &lerr)) {
+    case DS_SCHED_READY:
+        *e = ds_sched_engine(srv->sched);
+        return NULL;
+    case DS_SCHED_LOADING:
+        ds_http_err_set(buf, 503, "unavailable_error", NULL, NULL, "Loading model");
+        return buf;
+    default:
+        ds_http_err_set(buf, 503, "unavailable_error", NULL, NULL, "model failed to load: %s",
+                        lerr.msg);
+        return buf;
+    }
+}
+
+// ---- routing -------------------------------------------------------------------------------------
+
+typedef struct route {
+    const char *method, *path;
+    ds_route_fn fn;
+    bool public_; // no API key needed
+} route;
+
+static const route k_routes[] = {
+    {"GET", "/health", ds_route_health, true},
+    {"GET", "/v1/health", ds_route_health, true},
+    {"GET", "/v1/models", ds_route_models, false},
+    {"GET", "/models", ds_route_models, false},
+    {"GET", "/metrics", ds_route_metrics, false},
+    {"POST", "/v1/chat/completions", ds_route_chat, false},
+    {"POST", "/chat/completions", ds_route_chat, false},
+    {"POST", "/v1/completions", ds_route_completions, false},
+    {"POST", "/completions", ds_route_completions, false},
+    {"POST", "/tokenize", ds_route_tokenize, false},
+    {"POST", "/detokenize", ds_route_detokenize, false},
+};
+
+typedef struct conn_ctx {
+    ds_chat_buf body;
+    bool too_big;
+} conn_ctx;
+
+static bool authorized(ds_server *srv, struct MHD_Connection *c) {
+    if (!srv->p.api_key || !srv->p.api_key[0]) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    // length-independent comparison of the key
+    size_t a = strlen(h), b = strlen(srv->p.api_key);
+    unsigned diff = (unsigned)(a != b);
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)srv->p.api_key[i % b];
+    return diff == 0;
+}
+
+static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *method, conn_ctx *cc) {
+    ds_http_err e;
+    if (cc->too_big) {
+        ds_http_err_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                        "request body over the limit of %zu bytes", srv->p.max_body);
+        return ds_http_error(c, &e);
+    }
+    const route *match = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_routes); i++) {
+        if (strcmp(url, k_routes[i].path)) continue;
+        path_known = true;
+        if (!strcmp(method, k_routes[i].method)) match = &k_routes[i];
+    }
+    if (!match) {
+        if (path_known) {
+            ds_http_err_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                            "%s is not allowed on %s", method, url);
+        } else {
+            ds_http_err_set(&e, 404, "invalid_request_error", "not_found", NULL,
+                            "no route %s %s", method, url);
+        }
+        return ds_http_error(c, &e);
+    }
+    if (!match->public_ && !authorized(srv, c)) {
+        ds_http_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL,
+                        "invalid or missing API key (Authorization: Bearer KEY)");
+        return ds_http_error(c, &e);
+    }
+    const char *body = cc->body.data ? cc->body.data : "";
+    return match->fn(srv, c, body, cc->body.len);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+    (void)version;
+    ds_server *srv = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof(*cc));
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > srv->p.max_body) cc->too_big = true;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_big && cc->body.len + *upload_size > srv->p.max_body) {
+            cc->too_big = true;
+            ds_chat_buf_free(&cc->body);
+        }
+        if (!cc->too_big) {
+            dspec_err err;
+            if (ds_chat_buf_append(&cc->body, upload_data, *upload_size, &err) != DSPEC_OK) {
+                return MHD_NO;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(srv, c, url, method, cc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    conn_ctx *cc = *con_cls;
+    if (!cc) return;
+    ds_chat_buf_free(&cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+static void model_id(ds_server *srv) {
+    const char *a = srv->p.alias;
+    if (a && a[0]) {
+        snprintf(srv->model_id, sizeof(srv->model_id), "%s", a);
+        return;
+    }
+    const char *path = srv->p.ep.model_path, *slash = strrchr(path, '/');
+    snprintf(srv->model_id, sizeof(srv->model_id), "%s", slash ? slash + 1 : path);
+    size_t n = strlen(srv->model_id);
+    if (n > 5 && !strcmp(srv->model_id + n - 5, ".gguf")) srv->model_id[n - 5] = '\0';
+}
+
+dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
+    if (!p->ep.model_path) return ds_err_set(err, DSPEC_ERR_INVALID, "serve: no model (-m)");
+    if (p->port < 0 || p->port > 65535) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "serve: port %d outside 0..65535", p->port);
+    }
+    if (p->n_parallel < 1 || p->n_parallel > 64 || p->queue_max < 1) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "serve: --parallel %d (1..64) / queue %d (>= 1)",
+                          p->n_parallel, p->queue_max);
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
+    if (inet_pton(AF_INET, p->host, &sa.sin_addr) != 1) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "serve: --host '%s' is not an IPv4 address",
+                          p->host);
+    }
+    ds_server *srv = calloc(1, sizeof(*srv));
+    if (!srv) return ds_err_set(err, DSPEC_ERR_NOMEM, "serve: out of memory");
+    srv->p = *p;
+    srv->created = (int64_t)time(NULL);
+    atomic_init(&srv->next_id, 1);
+    model_id(srv);
+    ds_metrics_init(&srv->metrics);
+    srv->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                  MHD_USE_ITC,
+                              0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->queue_max + 64),
+                              MHD_OPTION_END);
+    dspec_status st = DSPEC_OK;
+    if (!srv->d) {
+        st = ds_err_set(err, DSPEC_ERR_IO, "serve: cannot listen on %s:%d (in use, or no "
+                        "permission)", p->host, p->port);
+    }
+    if (st == DSPEC_OK) st = ds_sched_start(&srv->sched, &srv->p, &srv->metrics, err);
+    if (st == DSPEC_OK) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
+        int port = di ? (int)di->port : p->port;
+        ds_log(DS_LOG_INFO, "server: listening on http://%s:%d (model '%s')", p->host, port,
+               srv->model_id);
+        if (p->on_listen) p->on_listen(p->host, port, p->user);
+        while (!p->stop || !*p->stop) {
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        ds_log(DS_LOG_INFO, "server: shutting down");
+    }
+    if (srv->d) MHD_quiesce_daemon(srv->d);
+    ds_sched_stop(srv->sched); // fails what is left with 503, waking their HTTP threads
+    if (srv->d) MHD_stop_daemon(srv->d);
+    ds_sched_free(srv->sched); // the engine goes last: HTTP threads tokenize with it
+    ds_metrics_deinit(&srv->metrics);
+    free(srv);
+    return st;
+}

@@ -1,0 +1,346 @@
+// oai_out.c: builds OpenAI responses from generated text: stop strings (held back while they may
+// still match), <think> split into reasoning_content, <tool_call> blocks parsed into tool_calls,
+// SSE chunks (role delta, content / reasoning / tool-call deltas, final chunk with finish_reason
+// and timings, usage chunk, [DONE]) or one JSON body. Pure: no threads, no I/O. Calls text/chat.h
+// and jansson.
+#include "server/server_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char k_tool_tag[] = "<tool_call>";
+
+dspec_status ds_oai_out_init(ds_oai_out *b, const ds_oai_out_opts *o, dspec_err *err) {
+    (void)err;
+    memset(b, 0, sizeof(*b));
+    b->o = *o;
+    snprintf(b->id, sizeof(b->id), "%s", o->id ? o->id : "");
+    b->o.id = b->id;
+    for (int i = 0; i < o->n_stop; i++) b->max_stop = DS_MAX(b->max_stop, strlen(o->stop[i]));
+    ds_chat_think_init(&b->think, o->start_in_reasoning);
+    return DSPEC_OK;
+}
+
+void ds_oai_out_free(ds_oai_out *b) {
+    ds_chat_buf_free(&b->hold);
+    ds_chat_buf_free(&b->reasoning);
+    ds_chat_buf_free(&b->content);
+    ds_chat_buf_free(&b->sse);
+    free(b->body);
+    memset(b, 0, sizeof(*b));
+}
+
+// Largest cut <= n that does not split a UTF-8 sequence of s.
+static size_t utf8_cut(const char *s, size_t n) {
+    size_t k = n;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    return k;
+}
+
+// ---- chunk writing -----------------------------------------------------------------------------
+
+static json_t *chunk_base(const ds_oai_out *b) {
+    bool chat = b->o.kind == DS_OAI_CHAT;
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", b->o.id, "object",
+                     chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)b->o.created, "model", b->o.model, "system_fingerprint",
+                     "dspec-" DSPEC_VERSION_STRING);
+}
+
+// Appends "data: <json>\n\n" and consumes the reference.
+static dspec_status sse_json(ds_oai_out *b, json_t *o, dspec_err *err) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (chunk)");
+    dspec_status st = ds_chat_buf_append(&b->sse, "data: ", 6, err);
+    if (st == DSPEC_OK) st = ds_chat_buf_append(&b->sse, s, strlen(s), err);
+    if (st == DSPEC_OK) st = ds_chat_buf_append(&b->sse, "\n\n", 2, err);
+    free(s);
+    return st;
+}
+
+// One chunk with a delta (chat) or text (completion); finish = NULL while streaming.
+static dspec_status sse_delta(ds_oai_out *b, json_t *delta, const char *finish, dspec_err *err) {
+    json_t *c = chunk_base(b);
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", json_null(),
+                               "finish_reason", finish ? json_string(finish) : json_null());
+    if (!c || !choice || !delta) {
+        json_decref(c);
+        json_decref(choice);
+        json_decref(delta);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (chunk)");
+    }
+    if (b->o.kind == DS_OAI_CHAT) {
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_update(choice, delta); // {"text": ...}
+        json_decref(delta);
+    }
+    json_object_set_new(c, "choices", json_pack("[o]", choice));
+    return sse_json(b, c, err);
+}
+
+dspec_status ds_oai_out_begin(ds_oai_out *b, dspec_err *err) {
+    if (b->role_sent || !b->o.stream) return DSPEC_OK;
+    b->role_sent = true;
+    if (b->o.kind != DS_OAI_CHAT) return DSPEC_OK;
+    return sse_delta(b, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, err);
+}
+
+static dspec_status send_text(ds_oai_out *b, const char *key, const char *s, size_t n,
+                              dspec_err *err) {
+    if (!n) return DSPEC_OK;
+    dspec_status st = ds_oai_out_begin(b, err);
+    if (st != DSPEC_OK) return st;
+    json_t *v = json_stringn(s, n);
+    if (!v) return ds_err_set(err, DSPEC_ERR_INVALID, "server: generated text is not UTF-8");
+    json_t *d = json_object();
+    if (d) json_object_set_new(d, key, v);
+    else json_decref(v);
+    return sse_delta(b, d, NULL, err);
+}
+
+// ---- the text pipeline: stop strings -> think split -> tool-call hold -> deltas ------------------
+
+// Streams the content not yet sent, up to `upto` bytes of b->content.
+static dspec_status send_content(ds_oai_out *b, size_t upto, dspec_err *err) {
+    if (upto <= b->content_sent) return DSPEC_OK;
+    const char *key = b->o.kind == DS_OAI_CHAT ? "content" : "text";
+    dspec_status st = send_text(b, key, b->content.data + b->content_sent, upto - b->content_sent,
+                                err);
+    b->content_sent = upto;
+    return st;
+}
+
+static dspec_status on_content(ds_oai_out *b, const char *s, size_t n, dspec_err *err) {
+    dspec_status st = ds_chat_buf_append(&b->content, s, n, err);
+    if (st != DSPEC_OK || !b->o.stream || b->in_tool) return st;
+    if (!b->o.tools_json) return send_content(b, b->content.len, err);
+    // hold back a possible start of "<tool_call>"; once it is complete, the rest waits for finish
+    const char *tag = strstr(b->content.data + b->content_sent, k_tool_tag);
+    if (tag) {
+        b->in_tool = true;
+        return send_content(b, (size_t)(tag - b->content.data), err);
+    }
+    size_t keep = sizeof(k_tool_tag) - 2, len = b->content.len;
+    size_t safe = len > keep ? utf8_cut(b->content.data, len - keep) : 0;
+    for (size_t k = safe; k < len; k++) { // only hold from a '<' that could begin the tag
+        if (b->content.data[k] == '<' && !strncmp(b->content.data + k, k_tool_tag, len - k)) {
+            break;
+        }
+        safe = k + 1;
+    }
+    return send_content(b, utf8_cut(b->content.data, safe), err);
+}
+
+// Text after stop-string handling.
+static dspec_status on_text(ds_oai_out *b, const char *s, size_t n, dspec_err *err) {
+    if (!n) return DSPEC_OK;
+    if (!b->o.reasoning) return on_content(b, s, n, err);
+    ds_chat_buf r = {0}, c = {0};
+    dspec_status st = ds_chat_think_feed(&b->think, s, n, &r, &c, err);
+    if (st == DSPEC_OK && r.len) st = ds_chat_buf_append(&b->reasoning, r.data, r.len, err);
+    if (st == DSPEC_OK && r.len && b->o.stream) {
+        st = send_text(b, "reasoning_content", r.data, r.len, err);
+    }
+    if (st == DSPEC_OK && c.len) st = on_content(b, c.data, c.len, err);
+    ds_chat_buf_free(&r);
+    ds_chat_buf_free(&c);
+    return st;
+}
+
+dspec_status ds_oai_out_feed(ds_oai_out *b, const char *text, size_t n, dspec_err *err) {
+    if (b->stopped) return DSPEC_OK;
+    if (!b->max_stop) return on_text(b, text, n, err);
+    dspec_status st = ds_chat_buf_append(&b->hold, text, n, err);
+    if (st != DSPEC_OK) return st;
+    size_t first = SIZE_MAX;
+    for (int i = 0; i < b->o.n_stop; i++) {
+        const char *hit = strstr(b->hold.data, b->o.stop[i]);
+        if (hit && (size_t)(hit - b->hold.data) < first) first = (size_t)(hit - b->hold.data);
+    }
+    if (first != SIZE_MAX) {
+        b->stopped = true;
+        st = on_text(b, b->hold.data, first, err);
+        b->hold.len = 0;
+        return st;
+    }
+    size_t keep = b->max_stop - 1;
+    if (b->hold.len <= keep) return DSPEC_OK;
+    size_t out = utf8_cut(b->hold.data, b->hold.len - keep);
+    st = on_text(b, b->hold.data, out, err);
+    memmove(b->hold.data, b->hold.data + out, b->hold.len - out + 1);
+    b->hold.len -= out;
+    return st;
+}
+
+// ---- finishing -----------------------------------------------------------------------------------
+
+json_t *ds_oai_usage_json(const dspec_gen_stats *st) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)st->n_prompt,
+                     "completion_tokens", (json_int_t)st->n_gen, "total_tokens",
+                     (json_int_t)(st->n_prompt + st->n_gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)st->n_cached);
+}
+
+json_t *ds_oai_timings_json(const dspec_gen_stats *st) {
+    int64_t prompt_n = st->n_prompt - st->n_cached;
+    double pms = st->t_load_prompt * 1e3, dms = st->t_decode * 1e3;
+    // decode time covers the tokens after the first (the first comes out of the prefill)
+    int64_t dn = st->n_gen > 1 ? st->n_gen - 1 : 0;
+    json_t *t = json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "cache_n",
+                          (json_int_t)st->n_cached, "prompt_n", (json_int_t)prompt_n,
+                          "prompt_ms", pms, "prompt_per_token_ms",
+                          prompt_n ? pms / (double)prompt_n : 0.0, "prompt_per_second",
+                          pms > 0 ? (double)prompt_n / (pms / 1e3) : 0.0, "predicted_n",
+                          (json_int_t)st->n_gen, "predicted_ms", dms, "predicted_per_token_ms",
+                          dn ? dms / (double)dn : 0.0, "predicted_per_second",
+                          dms > 0 ? (double)dn / (dms / 1e3) : 0.0);
+    if (t && st->spec_steps) {
+        json_object_set_new(t, "draft_n", json_integer(st->spec_drafted));
+        json_object_set_new(t, "draft_n_accepted", json_integer(st->spec_accepted));
+        json_object_set_new(t, "spec_steps", json_integer(st->spec_steps));
+        json_object_set_new(t, "spec_plain_steps", json_integer(st->plain_steps));
+        json_object_set_new(t, "spec_tau", json_real(st->spec_tau));
+        json_t *acc = json_array();
+        for (int i = 0; i < 64 && st->pos_tried[i]; i++) {
+            json_array_append_new(acc, json_real((double)st->pos_accepted[i] /
+                                                 (double)st->pos_tried[i]));
+        }
+        json_object_set_new(t, "draft_acceptance_per_pos", acc);
+    }
+    return t;
+}
+
+static json_t *tool_calls_json(const ds_oai_out *b, const ds_chat_parsed *p, bool with_index) {
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < p->n_calls; i++) {
+        char id[96];
+        snprintf(id, sizeof(id), "call_%s_%lld", b->o.id, (long long)i);
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                              "function", "name", p->calls[i].name, "arguments",
+                              p->calls[i].arguments);
+        if (c && with_index) json_object_set_new(c, "index", json_integer(i));
+        json_array_append_new(a, c);
+    }
+    return a;
+}
+
+static const char *finish_reason(const ds_oai_out *b, const dspec_gen_stats *st,
+                                 const ds_chat_parsed *p) {
+    if (p && p->n_calls) return "tool_calls";
+    return b->stopped || st->stop_eog ? "stop" : "length";
+}
+
+static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st,
+                                  const ds_chat_parsed *p, dspec_err *err) {
+    dspec_status s = ds_oai_out_begin(b, err);
+    if (s == DSPEC_OK && p && p->n_calls) {
+        json_t *d = json_object();
+        if (d) json_object_set_new(d, "tool_calls", tool_calls_json(b, p, true));
+        s = sse_delta(b, d, NULL, err);
+    }
+    json_t *c = NULL;
+    if (s == DSPEC_OK) {
+        json_t *delta = b->o.kind == DS_OAI_CHAT ? json_object() : json_pack("{s:s}", "text", "");
+        json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", json_null(),
+                                   "finish_reason", finish_reason(b, st, p));
+        c = chunk_base(b);
+        if (!delta || !choice || !c) {
+            json_decref(delta);
+            json_decref(choice);
+            json_decref(c);
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (chunk)");
+        }
+        if (b->o.kind == DS_OAI_CHAT) {
+            json_object_set_new(choice, "delta", delta);
+        } else {
+            json_object_update(choice, delta);
+            json_decref(delta);
+        }
+        json_object_set_new(c, "choices", json_pack("[o]", choice));
+        json_object_set_new(c, "timings", ds_oai_timings_json(st));
+        s = sse_json(b, c, err);
+    }
+    if (s == DSPEC_OK && b->o.include_usage) { // OpenAI: a last chunk with empty choices
+        json_t *u = chunk_base(b);
+        if (u) {
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", ds_oai_usage_json(st));
+        }
+        s = sse_json(b, u, err);
+    }
+    if (s == DSPEC_OK) s = ds_chat_buf_append(&b->sse, "data: [DONE]\n\n", 14, err);
+    return s;
+}
+
+static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, const ds_chat_parsed *p,
+                                dspec_err *err) {
+    bool chat = b->o.kind == DS_OAI_CHAT;
+    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", json_null(),
+                               "finish_reason", finish_reason(b, st, p));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", b->o.id, "object",
+                          chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)b->o.created, "model", b->o.model, "system_fingerprint",
+                          "dspec-" DSPEC_VERSION_STRING);
+    if (!choice || !o) {
+        json_decref(choice);
+        json_decref(o);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (response)");
+    }
+    const char *text = p ? p->content : (b->content.data ? b->content.data : "");
+    if (chat) {
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        bool calls = p && p->n_calls;
+        json_object_set_new(msg, "content", calls && !text[0] ? json_null() : json_string(text));
+        if (b->reasoning.len) {
+            json_object_set_new(msg, "reasoning_content", json_string(b->reasoning.data));
+        }
+        if (calls) json_object_set_new(msg, "tool_calls", tool_calls_json(b, p, false));
+        json_object_set_new(choice, "message", msg);
+    } else {
+        json_object_set_new(choice, "text", json_string(text));
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_object_set_new(o, "usage", ds_oai_usage_json(st));
+    json_object_set_new(o, "timings", ds_oai_timings_json(st));
+    b->body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return b->body ? DSPEC_OK : ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory");
+}
+
+dspec_status ds_oai_out_finish(ds_oai_out *b, const dspec_gen_stats *st, dspec_err *err) {
+    dspec_status s = DSPEC_OK;
+    if (b->hold.len && !b->stopped) s = on_text(b, b->hold.data, b->hold.len, err);
+    b->hold.len = 0;
+    if (s == DSPEC_OK && b->o.reasoning) {
+        ds_chat_buf r = {0}, c = {0};
+        s = ds_chat_think_finish(&b->think, &r, &c, err);
+        if (s == DSPEC_OK && r.len) s = ds_chat_buf_append(&b->reasoning, r.data, r.len, err);
+        if (s == DSPEC_OK && r.len && b->o.stream) {
+            s = send_text(b, "reasoning_content", r.data, r.len, err);
+        }
+        if (s == DSPEC_OK && c.len) s = on_content(b, c.data, c.len, err);
+        ds_chat_buf_free(&r);
+        ds_chat_buf_free(&c);
+    }
+    if (s != DSPEC_OK) return s;
+    ds_chat_parsed parsed = {0};
+    bool have = false;
+    if (b->o.tools_json && b->content.len && strstr(b->content.data, k_tool_tag)) {
+        dspec_err perr = {0};
+        have = ds_chat_parse_tool_calls(b->content.data, b->content.len, b->o.tools_json, &parsed,
+                                        &perr) == DSPEC_OK;
+        if (!have) ds_log(DS_LOG_WARN, "server: unparsable tool call kept as text: %s", perr.msg);
+    }
+    if (b->o.stream) {
+        // a tool call that did not parse goes out as the text it was
+        if (!have) s = send_content(b, b->content.len, err);
+        if (s == DSPEC_OK) s = finish_stream(b, st, have ? &parsed : NULL, err);
+    } else {
+        s = finish_body(b, st, have ? &parsed : NULL, err);
+    }
+    ds_chat_parsed_free(&parsed);
+    return s;
+}

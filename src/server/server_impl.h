@@ -1,0 +1,201 @@
+// server_impl.h: private types shared by the server's files: parsed OpenAI requests (oai_json.c),
+// the response builder (oai_out.c), jobs and their output channel (job.c), the scheduler
+// (sched.c), the prefix cache (prefix_cache.c) and metrics (metrics.c). server/ only.
+#pragma once
+
+#include "engine/engine.h"
+#include "server/server.h"
+#include "text/chat.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define DS_OAI_MAX_STOP 8
+
+// ---- errors sent to clients ------------------------------------------------------------------------
+
+typedef struct ds_http_err {
+    int status;           // HTTP status
+    const char *type;     // "invalid_request_error", "authentication_error", ...
+    const char *code;     // OpenAI code string or NULL
+    char param[64];       // offending field or ""
+    char msg[512];
+} ds_http_err;
+
+void ds_http_err_set(ds_http_err *e, int status, const char *type, const char *code,
+                     const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+// {"error": {"message", "type", "param", "code"}} (malloc'd).
+char *ds_http_err_json(const ds_http_err *e);
+
+// ---- requests (oai_json.c) ---------------------------------------------------------------------
+
+typedef enum ds_oai_kind { DS_OAI_CHAT = 0, DS_OAI_COMPLETION = 1 } ds_oai_kind;
+
+typedef struct ds_oai_req {
+    ds_oai_kind kind;
+    json_t *root;               // owns every string below
+    const char *model;          // NULL when absent
+    // chat
+    ds_chat_msg *msgs;
+    int64_t n_msgs;
+    ds_chat_tool_call *calls;   // storage for the messages' tool calls
+    char **owned;               // strings made here (dumped arguments, joined content parts)
+    int64_t n_owned;
+    char *tools_json;           // NULL = no tools (absent, empty or tool_choice "none")
+    bool enable_thinking;
+    // completions
+    const char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids;        // prompt given as token ids
+    int64_t n_prompt_ids;
+    // both
+    dspec_gen_params gp;
+    const char *stop[DS_OAI_MAX_STOP];
+    int n_stop;
+    bool stream, include_usage;
+} ds_oai_req;
+
+// Parses and validates a request body. `defaults` are the server's generation defaults. On
+// failure fills *e (400 with the field in e->param) and returns false; *r is then freed.
+bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_gen_params *defaults,
+                  ds_oai_req *r, ds_http_err *e);
+void ds_oai_req_free(ds_oai_req *r);
+
+// ---- response builder (oai_out.c) -----------------------------------------------------------------
+
+typedef struct ds_oai_out_opts {
+    ds_oai_kind kind;
+    bool stream;
+    bool include_usage;
+    bool reasoning;           // chat: split <think> blocks into reasoning_content
+    bool start_in_reasoning;  // chat with thinking on: the prompt ended inside <think>
+    const char *tools_json;   // non-NULL: parse <tool_call> blocks in the content
+    const char *const *stop;  // stop strings (borrowed)
+    int n_stop;
+    const char *id;           // "chatcmpl-..." / "cmpl-..." (copied, at most 63 bytes)
+    const char *model;        // borrowed for the builder's lifetime
+    int64_t created;
+} ds_oai_out_opts;
+
+typedef struct ds_oai_out {
+    ds_oai_out_opts o;        // o.id points at id below
+    char id[64];
+    ds_chat_buf hold;         // raw text held back while it may start a stop string
+    size_t max_stop;
+    bool stopped;             // a stop string was found
+    ds_chat_think think;
+    ds_chat_buf reasoning, content; // everything so far (after the think split)
+    size_t content_sent;      // stream: content bytes already sent
+    bool in_tool;             // stream: "<tool_call>" seen; the rest waits for the parser
+    bool role_sent;
+    ds_chat_buf sse;          // stream: SSE bytes ready for the client (caller drains)
+    char *body;               // non-stream: the final JSON after ds_oai_out_finish
+} ds_oai_out;
+
+dspec_status ds_oai_out_init(ds_oai_out *b, const ds_oai_out_opts *o, dspec_err *err);
+void ds_oai_out_free(ds_oai_out *b);
+// Feeds generated text. Sets b->stopped when a stop string ends the output (the text from the
+// stop string on is dropped); the caller then stops generation.
+dspec_status ds_oai_out_feed(ds_oai_out *b, const char *text, size_t n, dspec_err *err);
+// Ends the output: flushes held text, parses tool calls, writes the final chunks ("data: [DONE]")
+// or b->body. finish_reason: "stop" on a stop string or end of generation, else "length";
+// "tool_calls" when calls were parsed.
+dspec_status ds_oai_out_finish(ds_oai_out *b, const dspec_gen_stats *st, dspec_err *err);
+// The first SSE chunk (role delta for chat). Called by ds_oai_out_feed / finish when needed.
+dspec_status ds_oai_out_begin(ds_oai_out *b, dspec_err *err);
+// "usage" and "timings" objects of a finished generation (new references).
+json_t *ds_oai_usage_json(const dspec_gen_stats *st);
+json_t *ds_oai_timings_json(const dspec_gen_stats *st);
+
+// ---- metrics (metrics.c) ---------------------------------------------------------------------------
+
+typedef struct ds_metrics {
+    pthread_mutex_t mu;
+    int64_t requests_ok, requests_error, requests_rejected, requests_canceled;
+    int64_t prompt_tokens, cached_tokens, predicted_tokens;
+    double prompt_seconds, predicted_seconds;
+    int64_t spec_steps, spec_drafted, spec_accepted;
+    int64_t pos_tried[64], pos_accepted[64];
+    int64_t cache_hits, cache_misses;
+    int64_t queue_depth, processing;    // gauges
+    int64_t cache_bytes, cache_entries; // gauges
+    int64_t n_ctx, n_slots;
+} ds_metrics;
+
+void ds_metrics_init(ds_metrics *m);
+void ds_metrics_deinit(ds_metrics *m);
+void ds_metrics_add_gen(ds_metrics *m, const dspec_gen_stats *st);
+// Prometheus text exposition (malloc'd).
+char *ds_metrics_text(ds_metrics *m);
+
+// ---- prefix cache (prefix_cache.c) ----------------------------------------------------------------
+
+typedef struct ds_prefix_cache ds_prefix_cache;
+
+// Budget in bytes (0 = cache off). Used by the scheduler thread only.
+dspec_status ds_prefix_cache_new(ds_prefix_cache **out, size_t budget, dspec_err *err);
+void ds_prefix_cache_free(ds_prefix_cache *c);
+// Longest snapshot whose tokens are a proper prefix of ids[0..n) (NULL if none); marks it used.
+const ds_snap *ds_prefix_cache_match(ds_prefix_cache *c, const int32_t *ids, int64_t n);
+// Takes ownership; evicts least recently used snapshots to stay within the budget; a snapshot
+// with the same tokens as an existing one replaces it.
+void ds_prefix_cache_put(ds_prefix_cache *c, ds_snap *s);
+size_t ds_prefix_cache_bytes(const ds_prefix_cache *c);
+int64_t ds_prefix_cache_len(const ds_prefix_cache *c);
+
+// ---- jobs (job.c): one request between an HTTP thread and the scheduler ------------------------
+
+typedef struct ds_job {
+    // request, immutable once queued
+    ds_oai_req req;
+    int32_t *ids;
+    int64_t n_ids;
+    int64_t save_at[DS_GEN_MAX_SAVES];
+    int n_save;
+    ds_oai_out out;           // written by the scheduler only (under mu for the SSE bytes)
+    double t_queued;
+    // channel
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ds_chat_buf sse;          // stream bytes not yet sent
+    size_t sse_off;
+    bool started;             // generation began (stream headers may go out)
+    bool finished;            // result complete (body / error / last SSE bytes queued)
+    ds_http_err error;        // status 0 = none
+    char *body;               // non-stream result
+    atomic_int cancel;        // client gone: the scheduler stops at the next step
+    atomic_int refs;
+    int fd;                   // client socket (disconnect checks), -1 unknown
+} ds_job;
+
+ds_job *ds_job_new(void);
+void ds_job_unref(ds_job *j);
+// Scheduler side: move the builder's SSE bytes to the channel and wake the reader.
+void ds_job_publish(ds_job *j);
+// Scheduler side: completes the job (error when e && e->status, else the builder's output).
+void ds_job_finish(ds_job *j, const ds_http_err *e);
+// HTTP side: waits until pred (started or finished) or the client disconnects (then sets cancel
+// and returns false). Polls the socket every 200 ms.
+bool ds_job_wait(ds_job *j, bool want_finished);
+// True when the peer closed the socket.
+bool ds_socket_closed(int fd);
+
+// ---- scheduler (sched.c) ---------------------------------------------------------------------------
+
+typedef struct ds_sched ds_sched;
+
+typedef enum ds_sched_state { DS_SCHED_LOADING = 0, DS_SCHED_READY = 1, DS_SCHED_FAILED = 2 } ds_sched_state;
+
+// Starts the scheduler thread, which loads the engine (ep) and makes n_parallel sessions.
+dspec_status ds_sched_start(ds_sched **out, const ds_server_params *p, ds_metrics *m,
+                            dspec_err *err);
+// Stops the thread: queued and running jobs finish with 503; later submits are refused.
+void ds_sched_stop(ds_sched *s);
+// Frees sessions, cache and engine (stops first if needed). HTTP threads must be gone.
+void ds_sched_free(ds_sched *s);
+ds_sched_state ds_sched_get_state(ds_sched *s, dspec_err *load_err);
+// Engine (valid once READY; immutable, shareable with HTTP threads for tokenizing).
+const dspec_engine *ds_sched_engine(ds_sched *s);
+// Queues a job (takes a reference). false when the queue is full or the server is stopping.
+bool ds_sched_submit(ds_sched *s, ds_job *j);
