@@ -1,0 +1,154 @@
+// gemv_bench.c: micro-benchmark of the CUDA backend's matmul at Qwen3.5-27B shapes for N = 1..32
+// activation rows, per weight type, against the device's copy bandwidth measured in the same run
+// (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
+// (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
+//
+// Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
+// each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
+// syncs, timed on the host (so the per-call time includes launch overhead, as a real step does).
+// GB/s counts weight bytes only (the activations are < 1% of the bytes at these shapes).
+#include "backend/backend.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint64_t rnd(void) {
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ull;
+}
+
+static void fill(ds_type t, uint8_t *w, size_t bytes) {
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t r = rnd();
+        memcpy(w + i, &r, 8);
+    }
+    if (t == DS_TYPE_F16 || t == DS_TYPE_BF16 || t == DS_TYPE_F32) { // finite small values
+        if (t == DS_TYPE_F32) {
+            for (size_t i = 0; i + 4 <= bytes; i += 4) {
+                float v = (float)((int)(rnd() >> 40) - (1 << 23)) * 1e-9f;
+                memcpy(w + i, &v, 4);
+            }
+        } else {
+            for (size_t i = 0; i + 2 <= bytes; i += 2) {
+                float v = (float)((int)(rnd() >> 40) - (1 << 23)) * 1e-9f;
+                uint16_t h = t == DS_TYPE_F16 ? ds_f32_to_fp16(v) : ds_f32_to_bf16(v);
+                memcpy(w + i, &h, 2);
+            }
+        }
+        return;
+    }
+    const ds_type_traits *tt = ds_type_traits_get(t);
+    ds_fp16 d = ds_f32_to_fp16(0.002f);
+    size_t doff = t == DS_TYPE_Q6_K ? 208 : 0;
+    for (size_t off = 0; off + tt->block_bytes <= bytes; off += tt->block_bytes) {
+        memcpy(w + off + doff, &d, 2);
+        if (t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K) memcpy(w + off + 2, &d, 2);
+    }
+}
+
+static double copy_bandwidth(void) {
+    const size_t n = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0.0;
+    cudaMemset(a, 1, n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int i = 0; i < 12; i++) {
+        cudaEventRecord(e0, 0);
+        cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i >= 2 && ms < best) best = ms;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)n / (best * 1e-3) / 1e9; // read + write
+}
+
+typedef struct shape {
+    const char *name;
+    int64_t n_in, n_out;
+} shape;
+
+int main(int argc, char **argv) {
+    int iters = argc > 1 ? atoi(argv[1]) : 30;
+    dspec_err err = {0};
+    ds_backend *be;
+    if (ds_backend_cuda_new(&be, 0, &err) != DSPEC_OK) {
+        fprintf(stderr, "gemv_bench: %s\n", err.msg);
+        return 1;
+    }
+    double copy = copy_bandwidth();
+    printf("device-to-device copy (1 GiB, read+write): %.0f GB/s\n\n", copy);
+    static const shape shapes[] = {{"ffn_up", 5120, 17408}, {"ffn_down", 17408, 5120},
+                                   {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320}};
+    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,
+                                    DS_TYPE_Q8_0, DS_TYPE_BF16, DS_TYPE_F16, DS_TYPE_F32};
+    static const int ns[] = {1, 2, 4, 8, 16, 32};
+    enum { COPIES = 4, NMAX = 32 };
+    printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
+           "t(N)/t(1)");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+            ds_type t = types[ti];
+            const shape *s = &shapes[si];
+            if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
+            size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
+            uint8_t *h = malloc(bytes);
+            fill(t, h, bytes);
+            void *w[COPIES];
+            for (int c = 0; c < COPIES; c++) {
+                w[c] = be->ops.alloc(be, bytes);
+                if (!w[c]) {
+                    fprintf(stderr, "gemv_bench: out of device memory\n");
+                    return 1;
+                }
+                be->ops.write(be, w[c], h, bytes);
+            }
+            free(h);
+            float *xh = malloc((size_t)(s->n_in * NMAX) * 4);
+            for (int64_t i = 0; i < s->n_in * NMAX; i++) xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
+            void *x = be->ops.alloc(be, (size_t)(s->n_in * NMAX) * 4);
+            void *y = be->ops.alloc(be, (size_t)(s->n_out * NMAX) * 4);
+            be->ops.write(be, x, xh, (size_t)(s->n_in * NMAX) * 4);
+            free(xh);
+            double t1 = 0.0;
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+                int n = ns[ni];
+                ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
+                ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
+                for (int i = 0; i < 3; i++) {
+                    ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, s->n_in, s->n_out);
+                    be->ops.matmul(be, &yt, &wt, &xt);
+                }
+                be->ops.sync(be);
+                double t0 = ds_time_now();
+                for (int i = 0; i < iters; i++) {
+                    ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, s->n_in, s->n_out);
+                    be->ops.matmul(be, &yt, &wt, &xt);
+                }
+                be->ops.sync(be);
+                double dt = (ds_time_now() - t0) / iters;
+                if (n == 1) t1 = dt;
+                double gbs = (double)bytes / dt / 1e9;
+                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f\n", ds_type_name(t), s->name, n,
+                       dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1);
+            }
+            fflush(stdout);
+            for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);
+            be->ops.free(be, x);
+            be->ops.free(be, y);
+        }
+    }
+    ds_backend_free(be);
+    return 0;
+}
