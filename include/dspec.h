@@ -104,6 +104,7 @@ typedef struct dspec_gen_params {
     float draft_conf_threshold; // DSpark: truncate proposals at the first slot whose confidence
                                 // is below this (0 = off)
     int parse_special;       // prompt control tokens are parsed (chat prompts)
+    int ignore_eos;          // 1: end-of-generation tokens do not stop (benchmarks, tests)
 } dspec_gen_params;
 
 // Defaults: greedy, max_tokens 256, penalties off, speculative if a drafter is loaded.

@@ -28,6 +28,7 @@ typedef struct emitter {
     dspec_gen_stats *stats;
     double t_start;
     int64_t max_tokens;
+    bool ignore_eos;
     bool done;
 } emitter;
 
@@ -201,7 +202,7 @@ static dspec_status snap_restore(dspec_session *s, const ds_snap *from, dspec_er
 static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, dspec_err *err) {
     for (int64_t i = 0; i < n && !em->done; i++) {
         if (em->stats->n_gen == 0) em->stats->t_first_token = ds_time_now() - em->t_start;
-        if (ds_tok_is_eog(ds_engine_tok(em->s->e), toks[i])) {
+        if (!em->ignore_eos && ds_tok_is_eog(ds_engine_tok(em->s->e), toks[i])) {
             em->stats->stop_eog = 1;
             em->done = true;
             break;
@@ -306,7 +307,8 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     r->n = req->n;
     r->spec = r->p.speculative && s->dctx;
     r->em = (emitter){.s = s, .fn = req->fn, .user = req->user, .stats = &r->stats,
-                      .t_start = ds_time_now(), .max_tokens = r->p.max_tokens};
+                      .t_start = ds_time_now(), .max_tokens = r->p.max_tokens,
+                      .ignore_eos = r->p.ignore_eos != 0};
     r->stats.n_prompt = req->n;
     dspec_status st = r->spec ? check_spec_params(s, &r->p, err) : DSPEC_OK;
     if (st == DSPEC_OK && req->n <= 0) {

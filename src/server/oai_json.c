@@ -137,6 +137,9 @@ static bool parse_sampling(ds_oai_req *r, ds_http_err *e) {
     g->max_tokens = i;
     i = 1;
     if (!get_int(o, "n", 1, 1, &i, e)) return false;
+    bool ie = g->ignore_eos != 0;
+    if (!get_bool(o, "ignore_eos", &ie, e)) return false;
+    g->ignore_eos = ie;
     bool lp = false;
     if (!get_bool(o, "logprobs", &lp, e)) return false;
     if (lp) return bad(e, "logprobs", "'logprobs' is not supported by this server");

@@ -15,6 +15,8 @@ struct ds_sched {
     pthread_cond_t cv;
     ds_job **q;               // ring of queued jobs
     int q_head, q_len, q_cap;
+    int q_max;                // waiting jobs allowed besides the running ones
+    int n_running;            // jobs taken from the queue and not yet retired (under mu)
     bool stopping;
     atomic_int state;
     dspec_err load_err;
@@ -53,6 +55,14 @@ static void fail_job(ds_sched *s, ds_job *j, int status, const char *type, const
     ds_job_unref(j);
 }
 
+static void cancel_job(ds_sched *s, ds_job *j) {
+    fail_job(s, j, 499, "canceled", "client closed the connection");
+    pthread_mutex_lock(&s->m->mu);
+    s->m->requests_error--;
+    s->m->requests_canceled++;
+    pthread_mutex_unlock(&s->m->mu);
+}
+
 static int on_text(const char *text, size_t len, void *user) {
     ds_job *j = user;
     dspec_err err;
@@ -69,6 +79,12 @@ static void on_snap(ds_snap *snap, void *user) {
 }
 
 // Starts job j in slot i; on failure completes it with the error.
+static void running_done(ds_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void admit(ds_sched *s, int i, ds_job *j) {
     ds_gen_req r = {.ids = j->ids, .n = j->n_ids, .p = &j->req.gp, .fn = on_text, .user = j};
     if (s->cache) {
@@ -84,6 +100,7 @@ static void admit(ds_sched *s, int i, ds_job *j) {
     if (st == DSPEC_OK) st = ds_oai_out_begin(&j->out, &err);
     if (st != DSPEC_OK) {
         ds_gen_end(s->sess[i], false, NULL);
+        running_done(s);
         bool client = st == DSPEC_ERR_INVALID;
         fail_job(s, j, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
                  err.msg);
@@ -97,16 +114,13 @@ static void admit(ds_sched *s, int i, ds_job *j) {
 static void retire(ds_sched *s, int i, dspec_status st, const dspec_err *err) {
     ds_job *j = s->active[i];
     s->active[i] = NULL;
+    running_done(s);
     bool canceled = atomic_load(&j->cancel) && !j->out.stopped;
     dspec_gen_stats stats;
     ds_gen_end(s->sess[i], st == DSPEC_OK && !canceled, &stats);
     ds_metrics_add_gen(s->m, &stats);
     if (canceled) {
-        fail_job(s, j, 499, "canceled", "client closed the connection");
-        pthread_mutex_lock(&s->m->mu);
-        s->m->requests_error--;
-        s->m->requests_canceled++;
-        pthread_mutex_unlock(&s->m->mu);
+        cancel_job(s, j);
         return;
     }
     if (st != DSPEC_OK) {
@@ -169,6 +183,7 @@ static void *sched_main(void *arg) {
             if (ready && s->active[i]) continue;
             take[n_take] = s->q[s->q_head];
             slot[n_take++] = i;
+            if (ready) s->n_running++;
             s->q_head = (s->q_head + 1) % s->q_cap;
             s->q_len--;
             if (!ready) i--; // keep draining
@@ -178,7 +193,8 @@ static void *sched_main(void *arg) {
             if (!ready) {
                 fail_job(s, take[k], 503, "unavailable_error", s->load_err.msg);
             } else if (atomic_load(&take[k]->cancel)) {
-                fail_job(s, take[k], 499, "canceled", "client closed the connection");
+                running_done(s);
+                cancel_job(s, take[k]);
             } else {
                 admit(s, slot[k], take[k]);
             }
@@ -224,7 +240,8 @@ dspec_status ds_sched_start(ds_sched **out, const ds_server_params *p, ds_metric
     s->p = *p;
     s->m = m;
     s->n_slots = p->n_parallel > 0 ? p->n_parallel : 1;
-    s->q_cap = p->queue_max > 0 ? p->queue_max : 1;
+    s->q_max = p->queue_max > 0 ? p->queue_max : 1;
+    s->q_cap = s->q_max + s->n_slots;
     s->q = calloc((size_t)s->q_cap, sizeof(*s->q));
     atomic_init(&s->state, DS_SCHED_LOADING);
     pthread_mutex_init(&s->mu, NULL);
@@ -276,7 +293,9 @@ const dspec_engine *ds_sched_engine(ds_sched *s) {
 
 bool ds_sched_submit(ds_sched *s, ds_job *j) {
     pthread_mutex_lock(&s->mu);
-    bool ok = !s->stopping && s->q_len < s->q_cap;
+    // capacity: every session busy plus q_max waiting (jobs admitted but not yet started count
+    // as running, so a burst is not refused while the scheduler is between rounds)
+    bool ok = !s->stopping && s->q_len + s->n_running < s->q_max + s->n_slots;
     if (ok) {
         atomic_fetch_add(&j->refs, 1);
         s->q[(s->q_head + s->q_len) % s->q_cap] = j;

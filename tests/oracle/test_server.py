@@ -1,0 +1,471 @@
+#!/usr/bin/env python3
+"""`dspec serve` end to end with the official `openai` SDK and raw HTTP, on a converted fixture
+target (tests/fixtures/drafter/target) + a trained DSpark drafter and the small tokenizer of
+_tinytok.py: models list, chat (non-streaming / streaming, usage, timings), stop strings,
+max_tokens, thinking on/off, tool round trip on the request side, greedy determinism (speculative
+server output == `dspec run` plain greedy), concurrent requests, queue full (503), client
+disconnect cancels, prefix reuse on a second turn (cached tokens, output == a cold server),
+tokenize/detokenize, metrics, every error case (400/401/404/405/413), /health 503 when the model
+is not loaded. Servers are always killed at the end; every wait is bounded."""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _tinytok  # noqa: E402
+
+KEY = "sk-test-key"
+DEADLINE = time.monotonic() + 420  # whole test
+
+
+class R:
+    passed = failed = 0
+
+    @classmethod
+    def check(cls, name, ok, detail=""):
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}",
+              flush=True)
+        if ok:
+            cls.passed += 1
+        else:
+            cls.failed += 1
+        return ok
+
+
+class Server:
+    def __init__(self, dspec, *args, log=None):
+        self.log = open(log, "w+b")
+        self.p = subprocess.Popen([dspec, "serve", "--port", "0", *args], stdout=self.log,
+                                  stderr=subprocess.STDOUT)
+        self.port = None
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and self.p.poll() is None:
+            self.log.seek(0)
+            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        if not self.port:
+            self.kill()
+            raise RuntimeError("server did not start: " + self.output()[-400:])
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_ready(self):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            st, _, _ = raw(self.port, "GET", "/health")
+            if st == 200:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server not ready")
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+        self.log.close()
+
+
+def raw(port, method, path, body=None, headers=None, key=KEY, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def metrics(port):
+    _, _, d = raw(port, "GET", "/metrics")
+    out = {}
+    for line in d.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def run_dspec(dspec, *args):
+    r = subprocess.run([dspec, *args], capture_output=True, timeout=120)
+    if r.returncode:
+        raise RuntimeError(r.stderr.decode(errors="replace")[-400:])
+    return r.stdout.decode()
+
+
+def err_of(data):
+    try:
+        return json.loads(data)["error"]
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def sdk_checks(client, dspec, model):
+    models = client.models.list()
+    R.check("models.list", [m.id for m in models] == ["m"], [m.id for m in models])
+
+    # greedy determinism: speculative server == plain `dspec run`
+    prompt = "def hello(self):\n    return"
+    want = run_dspec(dspec, "run", "-m", model, "-p", prompt, "-n", "24")
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0)
+    R.check("completions: speculative greedy == dspec run plain greedy",
+            r.choices[0].text == want, f"{r.choices[0].text!r} vs {want!r}")
+    _, _, d = raw(client.port, "POST", "/tokenize", {"content": prompt})
+    n_prompt = len(json.loads(d)["tokens"])
+    R.check("completions: usage", r.usage.completion_tokens == 24 and
+            r.usage.prompt_tokens == n_prompt and r.choices[0].finish_reason == "length", r.usage)
+    text = r.choices[0].text
+    s = client.completions.create(model="m", prompt=prompt, max_tokens=24, stream=True)
+    R.check("completions: streaming text == non-streaming",
+            "".join(c.choices[0].text for c in s if c.choices) == text)
+
+    # chat, thinking off: content == `dspec run --chat --no-think`
+    msgs = [{"role": "user", "content": "the data and the list"}]
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    want = run_dspec(dspec, "run", "-m", model, "--chat", "--no-think", "-p",
+                     "the data and the list", "-n", "24")
+    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=24, extra_body=off)
+    m = r.choices[0].message
+    R.check("chat (thinking off) == dspec run --chat --no-think", m.content == want,
+            f"{m.content!r} vs {want!r}")
+    R.check("chat: usage and timings", r.usage.completion_tokens == 24 and
+            r.usage.total_tokens == r.usage.prompt_tokens + 24 and
+            r.model_extra.get("timings", {}).get("predicted_n") == 24, r.usage)
+    chunks = list(client.chat.completions.create(model="m", messages=msgs, max_tokens=24,
+                                                 stream=True, extra_body=off,
+                                                 stream_options={"include_usage": True}))
+    first = chunks[0].choices[0].delta
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    fin = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    R.check("chat stream: role first, content == non-streaming, finish, usage last",
+            first.role == "assistant" and content == m.content and len(fin) == 1 and
+            fin[0].choices[0].finish_reason == "length" and "timings" in fin[0].model_extra and
+            chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 24 and
+            not chunks[-1].choices, f"{len(chunks)} chunks")
+
+    # thinking on: the output goes to reasoning_content
+    want = run_dspec(dspec, "run", "-m", model, "--chat", "-p", "the data and the list", "-n",
+                     "24")
+    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=24)
+    m = r.choices[0].message
+    reasoning = m.model_extra.get("reasoning_content") or ""
+    R.check("chat (thinking on): reasoning_content == dspec run --chat",
+            "</think>" not in want and reasoning.strip("\n") == want.strip("\n") and
+            not m.content, f"{reasoning!r} vs {want!r}")
+    chunks = list(client.chat.completions.create(model="m", messages=msgs, max_tokens=24,
+                                                 stream=True))
+    sr = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                 for c in chunks if c.choices)
+    R.check("chat stream (thinking on): reasoning deltas", sr == reasoning, f"{sr!r}")
+
+    # stop strings (also across token boundaries) and max_tokens
+    stop = text[9:13]
+    cut = text[:text.index(stop)]
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=24, stop=[stop, "\x01"])
+    R.check("stop string", r.choices[0].text == cut and r.choices[0].finish_reason == "stop",
+            f"{r.choices[0].text!r} vs {cut!r}")
+    s = client.completions.create(model="m", prompt=prompt, max_tokens=24, stop=stop,
+                                  stream=True)
+    R.check("stop string (stream)", "".join(c.choices[0].text for c in s if c.choices) == cut)
+    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=3, extra_body=off)
+    R.check("max_tokens", r.usage.completion_tokens == 3 and
+            r.choices[0].finish_reason == "length")
+    r = client.chat.completions.create(model="m", messages=msgs, max_completion_tokens=2,
+                                       extra_body=off)
+    R.check("max_completion_tokens", r.usage.completion_tokens == 2)
+
+    # tool round trip on the request side: tools + assistant tool_calls + tool result render
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]
+    conv = [{"role": "user", "content": "weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    r = client.chat.completions.create(model="m", messages=conv, tools=tools, max_tokens=4,
+                                       extra_body=off)
+    r0 = client.chat.completions.create(model="m", messages=conv[:1], max_tokens=4,
+                                        extra_body=off)
+    R.check("tool round trip (request side) renders and runs",
+            r.usage.prompt_tokens > r0.usage.prompt_tokens + 50 and r.choices[0].finish_reason
+            in ("length", "stop", "tool_calls"), f"{r.usage.prompt_tokens} prompt tokens")
+    r2 = client.chat.completions.create(model="m", messages=conv, tools=tools,
+                                        tool_choice="none", max_tokens=4, extra_body=off)
+    R.check("tool_choice none drops the tool schemas",
+            r2.usage.prompt_tokens < r.usage.prompt_tokens)
+
+    # seeded sampling is reproducible
+    a = client.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0.9,
+                                       seed=11, extra_body=off).choices[0].message.content
+    b = client.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0.9,
+                                       seed=11, extra_body=off).choices[0].message.content
+    R.check("seeded sampling reproducible", a == b, f"{a!r}")
+
+
+def concurrency_checks(client, port):
+    prompts = ["the data and the list", "print the name", "def hello(self):", "import data"]
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+
+    def ask(p):
+        return client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": p}], max_tokens=16,
+            extra_body=off).choices[0].message.content
+    seq = [ask(p) for p in prompts]
+    out = [None] * 4  # 2 sessions + 2 queue places: nothing is refused
+    ths = [threading.Thread(target=lambda i=i: out.__setitem__(i, ask(prompts[i])))
+           for i in range(4)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(timeout=60)
+    R.check("concurrent requests == sequential results", out == seq)
+
+    # queue: 2 running + 2 waiting, the 5th gets 503 with Retry-After; then disconnects cancel
+    m0 = metrics(port)
+    conns = []
+    for i in range(4):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": prompts[i], "max_tokens": 3500, "stream": True, "ignore_eos": True}),
+            headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        conns.append(c)
+    t0 = time.monotonic()
+    m = metrics(port)
+    while time.monotonic() - t0 < 10 and not (m.get("dspec:requests_processing") == 2 and
+                                              m.get("dspec:requests_deferred") == 2):
+        time.sleep(0.01)
+        m = metrics(port)
+    st, h, d = raw(port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+    R.check("queue full: 503 + Retry-After", st == 503 and h.get("Retry-After") == "1" and
+            err_of(d).get("code") == "queue_full", f"{st} {d[:120]!r}")
+    for c in conns:  # client disconnect mid-stream (two are running, two still queued)
+        c.close()
+    t0 = time.monotonic()
+    m = metrics(port)
+    while time.monotonic() - t0 < 10 and (m["dspec:requests_processing"] or
+                                          m["dspec:requests_deferred"]):
+        time.sleep(0.02)
+        m = metrics(port)
+    gen = m["dspec:tokens_predicted_total"] - m0["dspec:tokens_predicted_total"]
+    R.check("disconnect cancels running and queued requests",
+            m["dspec:requests_canceled_total"] - m0["dspec:requests_canceled_total"] == 4 and
+            m["dspec:requests_processing"] == 0 and gen < 2 * 3500,
+            f"{gen:.0f} tokens generated, {time.monotonic() - t0:.2f} s")
+
+    # disconnect after a few streamed chunks
+    m0 = metrics(port)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3500, "stream": True,
+         "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}),
+        headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    resp = c.getresponse()
+    got = resp.read1(256)
+    resp.close()
+    c.close()
+    t0 = time.monotonic()
+    m = metrics(port)
+    while time.monotonic() - t0 < 10 and (m["dspec:requests_canceled_total"] ==
+                                          m0["dspec:requests_canceled_total"]):
+        time.sleep(0.02)
+        m = metrics(port)
+    R.check("disconnect mid-stream cancels at the next step",
+            resp.status == 200 and got.startswith(b"data: ") and
+            m["dspec:requests_canceled_total"] == m0["dspec:requests_canceled_total"] + 1 and
+            m["dspec:tokens_predicted_total"] - m0["dspec:tokens_predicted_total"] < 3500,
+            f"{resp.status} {got[:30]!r} canceled "
+            f"{m['dspec:requests_canceled_total'] - m0['dspec:requests_canceled_total']:.0f}, "
+            f"{m['dspec:tokens_predicted_total'] - m0['dspec:tokens_predicted_total']:.0f} "
+            f"tokens, {time.monotonic() - t0:.2f} s")
+
+
+def error_checks(port):
+    post = "/v1/chat/completions"
+    ok_body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    cases = [
+        ("malformed JSON", post, "{\"messages\": [", 400, "invalid_json", None),
+        ("body not an object", post, "[1, 2]", 400, None, None),
+        ("messages missing", post, {"max_tokens": 3}, 400, None, "messages"),
+        ("messages wrong type", post, {"messages": "hi"}, 400, None, "messages"),
+        ("max_tokens wrong type", post, dict(ok_body, max_tokens="ten"), 400, None,
+         "max_tokens"),
+        ("temperature out of range", post, dict(ok_body, temperature=-1), 400, None,
+         "temperature"),
+        ("bad role", post, {"messages": [{"role": "robot", "content": "x"}]}, 400, None,
+         "messages[0]"),
+        ("stream wrong type", post, dict(ok_body, stream="yes"), 400, None, "stream"),
+        ("unknown model", post, dict(ok_body, model="gpt-9"), 404, "model_not_found", "model"),
+        ("prompt longer than the context", "/v1/completions",
+         {"prompt": "hello world " * 3000, "max_tokens": 1}, 400, "context_length_exceeded",
+         "prompt"),
+        ("completions prompt missing", "/v1/completions", {"max_tokens": 1}, 400, None,
+         "prompt"),
+    ]
+    for name, path, body, status, code, param in cases:
+        st, _, d = raw(port, "POST", path, body)
+        e = err_of(d)
+        R.check(f"error: {name} -> {status}", st == status and e.get("message") and
+                e.get("type") and (code is None or e.get("code") == code) and
+                (param is None or e.get("param") == param), f"{st} {d[:160]!r}")
+    st, _, d = raw(port, "POST", post, "x" * 70000)
+    R.check("error: body over the size limit -> 413", st == 413 and err_of(d).get("message"),
+            f"{st}")
+    st, h, d = raw(port, "POST", post, ok_body, key="wrong")
+    R.check("error: bad API key -> 401", st == 401 and
+            err_of(d).get("type") == "authentication_error", f"{st}")
+    st, _, _ = raw(port, "GET", "/v1/models", key=None)
+    R.check("error: missing API key -> 401", st == 401)
+    st, _, _ = raw(port, "GET", "/health", key=None)
+    R.check("health needs no key", st == 200)
+    st, _, d = raw(port, "GET", "/v1/nothing")
+    R.check("error: unknown route -> 404", st == 404 and err_of(d).get("message"))
+    st, _, d = raw(port, "GET", post)
+    R.check("error: wrong method -> 405", st == 405 and err_of(d).get("message"))
+    st, _, d = raw(port, "POST", post, dict(ok_body, logprobs=True))
+    R.check("error: logprobs unsupported -> 400", st == 400 and
+            err_of(d).get("param") == "logprobs")
+
+
+def misc_checks(port):
+    text = "def hello(self):\n    return <|im_end|> the data"
+    st, _, d = raw(port, "POST", "/tokenize", {"content": text})
+    ids = json.loads(d)["tokens"]
+    st2, _, d2 = raw(port, "POST", "/detokenize", {"tokens": ids})
+    R.check("tokenize/detokenize round trip", st == 200 and st2 == 200 and
+            json.loads(d2)["content"] == text and 507 in ids, f"{len(ids)} ids")
+    st, _, d = raw(port, "POST", "/tokenize", {"content": "hello", "with_pieces": True})
+    R.check("tokenize with pieces", st == 200 and
+            "".join(p["piece"] for p in json.loads(d)["tokens"]) == "hello")
+    st, _, d = raw(port, "POST", "/detokenize", {"tokens": [1, 99999]})
+    R.check("detokenize: bad id -> 400", st == 400 and err_of(d).get("param") == "tokens")
+    m = metrics(port)
+    need = ["dspec:requests_total", "dspec:prompt_tokens_total", "dspec:tokens_predicted_total",
+            "dspec:prompt_tokens_seconds", "dspec:predicted_tokens_seconds",
+            "dspec:spec_decode_num_drafts_total", "dspec:spec_decode_num_accepted_tokens_total",
+            "dspec:requests_deferred", "dspec:prefix_cache_hits_total",
+            'dspec:spec_decode_num_accepted_tokens_per_pos_total{position="0"}']
+    R.check("metrics: Prometheus series", all(k in m for k in need) and
+            m["dspec:requests_total"] > 10 and m["dspec:spec_decode_num_drafts_total"] > 0,
+            [k for k in need if k not in m])
+
+
+def prefix_checks(client, cold, port):
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    sys_msg = {"role": "system", "content": "You write data and list names. " * 20}
+    conv = [sys_msg, {"role": "user", "content": "the data and the list"}]
+    r1 = client.chat.completions.create(model="m", messages=conv, max_tokens=16, extra_body=off)
+    conv += [{"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "print the name"}]
+    for label, kw in (("greedy", {}), ("seeded sampling", {"temperature": 0.8, "seed": 5})):
+        m0 = metrics(port)
+        warm = client.chat.completions.create(model="m", messages=conv, max_tokens=24,
+                                              extra_body=off, **kw)
+        m1 = metrics(port)
+        ref = cold.chat.completions.create(model="m", messages=conv, max_tokens=24,
+                                           extra_body=off, **kw)
+        cached = warm.usage.prompt_tokens_details.cached_tokens
+        R.check(f"prefix reuse on the second turn ({label}): cached tokens, output == cold",
+                cached > 100 and ref.usage.prompt_tokens_details.cached_tokens == 0 and
+                warm.choices[0].message.content == ref.choices[0].message.content and
+                m1["dspec:prefix_cache_hits_total"] == m0["dspec:prefix_cache_hits_total"] + 1,
+                f"{cached}/{warm.usage.prompt_tokens} cached; prefill "
+                f"{warm.model_extra['timings']['prompt_ms']:.2f} ms vs cold "
+                f"{ref.model_extra['timings']['prompt_ms']:.2f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dspec", required=True)
+    ap.add_argument("--build", default=".")
+    a = ap.parse_args()
+    try:
+        import openai
+    except ImportError:
+        R.check("openai SDK available", False)
+        print(f"{R.passed} passed, {R.failed} failed")
+        return 1
+    here = os.path.dirname(os.path.abspath(__file__))
+    fx = os.path.join(here, "..", "fixtures", "drafter")
+    servers = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            hf = os.path.join(tmp, "hf")
+            shutil.copytree(os.path.join(fx, "target"), hf)
+            _tinytok.make_tokenizer(hf, 512)
+            model = os.path.join(tmp, "m.gguf")
+            draft = os.path.join(tmp, "d.gguf")
+            run_dspec(a.dspec, "convert", hf, model, "--type", "f32")
+            run_dspec(a.dspec, "convert", os.path.join(fx, "dspark_b4_trained"), draft, "--type",
+                      "f32")
+            # a model that cannot load: the server answers /health with 503
+            bad = Server(a.dspec, "-m", os.path.join(tmp, "missing.gguf"),
+                         log=os.path.join(tmp, "bad.log"))
+            servers.append(bad)
+            time.sleep(0.3)
+            st, _, d = raw(bad.port, "GET", "/health")
+            st2, _, _ = raw(bad.port, "POST", "/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": "x"}]})
+            R.check("health 503 while the model is not loaded", st == 503 and st2 == 503 and
+                    b"missing.gguf" in d, d[:160])
+            bad.kill()
+            common = ["-m", model, "--draft", draft, "-t", "2", "--no-adaptive"]
+            srv = Server(a.dspec, *common, "--api-key", KEY, "--alias", "m", "--parallel", "2",
+                         "--queue", "2", "--max-body", "65536", log=os.path.join(tmp, "s.log"))
+            servers.append(srv)
+            cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0",
+                          log=os.path.join(tmp, "c.log"))
+            servers.append(cold)
+            srv.wait_ready()
+            cold.wait_ready()
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY,
+                                   timeout=60, max_retries=0)
+            client.port = srv.port
+            cold_client = openai.OpenAI(base_url=f"http://127.0.0.1:{cold.port}/v1",
+                                        api_key="none", timeout=60, max_retries=0)
+            for fn, args in ((sdk_checks, (client, a.dspec, model)),
+                             (prefix_checks, (client, cold_client, srv.port)),
+                             (concurrency_checks, (client, srv.port)),
+                             (error_checks, (srv.port,)), (misc_checks, (srv.port,))):
+                if time.monotonic() > DEADLINE:
+                    R.check("time budget", False, f"{fn.__name__} not run")
+                    break
+                try:
+                    fn(*args)
+                except Exception as e:  # noqa: BLE001
+                    R.check(f"{fn.__name__} raised", False, repr(e)[:300])
+            R.check("server alive after the suite", srv.p.poll() is None,
+                    srv.output()[-300:] if srv.p.poll() is not None else "")
+        except Exception as e:  # noqa: BLE001
+            R.check("setup", False, repr(e)[:400])
+        finally:
+            for s in servers:
+                s.kill()
+    print(f"{R.passed} passed, {R.failed} failed")
+    return 1 if R.failed or not R.passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
