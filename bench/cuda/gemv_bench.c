@@ -27,18 +27,23 @@ static void fill(ds_type t, uint8_t *w, size_t bytes) {
         uint64_t r = rnd();
         memcpy(w + i, &r, 8);
     }
-    if (t == DS_TYPE_F16 || t == DS_TYPE_BF16 || t == DS_TYPE_F32) { // finite small values
-        if (t == DS_TYPE_F32) {
-            for (size_t i = 0; i + 4 <= bytes; i += 4) {
-                float v = (float)((int)(rnd() >> 40) - (1 << 23)) * 1e-9f;
-                memcpy(w + i, &v, 4);
-            }
-        } else {
-            for (size_t i = 0; i + 2 <= bytes; i += 2) {
-                float v = (float)((int)(rnd() >> 40) - (1 << 23)) * 1e-9f;
-                uint16_t h = t == DS_TYPE_F16 ? ds_f32_to_fp16(v) : ds_f32_to_bf16(v);
-                memcpy(w + i, &h, 2);
-            }
+    // float types: random sign and mantissa, exponent forced to ~2^-8 (finite, no conversions)
+    if (t == DS_TYPE_F32) {
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+            uint32_t v;
+            memcpy(&v, w + i, 4);
+            v = (v & 0x807FFFFFu) | 0x3B800000u;
+            memcpy(w + i, &v, 4);
+        }
+        return;
+    }
+    if (t == DS_TYPE_F16 || t == DS_TYPE_BF16) {
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            uint16_t v;
+            memcpy(&v, w + i, 2);
+            v = t == DS_TYPE_F16 ? (uint16_t)((v & 0x83FFu) | 0x1C00u)
+                                 : (uint16_t)((v & 0x807Fu) | 0x3B80u);
+            memcpy(w + i, &v, 2);
         }
         return;
     }
