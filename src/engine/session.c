@@ -157,7 +157,12 @@ static void snap_save(dspec_session *s) {
     bool ok = sn && (sn->tokens = malloc((size_t)n * sizeof(int32_t)));
     if (ok && r->flog) ok = (sn->feats = malloc((size_t)(n * s->row) * sizeof(float))) != NULL;
     if (ok) {
-        ok = ds_state_new(&sn->st, ds_engine_model(s->e), &s->sp, &err) == DSPEC_OK &&
+        // same capacity and KV type as the session (ds_state_copy needs them), but one-row
+        // scratch: a snapshot is never run forward
+        ds_state_params sp = s->sp;
+        sp.n_batch = 1;
+        sp.n_verify = 1;
+        ok = ds_state_new(&sn->st, ds_engine_model(s->e), &sp, &err) == DSPEC_OK &&
              ds_state_copy(sn->st, s->st, &err) == DSPEC_OK;
     }
     if (!ok) {
