@@ -26,6 +26,9 @@
 // an int8 activation across a rounding boundary: 1e-2 (a wrong kernel gives O(1)).
 #define TOL_LOGITS_FLOAT 1e-4
 #define TOL_LOGITS_QUANT 1e-2
+// F16 weights: activations are rounded to f16 like the CPU does, so an ulp-level difference
+// upstream can flip an f16 rounding (11-bit mantissa): measured 3.3e-4 on the H200 (2026-12-01).
+#define TOL_LOGITS_F16 2e-3
 
 typedef struct fixture {
     char path[64];
@@ -211,7 +214,7 @@ static void run_all(ds_type wt, ds_type kv, double tol) {
 
 static void test_f32(void **s) { (void)s; run_all(DS_TYPE_F32, DS_TYPE_F32, TOL_LOGITS_FLOAT); }
 static void test_f32_kv16(void **s) { (void)s; run_all(DS_TYPE_F32, DS_TYPE_F16, TOL_LOGITS_FLOAT); }
-static void test_f16(void **s) { (void)s; run_all(DS_TYPE_F16, DS_TYPE_F16, TOL_LOGITS_FLOAT); }
+static void test_f16(void **s) { (void)s; run_all(DS_TYPE_F16, DS_TYPE_F16, TOL_LOGITS_F16); }
 static void test_q8_0(void **s) { (void)s; run_all(DS_TYPE_Q8_0, DS_TYPE_F32, TOL_LOGITS_QUANT); }
 static void test_q4_k(void **s) { (void)s; run_all(DS_TYPE_Q4_K, DS_TYPE_F16, TOL_LOGITS_QUANT); }
 static void test_q6_k(void **s) { (void)s; run_all(DS_TYPE_Q6_K, DS_TYPE_F32, TOL_LOGITS_QUANT); }
