@@ -25,12 +25,12 @@ Utility stages (not in 'all'):
               forward vs dflash_reference.Drafter.draft_block, checkpoint reload (smoke runs these)
 
 Time budget: --budget-s covers this invocation. Non-training stages reserve fixed estimates
-(Sizes.reserve); the training stages share the rest (target 50 %, the drafters 50 % equally),
+(Sizes.reserve); the training stages share the rest (target 5/9, each of the 4 drafters 1/9),
 each computing its step count from its measured step time (or fixed by --target-steps /
 --drafter-steps, for an exact re-run). Every training step count is logged.
 
 Usage (device):  python3 tools/tinymodel/pipeline.py --data .tinydata --work .tinywork \
-                     --out $OUT --stage all --budget-s 450
+                     --out $OUT --stage all --budget-s 480
        (CPU smoke, < 3 min on 2 cores):  python3 tools/tinymodel/pipeline.py --smoke
 See tools/tinymodel/README.md.
 """
@@ -92,11 +92,10 @@ class Plan:
     def seconds_for(self, stage: str) -> float:
         """Seconds for training stage `stage`: the budget left after the reserves of the
         non-training stages still to run, shared by weight among the training stages to run."""
-        i = self.stages.index(stage)
-        rest = self.stages[i:]
+        rest = self.stages[self.stages.index(stage):] if stage in self.stages else [stage]
         reserve = sum(self.run.sizes.reserve.get(s, 0) for s in rest if s not in TRAINING)
         left = self.run.budget_s - self.run.elapsed() - reserve
-        weights = {"target": 4.0}
+        weights = {"target": 5.0}
         wsum = sum(weights.get(s, 1.0) for s in rest if s in TRAINING)
         return max(5.0, left * weights.get(stage, 1.0) / wsum)
 
@@ -517,9 +516,10 @@ def st_drafter(run: C.Run, a, plan: Plan, name: str):
             run.say(f"{name}: {dt * 1000:.1f} ms/step -> {total} steps")
         if i % 10 == 0 or i == total or i <= 2:
             rec = {k: (round(float(v), 4) if v.dim() == 0 else [round(x, 3) for x in v.tolist()]) for k, v in m.items()}
-            run.log(stage=name, step=i, loss=round(float(loss), 4), lr=lr, gnorm=round(float(gn), 3), **rec)
+            lv = float(loss.detach())
+            run.log(stage=name, step=i, loss=round(lv, 4), lr=lr, gnorm=round(float(gn), 3), **rec)
             if i % 100 == 0 or i == total:
-                run.say(f"{name} step {i}/{total} loss {float(loss):.4f} acc {rec['acc'][:4]}")
+                run.say(f"{name} step {i}/{total} loss {lv:.4f} acc {rec['acc'][:4]}")
     wall = time.time() - t_start
     model.eval()
     with torch.no_grad():
@@ -646,7 +646,7 @@ def st_pack(run: C.Run, a):
     for sub in ("tokenizer", "eval"):
         if os.path.isdir(run.path(sub)):
             meta += _dir_files(run.path(sub), sub)
-    for f in ("state.json", "log.jsonl"):
+    for f in ("state.json", "log.jsonl", "run.log"):
         if os.path.exists(run.path(f)):
             meta.append((f, open(run.path(f), "rb").read()))
     put("tinymodel-meta.tgz", _tar_bytes(meta))
@@ -811,7 +811,7 @@ def st_checks(run: C.Run, a):
             for j, a_ in enumerate(anchors):
                 ref = dr.draft_block(R.DraftContextCache(dr.dc.num_layers), taps[:a_], a_, int(toks[a_]), B,
                                      dr.embed_table(embed))
-                err = max(err, float((ref - hid[0, j]).abs().max()))
+                err = max(err, float((ref - hid[0, j]).abs().max().detach()))
                 rl = dr.logits(ref, dr.head_weight(head))
                 rp = R.propose(dr, ref, rl, int(toks[a_]), B, R.default_proposer(dr))
                 bp, _ = D.propose_batch(dr, hid[0, j][None], dr.head_weight(head), toks[a_][None], B)
@@ -888,7 +888,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="pack: output folder (e.g. $OUT)")
     ap.add_argument("--from", dest="src", default=None, help="unpack: folder with the packed files")
     ap.add_argument("--stage", default="all", help="all | comma list of " + ",".join(ALL + UTIL) + " | drafters")
-    ap.add_argument("--budget-s", type=float, default=None, help="seconds for this invocation (default 450; smoke 150)")
+    ap.add_argument("--budget-s", type=float, default=None, help="seconds for this invocation (default 480; smoke 110)")
     ap.add_argument("--target-steps", type=int, default=None, help="fixed target steps instead of the time budget")
     ap.add_argument("--drafter-steps", type=int, default=None, help="fixed steps per drafter")
     ap.add_argument("--crosscheck-prompts", type=int, default=1)
@@ -901,7 +901,7 @@ def main(argv=None):
     if a.work is None:
         a.work = os.path.join(ROOT, ".tinywork-smoke" if a.smoke else ".tinywork")
     if a.budget_s is None:
-        a.budget_s = 150.0 if a.smoke else 450.0
+        a.budget_s = 110.0 if a.smoke else 480.0
     if a.smoke and a.data == os.path.join(ROOT, ".tinydata"):
         a.data = os.path.join(a.work, "corpus")
     if a.smoke and not os.path.exists(os.path.join(a.data, "manifest.json")):
@@ -929,7 +929,8 @@ def main(argv=None):
     if a.smoke and "checks" in stages:
         stages.remove("checks")
         stages.insert(stages.index("pack") if "pack" in stages else len(stages), "checks")
-    plan = Plan(run, stages)
+    # the budget is shared among the stages that will actually run
+    plan = Plan(run, [x for x in stages if a.force or not run.done(x) or x in UTIL or x == "pack"])
     import transformers
     run.say(f"device {dev()}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"sizes {sizes.name}, stages {stages}, budget {a.budget_s:.0f} s")

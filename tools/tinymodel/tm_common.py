@@ -223,7 +223,7 @@ FULL = Sizes(
     gen_prompt_len=128, gen_new=256, gen_seqs=4096, gen_batch=1024,
     d_seqs_per_step=64, d_anchors=48, d_lr=2e-3, d_warmup=50,
     eval_windows=256, eval_prompts=32, eval_prompt_len=96, eval_new=256, chat_prompt_max=192,
-    reserve={"tokenizer": 45, "data": 30, "evaltarget": 10, "gen": 30, "evalspec": 30, "pack": 15},
+    reserve={"tokenizer": 20, "data": 25, "evaltarget": 10, "gen": 30, "evalspec": 30, "pack": 10},
 )
 
 SMOKE = Sizes(
@@ -238,7 +238,7 @@ SMOKE = Sizes(
     gen_prompt_len=32, gen_new=48, gen_seqs=48, gen_batch=48,
     d_seqs_per_step=8, d_anchors=8, d_lr=3e-3, d_warmup=10,
     eval_windows=8, eval_prompts=3, eval_prompt_len=32, eval_new=40, chat_prompt_max=200,
-    reserve={"tokenizer": 5, "data": 5, "evaltarget": 3, "gen": 8, "evalspec": 25, "pack": 2},
+    reserve={"tokenizer": 3, "data": 5, "evaltarget": 3, "gen": 5, "evalspec": 15, "pack": 2},
 )
 
 
