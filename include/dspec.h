@@ -68,6 +68,7 @@ typedef struct dspec_engine_params {
     const char *model_path;  // target GGUF (qwen35 / qwen35moe) with its tokenizer
     const char *draft_path;  // drafter GGUF or HF directory; NULL = plain decoding only
     int n_threads;           // CPU threads (0 = all online CPUs)
+    const char *device;      // "cpu" (NULL), "cuda" or "cuda:N": where the model runs
     int64_t n_ctx;           // context per session in tokens (0 = 4096)
     int64_t n_batch;         // prefill chunk (0 = 256)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32

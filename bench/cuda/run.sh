@@ -13,30 +13,7 @@ B=build-cudarun
 T0=$(date +%s)
 log() { echo "[run.sh +$(( $(date +%s) - T0 ))s] $*"; }
 
-# ---- dependencies: use the image's, else the .debs carried in build-debs/ (fetch-debs.sh) --------
-PKGS="cmocka jansson libpcre2-8 libmicrohttpd"
-CMAKE_EXTRA=()
-if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists $PKGS 2>/dev/null; then
-  if ls build-debs/*.deb >/dev/null 2>&1; then
-    D=/tmp/dsdeps
-    rm -rf "$D"
-    for f in build-debs/*.deb; do dpkg -x "$f" "$D"; done
-    # libmicrohttpd.pc names gnutls in Requires.private, which pkgconf resolves even for --cflags
-    sed -i '/^Requires.private/d' "$D"/usr/lib/x86_64-linux-gnu/pkgconfig/libmicrohttpd.pc
-    export LD_LIBRARY_PATH="$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export PKG_CONFIG_LIBDIR="$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig"
-    export PKG_CONFIG_SYSROOT_DIR="$D"
-    CMAKE_EXTRA+=(-DPKG_CONFIG_EXECUTABLE="$D/usr/bin/pkgconf")
-    log "dependencies: unpacked build-debs/*.deb into $D"
-  else
-    log "dependencies missing ($PKGS) and no build-debs/: run bench/cuda/fetch-debs.sh here and carry build-debs"
-    exit 1
-  fi
-fi
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
-export CUDACXX=${CUDACXX:-$(command -v nvcc)}
+source bench/cuda/deps.sh || exit 1
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"

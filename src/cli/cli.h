@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/core.h"
+#include "engine/engine.h"
 
 // Each subcommand: argv[0] is the subcommand name. Returns the process exit code.
 int ds_cli_info(int argc, char **argv);
@@ -15,3 +16,4 @@ int ds_cli_run(int argc, char **argv);
 int ds_cli_serve(int argc, char **argv);
 int ds_cli_synth(int argc, char **argv);
 int ds_cli_bench_model(int argc, char **argv);
+

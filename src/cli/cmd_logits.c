@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  --batch N              prefill chunk size (default 256)\n"
             "  --kv-type f32|f16      KV cache type (default f32)\n"
             "  -t, --threads N        CPU threads (default: all)\n"
+            "  --device D             cpu (default), cuda or cuda:N\n"
             "Without --out, prints the top-5 tokens of the last row and a checksum.\n");
 }
 
@@ -53,7 +54,7 @@ static int parse_tokens(const char *s, int32_t **out, int64_t *n) {
 }
 
 typedef struct opts {
-    const char *model, *out, *hidden;
+    const char *model, *out, *hidden, *device;
     int32_t *tokens;
     int64_t n_tokens, decode_from, batch;
     int threads;
@@ -145,6 +146,8 @@ int ds_cli_logits(int argc, char **argv) {
             o.batch = atoll(v), i++;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
             o.threads = atoi(v), i++;
+        } else if (!strcmp(a, "--device") && v) {
+            o.device = v, i++;
         } else if (!strcmp(a, "--kv-type") && v) {
             if (!strcmp(v, "f16")) o.kv = DS_TYPE_F16;
             else if (!strcmp(v, "f32")) o.kv = DS_TYPE_F32;
@@ -172,7 +175,7 @@ int ds_cli_logits(int argc, char **argv) {
     ds_model *m = NULL;
     float *logits = NULL;
     int rc = 1;
-    if (ds_backend_cpu_new(&be, o.threads, &err) || ds_model_load(&m, o.model, be, &err)) {
+    if (ds_engine_backend_new(o.device, o.threads, &be, &err) || ds_model_load(&m, o.model, be, &err)) {
         fprintf(stderr, "dspec logits: %s\n", err.msg);
         goto done;
     }

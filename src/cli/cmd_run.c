@@ -42,6 +42,7 @@ static void usage(FILE *f) {
             "  --batch N                 prefill chunk (default 256)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
+            "  --device D                cpu (default), cuda or cuda:N\n"
             "  --special                 parse control tokens in a raw prompt (<|im_start|>, ...)\n");
 }
 
@@ -121,6 +122,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (IS("-c") || IS("--ctx")) o->ep.n_ctx = atoll(NEXT());
         else if (IS("--batch")) o->ep.n_batch = atoll(NEXT());
         else if (IS("-t") || IS("--threads")) o->ep.n_threads = atoi(NEXT());
+        else if (IS("--device")) o->ep.device = NEXT();
         else if (IS("--kv-type")) {
             const char *t = NEXT();
             if (strcmp(t, "f16") && strcmp(t, "f32")) {

@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "  --batch N                 prefill chunk (default 256)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
+            "  --device D                cpu (default), cuda or cuda:N\n"
             "  -v, --verbose             log requests and debug detail\n");
 }
 
@@ -98,6 +99,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         else if (IS("--ddtree-topk")) p->gp.ddtree_topk = atoi(NEXT());
         else if (IS("--batch")) p->ep.n_batch = atoll(NEXT());
         else if (IS("-t") || IS("--threads")) p->ep.n_threads = atoi(NEXT());
+        else if (IS("--device")) p->ep.device = NEXT();
         else if (IS("--kv-type")) {
             const char *t = NEXT();
             if (strcmp(t, "f16") && strcmp(t, "f32")) {

@@ -87,3 +87,7 @@ dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err);
 void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats);
 // True while the run is still prefilling (no token generated yet).
 bool ds_gen_prefilling(const dspec_session *s);
+// The backend for a device string: NULL or "cpu" (n_threads CPU threads), "cuda", "cuda:N".
+// DSPEC_ERR_UNSUPPORTED when this build has no CUDA, DSPEC_ERR_DEVICE when the device is absent.
+dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend **out,
+                                   dspec_err *err);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# model_bench.sh: target-model speed on the GPU machine in one device call: builds dspec (sm_90),
+# writes synthetic Qwen3.5 files with the real shapes and quant mixes (`dspec synth`), and runs
+# `dspec bench --model --device cuda` (decode tok/s and verify-step time for N = 1..32 against the
+# copy-bandwidth roofline measured in the same run; prefill tok/s). Also checks CUDA logits
+# against the CPU on a converted fixture. Logs go to $OUT.
+# Usage (repo root, on the GPU machine): bash bench/cuda/model_bench.sh [preset:mix ...]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dspec-cuda-out}
+mkdir -p "$OUT"
+B=build-cudarun
+T0=$(date +%s)
+log() { echo "[model_bench +$(( $(date +%s) - T0 ))s] $*"; }
+source bench/cuda/deps.sh || exit 1
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+cmake -S . -B $B "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90 "${CMAKE_EXTRA[@]}" \
+  >"$OUT/build.log" 2>&1 && cmake --build $B -j"$(nproc)" --target dspec >>"$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; exit 1; }
+log "built"
+D=$B/dspec
+# CUDA vs CPU logits on a converted fixture (sanity before timing)
+$D convert tests/fixtures/target/dense_b/hf_f32 /tmp/fx.gguf --type f32 --quiet >/dev/null 2>&1
+TOK=$(python3 -c "import json;print(','.join(map(str,json.load(open('tests/fixtures/target/dense_b/tokens.json'))['tokens'])))")
+$D logits -m /tmp/fx.gguf --tokens "$TOK" --out /tmp/l_cpu.bin
+$D logits -m /tmp/fx.gguf --tokens "$TOK" --out /tmp/l_cuda.bin --device cuda
+python3 - <<'PY' | tee "$OUT/fixture.txt"
+import numpy as np
+a = np.fromfile('/tmp/l_cpu.bin', dtype=np.float32); b = np.fromfile('/tmp/l_cuda.bin', dtype=np.float32)
+print('fixture dense_b f32: cuda vs cpu logits max rel %.3e' % (np.abs(a - b).max() / np.abs(a).max()))
+PY
+for spec in "${@:-27b:q4_k_m}"; do
+  preset=${spec%%:*}; mix=${spec##*:}
+  f=/tmp/synth_${preset}_${mix}.gguf
+  log "synth $preset $mix"
+  $D synth --preset "$preset" --mix "$mix" "$f" 2>&1 | tail -1
+  log "bench $preset $mix"
+  $D bench --model "$f" --device cuda --prompt 512 --decode 32 --reps 7 \
+     --verify 1,2,4,8,16,24,32 2>&1 | tee "$OUT/bench_${preset}_${mix}.txt"
+  rm -f "$f"
+done
+log "done"

@@ -1,0 +1,27 @@
+// backend_select.c: the backend named by a device string ("cpu", "cuda", "cuda:N"): creates it or
+// says clearly why it cannot (no silent fallback to the CPU). Called by the engine and cli/.
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend **out,
+                                dspec_err *err) {
+    *out = NULL;
+    if (!device || !strcmp(device, "cpu")) return ds_backend_cpu_new(out, n_threads, err);
+    if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
+        int idx = device[4] == ':' ? atoi(device + 5) : 0;
+#ifdef DSPEC_HAVE_CUDA
+        if (ds_cuda_device_count() <= idx) {
+            return ds_err_set(err, DSPEC_ERR_DEVICE, "--device %s: %d CUDA device(s) visible",
+                              device, ds_cuda_device_count());
+        }
+        return ds_backend_cuda_new(out, idx, err);
+#else
+        (void)idx;
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "--device %s: this dspec was built without "
+                          "CUDA (nvcc not found at build time)", device);
+#endif
+    }
+    return ds_err_set(err, DSPEC_ERR_INVALID, "--device %s: expected cpu, cuda or cuda:N", device);
+}
