@@ -621,7 +621,7 @@ def _dir_files(path: str, prefix: str) -> list[tuple[str, bytes]]:
 
 def st_pack(run: C.Run, a):
     """One .tgz per model (the target split into <= 15 MB parts) and tinymodel-meta.tgz (tokenizer,
-    state, log, eval). DSpark's embed_tokens / lm_head (frozen copies of the target's) travel as
+    state, logs, eval results, the generated drafter-training sequences). DSpark's embed_tokens / lm_head (frozen copies of the target's) travel as
     a reference and are restored by 'unpack', which checks their sha256."""
     from safetensors.torch import load_file, save
     t0 = time.time()
@@ -643,7 +643,7 @@ def st_pack(run: C.Run, a):
             written.append((pn, len(data[k:k + PART_BYTES])))
 
     meta = []
-    for sub in ("tokenizer", "eval"):
+    for sub in ("tokenizer", "eval", "gen"):
         if os.path.isdir(run.path(sub)):
             meta += _dir_files(run.path(sub), sub)
     for f in ("state.json", "log.jsonl", "run.log"):
@@ -938,20 +938,21 @@ def main(argv=None):
                                                               "transformers": transformers.__version__,
                                                               "python": sys.version.split()[0]}
     run.save()
-    for st in stages:
+
+    def run_stage(st):
         if st == "data":
             if a.force or not data_ready(run) or not run.done("data"):
                 st_data(run, a)
             else:
                 run.say("stage data: already done (use --force to redo)")
-            continue
+            return
         if st not in ("tokenizer", "unpack", "pack") and not data_ready(run):
             if not os.path.exists(run.path("tokenizer", "tokenizer.json")):
                 raise SystemExit(f"stage {st} needs the tokenizer: run --stage tokenizer or unpack one")
             st_data(run, a)         # token data is derived, cheap and never packed: redo it
         if run.done(st) and not a.force and st not in UTIL and st != "pack":
             run.say(f"stage {st}: already done (use --force to redo)")
-            continue
+            return
         run.say(f"stage {st} ...")
         if st == "tokenizer":
             st_tokenizer(run, a)
@@ -973,6 +974,19 @@ def main(argv=None):
             st_checks(run, a)
         elif st == "crosscheck":
             st_crosscheck(run, a)
+
+    for st in stages:
+        try:
+            run_stage(st)
+        except BaseException as e:
+            # whatever was finished still comes back: pack it before failing
+            if "pack" in stages and st != "pack" and a.out:
+                run.say(f"stage {st} FAILED ({type(e).__name__}: {e}); packing what is finished")
+                try:
+                    st_pack(run, a)
+                except Exception as e2:
+                    run.say(f"pack after failure failed too: {e2}")
+            raise
     if a.smoke and "crosscheck" not in stages and a.stage == "all":
         st_crosscheck(run, a)
     run.say("finished")
