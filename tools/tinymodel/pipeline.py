@@ -37,7 +37,7 @@ See tools/tinymodel/README.md.
 from __future__ import annotations
 
 import argparse
-import glob
+import copy
 import hashlib
 import io
 import json
@@ -277,8 +277,7 @@ def st_target(run: C.Run, a, plan: Plan):
     wall = time.time() - t_start
     # save in bf16 (the shipped precision); everything downstream uses these rounded weights
     model.eval()
-    model.to(torch.bfloat16)
-    model.config.dtype = "bfloat16"
+    model.to(torch.bfloat16)          # save_pretrained records "dtype": "bfloat16"
     model.generation_config.eos_token_id = [sp[C.IM_END], sp[C.EOT]]
     model.generation_config.pad_token_id = sp[C.EOT]
     model.generation_config.bos_token_id = None
@@ -896,8 +895,17 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true", help="rerun stages already finished")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: all; smoke: 1)")
     ap.add_argument("--smoke", action="store_true", help="toy sizes + tiny corpus + checks, CPU, < 3 min")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=INT",
+                    help="override an integer field of the training / evaluation sizes (tm_common.Sizes), "
+                         "e.g. --set gen_seqs=8192; for dry runs and experiments")
     a = ap.parse_args(argv)
-    sizes = C.SMOKE if a.smoke else C.FULL
+    sizes = copy.deepcopy(C.SMOKE if a.smoke else C.FULL)
+    for kv in a.set:
+        k, _, v = kv.partition("=")
+        if (k == "vocab_size" or not hasattr(sizes, k) or not isinstance(getattr(sizes, k), int)
+                or isinstance(getattr(sizes, k), bool)):
+            raise SystemExit(f"--set {kv}: '{k}' is not an integer training / evaluation field of Sizes")
+        setattr(sizes, k, int(v))
     if a.work is None:
         a.work = os.path.join(ROOT, ".tinywork-smoke" if a.smoke else ".tinywork")
     if a.budget_s is None:
