@@ -409,18 +409,17 @@ def st_gen(run: C.Run, a):
 _DISTILL = {}
 
 
-def distill_data(run: C.Run, want_hidden: bool):
-    """Target pass over the generated sequences (cached for the drafter stages of one invocation):
-    tokens [S,T], taps [S,T,F] bf16, greedy labels [S,T+1], final hidden [S,T,H] (DSpark)."""
-    key = "hidden" if want_hidden else "plain"
-    if key in _DISTILL or ("hidden" in _DISTILL and not want_hidden):
-        return _DISTILL.get(key) or _DISTILL["hidden"]
-    _DISTILL.clear()
+def distill_data(run: C.Run):
+    """Target pass over the generated sequences, computed once per invocation and shared by the
+    drafter stages: tokens [S,T], taps [S,T,F] bf16, greedy labels [S,T+1], final hidden [S,T,H]
+    (for DSpark's TV term)."""
+    if "d" in _DISTILL:
+        return _DISTILL["d"]
     t0 = time.time()
     model = load_target(run)
     toks = torch.from_numpy(np.load(run.path("gen", "tokens.npy")).astype(np.int64))
     feats, labels, hid = target_pass(model, toks, run.sizes.taps, batch=256 if dev().type == "cuda" else 16,
-                                     want_hidden=want_hidden)
+                                     want_hidden=True)
     toks = toks.to(dev())
     P = run.sizes.gen_prompt_len
     cons = float((labels[:, P + 1:-1] == toks[:, P + 1:]).float().mean())
@@ -429,7 +428,7 @@ def distill_data(run: C.Run, want_hidden: bool):
     d = {"tokens": toks, "feats": feats, "labels": labels, "hidden": hid,
          "embed": model.get_input_embeddings().weight.detach().float(),
          "head": model.lm_head.weight.detach().float(), "consistency": cons}
-    _DISTILL[key] = d
+    _DISTILL["d"] = d
     return d
 
 
@@ -456,7 +455,7 @@ def st_drafter(run: C.Run, a, plan: Plan, name: str):
     s = run.sizes
     dcfg = next(d for d in s.drafters if d.name == name)
     model, cfg = make_drafter(run, dcfg)
-    dd = distill_data(run, want_hidden=(dcfg.arch == "Qwen3DSparkModel"))
+    dd = distill_data(run)
     D.init_drafter(model, dd["embed"].cpu(), dd["head"].cpu(), C.SEED + zlib.crc32(name.encode()) % 1000)
     model.to(dev()).train()
     n_params = sum(p.numel() for p in model.parameters())
