@@ -145,7 +145,19 @@ typedef struct ds_backend_ops {
     // allowed.
     void (*scale_softcap)(ds_backend *be, ds_tensor *y, const ds_tensor *x, float scale,
                           float cap);
+    // (optional) Whether the backend handles an op configuration; NULL = everything. kind:
+    // DS_BE_CAP_MATMUL (a = ds_type, b = row length), DS_BE_CAP_GDN (a = d_k, b = d_v),
+    // DS_BE_CAP_ATTN (a = head dim, b = query heads per kv head). Model loaders ask at load time
+    // so an unsupported file is refused with a message, never an assert in the middle of a step.
+    bool (*supports)(ds_backend *be, int kind, int64_t a, int64_t b);
 } ds_backend_ops;
+
+enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
+
+// ops.supports, treating a NULL hook as "everything".
+static inline bool ds_be_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
+    return !be->ops.supports || be->ops.supports(be, kind, a, b);
+}
 
 struct ds_backend {
     const char *name;   // "cpu", "cuda"

@@ -243,6 +243,11 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
         return ds_err_set(ld->err, DSPEC_ERR_UNSUPPORTED, "%s: tensor %s: type %s has no CPU "
                           "matmul kernel", ds_gguf_path(ld->g), name, ds_type_name(t->type));
     }
+    if ((flags & W_MATMUL) && !ds_be_supports(ld->m->be, DS_BE_CAP_MATMUL, t->type, t->ne[0])) {
+        return ds_err_set(ld->err, DSPEC_ERR_UNSUPPORTED, "%s: tensor %s: type %s with rows of %"
+                          PRId64 " is not supported by the %s backend", ds_gguf_path(ld->g), name,
+                          ds_type_name(t->type), t->ne[0], ld->m->be->name);
+    }
     if ((flags & W_TABLE) && (!tt || !tt->to_float)) {
         return ds_err_set(ld->err, DSPEC_ERR_UNSUPPORTED, "%s: tensor %s: type %s cannot be "
                           "dequantized", ds_gguf_path(ld->g), name, ds_type_name(t->type));
@@ -375,6 +380,17 @@ dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be
     if (st == DSPEC_OK && m->hp.arch == DS_ARCH_QWEN35MOE && !be->weights_in_host_memory) {
         st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: qwen35moe is not supported on the %s "
                         "backend yet (MoE routing runs on the host)", ds_gguf_path(g), be->name);
+    }
+    if (st == DSPEC_OK && !ds_be_supports(be, DS_BE_CAP_GDN, m->hp.d_state, m->hp.d_state)) {
+        st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: DeltaNet head dim %" PRId64 " (ssm.state_"
+                        "size) is not supported by the %s backend", ds_gguf_path(g), m->hp.d_state,
+                        be->name);
+    }
+    if (st == DSPEC_OK && m->hp.n_head > 0 &&
+        !ds_be_supports(be, DS_BE_CAP_ATTN, m->hp.head_dim, m->hp.n_head / m->hp.n_head_kv)) {
+        st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: attention head dim %" PRId64 " with %d "
+                        "query heads per kv head is not supported by the %s backend",
+                        ds_gguf_path(g), m->hp.head_dim, m->hp.n_head / m->hp.n_head_kv, be->name);
     }
     if (st == DSPEC_OK) {
         m->layers = calloc((size_t)m->hp.n_layer, sizeof(ds_layer));

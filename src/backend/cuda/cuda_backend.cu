@@ -178,6 +178,24 @@ extern "C" int ds_cuda_device_count(void) {
     return n;
 }
 
+// Shapes the kernels are instantiated for (matmul.cu, deltanet.cu, attention.cu asserts).
+static bool cuda_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
+    (void)be;
+    switch (kind) {
+    case DS_BE_CAP_MATMUL: {
+        ds_type t = (ds_type)a;
+        if (!ds_cuda_matmul_supports(t)) return false;
+        bool quant = t != DS_TYPE_F32 && t != DS_TYPE_F16 && t != DS_TYPE_BF16;
+        return !quant || b % 256 == 0; // quantized rows are decoded in 256-element super-blocks
+    }
+    case DS_BE_CAP_GDN:
+        return (a == 32 || a == 64 || a == 128 || a == 256) && b % 32 == 0;
+    case DS_BE_CAP_ATTN:
+        return a % 32 == 0 && a <= 256 && b >= 1 && b <= 16;
+    }
+    return false;
+}
+
 extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_err *err) {
     *out = NULL;
     int n_dev = ds_cuda_device_count();
@@ -246,6 +264,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.free = cuda_free;
     ops.sync = cuda_sync;
     ops.destroy = cuda_destroy;
+    ops.supports = cuda_supports;
     ops.attention_rows = ds_cuda_attention_rows;
     ops.rope_neox_freq = ds_cuda_rope_neox_freq;
     ops.dyn_conv = ds_cuda_dyn_conv;
