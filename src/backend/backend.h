@@ -154,10 +154,6 @@ typedef struct ds_backend_ops {
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
 
-// ops.supports, treating a NULL hook as "everything".
-static inline bool ds_be_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
-    return !be->ops.supports || be->ops.supports(be, kind, a, b);
-}
 
 struct ds_backend {
     const char *name;   // "cpu", "cuda"
@@ -165,6 +161,11 @@ struct ds_backend {
     void *ctx;          // implementation state
     bool weights_in_host_memory; // true: weights may point into the GGUF mapping directly
 };
+
+// ops.supports, treating a NULL hook as "everything".
+static inline bool ds_be_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
+    return !be->ops.supports || be->ops.supports(be, kind, a, b);
+}
 
 // The CPU backend: complete, threaded (ds_pool with n_threads, 0 = all CPUs), SIMD via dtype/.
 dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err);
