@@ -26,7 +26,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
 
 demo: build
-	@$(BUILD)/dspec info models/tiny-info.gguf
+	@scripts/demo.sh $(BUILD)/dspec
 
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer (C tests only).
 test-asan: deps

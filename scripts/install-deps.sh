@@ -3,7 +3,7 @@
 # Debian 12; as another user it only reports what is missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config python3 python3-venv libmicrohttpd-dev libjansson-dev
-      libpcre2-dev libcmocka-dev)
+      libpcre2-dev libcmocka-dev bc)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The bundled tiny models (models/): a short speculative generation with every drafter equals
+plain greedy decoding (chain at several widths, DDTree, adaptive policy), drafters really accept
+tokens on the trained models (tau > 1.5 for DSpark and DFlash 2 on a code prompt), and the chat
+path runs."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+PROMPTS = ["import os\nimport sys\n\n\ndef main():\n", "The ls command lists"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dspec", required=True)
+    ap.add_argument("--build", default=".")
+    a = ap.parse_args()
+    models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
+    target = os.path.join(models, "tiny-target-q8_0.gguf")
+    passed = failed = 0
+
+    def check(name, ok, detail=""):
+        nonlocal passed, failed
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+        passed, failed = passed + ok, failed + (not ok)
+
+    def run(*args):
+        return subprocess.run([a.dspec, "run", "-m", target, "-t", "2", *args], capture_output=True)
+
+    for p in PROMPTS:
+        plain = run("-p", p, "-n", "40")
+        check("plain run", plain.returncode == 0, plain.stderr.decode()[-200:].strip())
+        for d, extra in (("dspark-g7", ()), ("dspark-g7", ("--draft-block-size", "4")),
+                         ("dflash2-b8", ()), ("dflash2-b8", ("--ddtree-budget", "16")),
+                         ("dflash-b8", ()), ("dflash-b16", ("--draft-block-size", "32")),
+                         ("dspark-g7", ("--ddtree-budget", "8"))):
+            for adaptive in (("--no-adaptive",), ()):
+                r = run("-p", p, "-n", "40", "--draft",
+                        os.path.join(models, f"tiny-{d}-q8_0.gguf"), *extra, *adaptive)
+                err = r.stderr.decode()
+                m = re.search(r"tau ([0-9.]+)", err)
+                tau = float(m.group(1)) if m else 0.0
+                check(f"{d} {' '.join(extra + adaptive)}: spec == plain",
+                      r.returncode == 0 and r.stdout == plain.stdout, f"tau {tau:.3f}")
+                if p == PROMPTS[0] and not extra and adaptive and d in ("dspark-g7", "dflash2-b8"):
+                    check(f"{d} accepts drafts on code", tau > 1.5, f"tau {tau:.3f}")
+    r = run("--chat", "--no-think", "-p", "Write a Python function is_prime(n).", "-n", "24",
+            "--draft", os.path.join(models, "tiny-dspark-g7-q8_0.gguf"))
+    check("chat with a drafter", r.returncode == 0 and len(r.stdout) > 0,
+          r.stdout.decode(errors="replace")[:60])
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
