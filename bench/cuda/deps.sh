@@ -14,7 +14,7 @@ if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists $PKGS 2>/dev
     export PKG_CONFIG_LIBDIR="$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig"
     export PKG_CONFIG_SYSROOT_DIR="$D"
     CMAKE_EXTRA+=(-DPKG_CONFIG_EXECUTABLE="$D/usr/bin/pkgconf")
-    log "dependencies: unpacked build-debs/*.deb into $D"
+    command -v log >/dev/null 2>&1 && log "dependencies: unpacked build-debs/*.deb into $D"
   else
     log "dependencies missing ($PKGS) and no build-debs/: run bench/cuda/fetch-debs.sh here and carry build-debs"
     return 1
