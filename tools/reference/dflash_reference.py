@@ -369,8 +369,12 @@ class GroupedDynamicCausalConv(nn.Module):
         super().__init__()
         self.kernel_size = kernel_size
         self.group_size = group_size
-        self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, hidden))
+        # identity at initialization (spec §3.1): tap 0 passes the input through, no dynamic part
+        base = torch.zeros(2, kernel_size, hidden)
+        base[:, 0, :] = 1.0
+        self.base_kernel = nn.Parameter(base)
         self.kernel_projection = nn.Linear(hidden, 2 * kernel_size * (hidden // group_size), bias=False)
+        nn.init.zeros_(self.kernel_projection.weight)
 
     def _convolve(self, z: torch.Tensor, dyn: torch.Tensor, stage: int) -> torch.Tensor:
         T, H = z.shape
@@ -539,6 +543,8 @@ class Drafter(nn.Module):
         self.layers = nn.ModuleList([DraftLayer(dc, i) for i in range(dc.num_layers)])
         self.norm = RMSNorm(H, dc.rms_norm_eps)
         self.candidate_selector = CandidateSelector(dc) if dc.is_dflash2 else None
+        self.markov_head = None
+        self.confidence_head = None
         if dc.is_dspark:
             self.embed_tokens = nn.Embedding(dc.vocab_size, H)
             self.lm_head = nn.Linear(H, dc.vocab_size, bias=False)
