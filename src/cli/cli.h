@@ -16,4 +16,5 @@ int ds_cli_run(int argc, char **argv);
 int ds_cli_serve(int argc, char **argv);
 int ds_cli_synth(int argc, char **argv);
 int ds_cli_bench_model(int argc, char **argv);
+int ds_cli_bench_spec(int argc, char **argv);
 

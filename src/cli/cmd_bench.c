@@ -13,7 +13,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspec bench --kernels [--n N] [--rows R] [--threads T] [--time S] [--type T]\n"
-            "       dspec bench --model FILE [...]   (target forward speed; --model --help)\n\n"
+            "       dspec bench --model FILE [...]   (target forward speed; --model --help)\n"
+            "       dspec bench --spec --model T --draft D --prompts F.json  (acceptance; --spec --help)\n\n"
             "--kernels   dot of one activation row with an R x N weight matrix (default 4096 x\n"
             "            4096) for every weight type, per kernel level (scalar / avx2 / avx512),\n"
             "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
@@ -240,6 +241,9 @@ static bool parse_i64(const char *s, int64_t *out) {
 int ds_cli_bench(int argc, char **argv) {
     bench_opts o = {.n = 4096, .rows = 4096, .threads = 0, .time = 0.5};
     bool kernels = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--spec")) return ds_cli_bench_spec(argc, argv);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model")) return ds_cli_bench_model(argc, argv);
     }

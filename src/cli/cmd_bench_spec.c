@@ -1,0 +1,175 @@
+// cmd_bench_spec.c: `dspec bench --spec`: acceptance and speed of speculative decoding on prompt
+// sets given as token ids per domain (e.g. the bundled models' held-out prompts): per domain and
+// block size, tau (tokens committed per target step), per-position acceptance and tok/s, next to
+// plain decoding of the same prompts in the same run. Calls engine/ (token-id generation).
+#include "cli/cli.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bs_opts {
+    const char *model, *draft, *prompts, *device;
+    int blocks[8], n_blocks, threads, ddtree;
+    int64_t n_new, max_prompts;
+} bs_opts;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dspec bench --spec --model T.gguf --draft D --prompts FILE.json [options]\n"
+               "  FILE.json        {\"domain\": [[id, ...], ...], ...} prompt token ids per domain\n"
+               "  --blocks LIST    verify widths incl. the anchor (default: the drafter's)\n"
+               "  -n N             new tokens per prompt (default 256)\n"
+               "  --max-prompts N  prompts per domain at most (default all)\n"
+               "  --ddtree-budget N  verify DDTrees instead of chains\n"
+               "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n");
+}
+
+typedef struct run_stats {
+    int64_t tokens, steps, accepted, drafted, pos_tried[64], pos_acc[64];
+    double seconds;
+} run_stats;
+
+static int run_prompts(dspec_session *s, json_t *list, const bs_opts *o, bool spec, int block,
+                       run_stats *rs) {
+    memset(rs, 0, sizeof(*rs));
+    size_t n = json_array_size(list);
+    if (o->max_prompts > 0 && (size_t)o->max_prompts < n) n = (size_t)o->max_prompts;
+    for (size_t i = 0; i < n; i++) {
+        json_t *arr = json_array_get(list, i);
+        size_t len = json_array_size(arr);
+        int32_t *ids = malloc((len ? len : 1) * sizeof(int32_t));
+        for (size_t j = 0; j < len; j++) ids[j] = (int32_t)json_integer_value(json_array_get(arr, j));
+        dspec_gen_params gp;
+        dspec_gen_params_default(&gp);
+        gp.max_tokens = o->n_new;
+        gp.ignore_eos = 1;
+        gp.speculative = spec;
+        gp.adaptive = 0;
+        gp.draft_block_size = block;
+        gp.ddtree_budget = o->ddtree;
+        ds_gen_req r = {.ids = ids, .n = (int64_t)len, .p = &gp};
+        dspec_err err = {0};
+        dspec_gen_stats st;
+        bool done = false;
+        dspec_status e = ds_gen_begin(s, &r, &err);
+        while (e == DSPEC_OK && !done) e = ds_gen_step(s, &done, &err);
+        ds_gen_end(s, false, &st);
+        free(ids);
+        if (e != DSPEC_OK) {
+            fprintf(stderr, "dspec bench: %s\n", err.msg);
+            return 1;
+        }
+        rs->tokens += st.n_gen;
+        rs->seconds += st.t_decode;
+        rs->steps += st.spec_steps;
+        rs->accepted += st.spec_accepted;
+        rs->drafted += st.spec_drafted;
+        for (int k = 0; k < 64; k++) {
+            rs->pos_tried[k] += st.pos_tried[k];
+            rs->pos_acc[k] += st.pos_accepted[k];
+        }
+    }
+    return 0;
+}
+
+static int bench_spec(const bs_opts *o) {
+    json_error_t jerr;
+    json_t *root = json_load_file(o->prompts, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        fprintf(stderr, "dspec bench: %s: %s (line %d)\n", o->prompts,
+                root ? "expected an object of domains" : jerr.text, jerr.line);
+        json_decref(root);
+        return 2;
+    }
+    dspec_engine_params ep = {.model_path = o->model, .draft_path = o->draft,
+                              .n_threads = o->threads, .device = o->device, .kv_f16 = 1};
+    dspec_engine *e = NULL;
+    dspec_session *s = NULL;
+    dspec_err err = {0};
+    int rc = 1;
+    if (dspec_engine_new(&e, &ep, &err) || dspec_session_new(&s, e, &err)) {
+        fprintf(stderr, "dspec bench: %s\n", err.msg);
+        goto done;
+    }
+    int blocks[8], nb = o->n_blocks;
+    memcpy(blocks, o->blocks, sizeof(blocks));
+    if (nb == 0) blocks[nb++] = 0; // the drafter's own width
+    printf("%-8s %6s %8s %9s %9s %8s  %s\n", "domain", "block", "tau", "spec t/s", "plain t/s",
+           "speedup", "acceptance per position");
+    const char *dom;
+    json_t *list;
+    json_object_foreach(root, dom, list) {
+        run_stats plain;
+        if (run_prompts(s, list, o, false, 0, &plain)) goto done;
+        double ptps = plain.seconds > 0 ? (double)plain.tokens / plain.seconds : 0;
+        for (int b = 0; b < nb; b++) {
+            run_stats rs;
+            if (run_prompts(s, list, o, true, blocks[b], &rs)) goto done;
+            double tps = rs.seconds > 0 ? (double)rs.tokens / rs.seconds : 0;
+            double tau = rs.steps ? (double)(rs.accepted + rs.steps) / (double)rs.steps : 0;
+            printf("%-8s %6d %8.3f %9.1f %9.1f %7.2fx ", dom, blocks[b], tau, tps, ptps,
+                   ptps > 0 ? tps / ptps : 0);
+            for (int k = 0; k < 64 && rs.pos_tried[k]; k++) {
+                printf(" %.3f", (double)rs.pos_acc[k] / (double)rs.pos_tried[k]);
+            }
+            printf("\n");
+        }
+    }
+    rc = 0;
+done:
+    dspec_session_free(s);
+    dspec_engine_free(e);
+    json_decref(root);
+    return rc;
+}
+
+int ds_cli_bench_spec(int argc, char **argv) {
+    bs_opts o = {.n_new = 256};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--spec")) {
+            continue;
+        } else if (!strcmp(a, "--model") && v) {
+            o.model = v, i++;
+        } else if (!strcmp(a, "--draft") && v) {
+            o.draft = v, i++;
+        } else if (!strcmp(a, "--prompts") && v) {
+            o.prompts = v, i++;
+        } else if (!strcmp(a, "--device") && v) {
+            o.device = v, i++;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
+            o.threads = atoi(v), i++;
+        } else if (!strcmp(a, "-n") && v && atoll(v) > 0) {
+            o.n_new = atoll(v), i++;
+        } else if (!strcmp(a, "--max-prompts") && v && atoll(v) > 0) {
+            o.max_prompts = atoll(v), i++;
+        } else if (!strcmp(a, "--ddtree-budget") && v && atoi(v) >= 0) {
+            o.ddtree = atoi(v), i++;
+        } else if (!strcmp(a, "--blocks") && v) {
+            for (const char *p = v; *p && o.n_blocks < 8;) {
+                char *end;
+                long x = strtol(p, &end, 10);
+                if (end == p || x < 2 || x > 64) {
+                    fprintf(stderr, "dspec bench: bad --blocks '%s'\n", v);
+                    return 2;
+                }
+                o.blocks[o.n_blocks++] = (int)x;
+                p = *end == ',' ? end + 1 : end;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "dspec bench: bad or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.model || !o.draft || !o.prompts) {
+        usage(stderr);
+        return 2;
+    }
+    return bench_spec(&o);
+}
