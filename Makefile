@@ -22,15 +22,18 @@ build: deps venv
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDSPEC_PYTHON=$(abspath $(VENV))/bin/python $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The whole suite, then the C tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
+	@$(MAKE) --no-print-directory test-asan
 
 demo: build
 	@scripts/demo.sh $(BUILD)/dspec
 
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer (C tests only).
 test-asan: deps
-	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DDSPEC_SANITIZE=address,undefined -DDSPEC_CUDA=OFF $(CMAKE_FLAGS) >/dev/null
+	@echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPEC_SANITIZE=address,undefined -DDSPEC_CUDA=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) -L cpu
 
