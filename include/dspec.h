@@ -102,6 +102,8 @@ typedef struct dspec_gen_params {
     int ddtree_budget;       // > 0: verify a DDTree of this many drafted nodes instead of a chain
     int ddtree_topk;         // DDTree candidates per depth (0 = min(budget, 8))
     int adaptive;            // 1: plain-decoding bursts while acceptance is below break-even
+    int64_t long_ctx_threshold; // past this many context tokens verify at most long_ctx_width
+    int long_ctx_width;         // rows (default 8192 / 8; threshold 0 = off)
     float draft_conf_threshold; // DSpark: truncate proposals at the first slot whose confidence
                                 // is below this (0 = off)
     int parse_special;       // prompt control tokens are parsed (chat prompts)

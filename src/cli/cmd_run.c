@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
             "                            acceptance is below the measured break-even)\n"
             "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
+            "  --long-ctx N              past N context tokens verify at most W rows (default\n"
+            "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
             "  -c, --ctx N               context size in tokens (default 4096)\n"
             "  --batch N                 prefill chunk (default 256)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
@@ -119,6 +121,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (IS("--ddtree-budget")) o->gp.ddtree_budget = atoi(NEXT());
         else if (IS("--ddtree-topk")) o->gp.ddtree_topk = atoi(NEXT());
         else if (IS("--draft-conf-threshold")) o->gp.draft_conf_threshold = strtof(NEXT(), NULL);
+        else if (IS("--long-ctx")) o->gp.long_ctx_threshold = atoll(NEXT());
+        else if (IS("--long-ctx-width")) o->gp.long_ctx_width = atoi(NEXT());
         else if (IS("-c") || IS("--ctx")) o->ep.n_ctx = atoll(NEXT());
         else if (IS("--batch")) o->ep.n_batch = atoll(NEXT());
         else if (IS("-t") || IS("--threads")) o->ep.n_threads = atoi(NEXT());

@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "  --no-adaptive             always speculate\n"
             "  --draft-block-size N      verify width incl. the anchor\n"
             "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
+            "  --long-ctx N              past N context tokens verify at most W rows (default\n"
+            "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
             "  --proposer NAME           auto | argmax | markov | selector\n"
             "  --ddtree-budget N         verify a DDTree of N drafted nodes (0 = chain)\n"
             "  --ddtree-topk K           DDTree candidates per depth\n"
@@ -94,6 +96,8 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         else if (IS("--seed")) p->gp.seed = strtoull(NEXT(), NULL, 10);
         else if (IS("--draft-block-size")) p->gp.draft_block_size = atoi(NEXT());
         else if (IS("--draft-conf-threshold")) p->gp.draft_conf_threshold = strtof(NEXT(), NULL);
+        else if (IS("--long-ctx")) p->gp.long_ctx_threshold = atoll(NEXT());
+        else if (IS("--long-ctx-width")) p->gp.long_ctx_width = atoi(NEXT());
         else if (IS("--proposer")) p->gp.proposer = NEXT();
         else if (IS("--ddtree-budget")) p->gp.ddtree_budget = atoi(NEXT());
         else if (IS("--ddtree-topk")) p->gp.ddtree_topk = atoi(NEXT());

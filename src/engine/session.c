@@ -79,6 +79,8 @@ void dspec_gen_params_default(dspec_gen_params *p) {
     p->repeat_last_n = 64;
     p->speculative = 1;
     p->adaptive = 1;
+    p->long_ctx_threshold = 8192; // bench/RESULTS.md: H200 verify cost vs context
+    p->long_ctx_width = 8;
 }
 
 dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err) {
@@ -293,6 +295,8 @@ static dspec_status new_spec(dspec_session *s, dspec_err *err) {
                         spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
     ds_spec_params params = {.n_slots = r->p.draft_block_size, .tree_budget = r->p.ddtree_budget,
                              .tree_topk = r->p.ddtree_topk,
+                             .long_ctx_threshold = r->p.long_ctx_threshold,
+                             .long_ctx_width = r->p.long_ctx_width,
                              .sampler = plain_greedy ? NULL : r->smp};
     if (r->p.adaptive) ds_spec_policy_params_default(&params.policy);
     ds_draft_ctx_set_threshold(s->dctx, r->p.draft_conf_threshold);

@@ -23,6 +23,10 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
                           "drafter's block size %d)", n_slots,
                           DS_MIN(DS_SPEC_MAX_SLOTS, 2 * p->block_size), p->block_size);
     }
+    if (params && params->long_ctx_threshold > 0 && params->long_ctx_width < 2) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "spec: long-context width %d must be >= 2",
+                          params->long_ctx_width);
+    }
     int budget = params ? params->tree_budget : 0;
     if (budget < 0 || budget > DS_DDTREE_MAX_NODES ||
         (params && (params->tree_topk < 0 || params->tree_topk > DS_DDTREE_MAX_K))) {
@@ -162,7 +166,11 @@ static dspec_status spec_step_spec(ds_spec *s, int64_t max_out, int32_t *out, in
     int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
     if (room < 1) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: context full");
     // proposals beyond max_out - 1 could never be emitted; beyond room - 1 don't fit
-    int64_t max_prop = DS_MIN(DS_MIN(max_out, room) - 1, s->params.n_slots - 1);
+    int64_t width = s->params.n_slots;
+    if (s->params.long_ctx_threshold > 0 && ds_state_n_past(s->st) > s->params.long_ctx_threshold) {
+        width = DS_MIN(width, (int64_t)s->params.long_ctx_width);
+    }
+    int64_t max_prop = DS_MIN(DS_MIN(max_out, room) - 1, width - 1);
     if (s->params.tree_budget > 0) return ds_spec_step_tree(s, max_out, max_prop, out, n_out, err);
     if (s->params.sampler) return ds_spec_step_sampled(s, max_out, max_prop, out, n_out, err);
     int64_t n_prop = 0;

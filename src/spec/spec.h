@@ -50,6 +50,12 @@ typedef struct ds_spec_params {
     int tree_budget;      // 1..DS_DDTREE_MAX_NODES
     int tree_topk;        // candidates per depth (0 = min(budget, 8))
     bool tree_chain_seed; // always include the drafter's top-1 chain
+    // Long context: past long_ctx_threshold committed tokens, verify at most long_ctx_width rows
+    // (the drafter still drafts its whole block). Every verify row reads the whole KV cache, so
+    // wide verifies stop paying at long context (bench/RESULTS.md: 9B on an H200, N=16 costs
+    // 1.20x N=1 at 512 tokens, 1.47x at 8K, 2.45x at 32K). 0 = off.
+    int64_t long_ctx_threshold;
+    int long_ctx_width;   // >= 2
     // Sampled verification (drafters-and-verification.md §2.2 (b)): when set, the target's
     // processed distribution p (this sampler's chain: penalties, top-k/p, min-p, temperature)
     // decides, and the emitted tokens are distributed exactly as sampling from the target alone.

@@ -158,7 +158,7 @@ static const ds_spec_stats *run_case_p(int n_slots, int period, const ds_spec_pa
     assert_int_equal(ss->emitted, N_GEN - 1);
     assert_int_equal(ss->emitted, ss->accepted + ss->steps + ss->plain_steps);
     bool tree = sp_in->tree_budget > 0;
-    if (period == 0) { // perfect proposals: every step accepts all (except budget-capped ones)
+    if (period == 0 && !sp_in->long_ctx_threshold) { // perfect proposals accept whole blocks
         if (!tree || sp_in->tree_budget >= n_slots - 1) {
             assert_true(ss->steps <= (N_GEN - 1 + n_slots - 1) / n_slots + 1);
         }
@@ -208,6 +208,11 @@ static void test_tree_lossless(void **s) {
     ds_spec_stats st_pol;
     run_case_p(4, 1, &pp, &st_pol);
     assert_true(st_pol.plain_steps > 0);
+    // long-context narrowing: past 12 committed tokens verify at most 3 rows; still lossless
+    ds_spec_params lp = {.n_slots = 8, .long_ctx_threshold = 12, .long_ctx_width = 3};
+    ds_spec_stats st_long;
+    run_case_p(8, 0, &lp, &st_long);
+    assert_true(st_long.pos_tried[3] <= 2); // only the steps before the threshold drafted 4+
     ds_spec_stats chain, tree;
     ds_spec_params cp = {.n_slots = 8};
     ds_spec_params tp = {.n_slots = 8, .tree_budget = 24, .tree_topk = 2};

@@ -35,7 +35,8 @@ def main():
         for d, extra in (("dspark-g7", ()), ("dspark-g7", ("--draft-block-size", "4")),
                          ("dflash2-b8", ()), ("dflash2-b8", ("--ddtree-budget", "16")),
                          ("dflash-b8", ()), ("dflash-b16", ("--draft-block-size", "32")),
-                         ("dspark-g7", ("--ddtree-budget", "8"))):
+                         ("dspark-g7", ("--ddtree-budget", "8")),
+                         ("dflash2-b8", ("--long-ctx", "12", "--long-ctx-width", "3"))):
             for adaptive in (("--no-adaptive",), ()):
                 r = run("-p", p, "-n", "40", "--draft",
                         os.path.join(models, f"tiny-{d}-q8_0.gguf"), *extra, *adaptive)
