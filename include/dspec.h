@@ -101,6 +101,8 @@ typedef struct dspec_gen_params {
     const char *proposer;    // "auto" (NULL), "argmax", "markov", "selector"
     int ddtree_budget;       // > 0: verify a DDTree of this many drafted nodes instead of a chain
     int ddtree_topk;         // DDTree candidates per depth (0 = min(budget, 8))
+    int ddtree_raw;          // 1: DDTree candidates from the raw per-slot logits, not the
+                             // DSpark Markov / DFlash 2 selector scores along each branch
     int adaptive;            // 1: plain-decoding bursts while acceptance is below break-even
     int64_t long_ctx_threshold; // past this many context tokens verify at most long_ctx_width
     int long_ctx_width;         // rows (default 8192 / 8; threshold 0 = off)

@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "  --proposer NAME           auto | argmax | markov | selector (default auto)\n"
             "  --ddtree-budget N         verify a DDTree of N drafted nodes (default 0 = chain)\n"
             "  --ddtree-topk K           DDTree candidates per depth (default min(N, 8))\n"
+            "  --ddtree-raw              DDTree from raw per-slot logits (default: DSpark Markov /\n"
+            "                            DFlash 2 selector scores along each branch's parent)\n"
             "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
             "                            acceptance is below the measured break-even)\n"
             "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
@@ -97,6 +99,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--no-spec")) { o->no_spec = true; continue; }
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
         if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
+        if (IS("--ddtree-raw")) { o->gp.ddtree_raw = 1; continue; }
         if (!v) {
             fprintf(stderr, "dspec run: unknown option or missing value: %s\n", a);
             return 2;

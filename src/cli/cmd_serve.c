@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "  --proposer NAME           auto | argmax | markov | selector\n"
             "  --ddtree-budget N         verify a DDTree of N drafted nodes (0 = chain)\n"
             "  --ddtree-topk K           DDTree candidates per depth\n"
+            "  --ddtree-raw              DDTree from raw per-slot logits, not the DSpark Markov /\n"
+            "                            DFlash 2 selector scores along each branch's parent\n"
             "engine:\n"
             "  --batch N                 prefill chunk (default 256)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
@@ -67,6 +69,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("-h") || IS("--help")) return -1;
         if (IS("--no-spec")) { p->gp.speculative = 0; continue; }
         if (IS("--no-adaptive")) { p->gp.adaptive = 0; continue; }
+        if (IS("--ddtree-raw")) { p->gp.ddtree_raw = 1; continue; }
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }
         if (!v) {
             fprintf(stderr, "dspec serve: unknown option or missing value: %s\n", a);

@@ -123,6 +123,14 @@ int64_t ds_draft_ctx_len(const ds_draft_ctx *c);
 dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, dspec_err *err);
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err);
+
+// After ds_draft_block: candidates for proposal slot `slot` (0-based) conditioned on the previous
+// token `prev` — DFlash 2 selector scores, DSpark Markov-corrected logits, or the raw logits —
+// as up to k (ids, log-probs) sorted by descending log-prob, log-softmax normalized so cumulative
+// scores compare across slots (DDTree candidate sources, drafters-and-verification.md §5).
+// Valid until the next ds_draft_block on the context. Returns the count.
+int ds_draft_cond_cands(ds_draft_ctx *c, int64_t slot, int32_t prev, int k, int32_t *ids,
+                        float *logp);
 void ds_draft_out_deinit(ds_draft_out *o);
 // Drafts one block from `anchor` (the token at position start = ds_draft_ctx_len(c), committed
 // but not yet run through the target) and fills `out` with at most n_slots - 1 proposals for

@@ -25,6 +25,8 @@ struct ds_draft_ctx {
     ds_tensor feats, x, u, t, a, a2, q, att, ffa, ffb, ffc, dyn, logits;
     ds_draft_heads_scratch hs;
     int32_t *pos, *ids, *lo, *hi; // host [rows]
+    int64_t last_np;      // proposal slots of the last block (0 = none yet)
+    int64_t last_p0;      // first proposal row in u of the last block
 };
 
 static dspec_status ctx_tensor(ds_draft_ctx *c, ds_tensor *t, int64_t ne0, int64_t ne1,
@@ -323,6 +325,9 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
     }
     ds_draft_heads_in in = {.d = d, .be = be, .hs = &c->hs, .logits = &lg, .hidden = &hp_rows,
                             .anchor = anchor, .n = np, .threshold = c->threshold};
+    c->hs.g_ready = false;
+    c->last_np = np;
+    c->last_p0 = p0;
     switch (how) {
     case DS_PROPOSE_SELECTOR:
         ds_draft_selector_walk(&in, out);
@@ -335,6 +340,16 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
         break;
     }
     return DSPEC_OK;
+}
+
+int ds_draft_cond_cands(ds_draft_ctx *c, int64_t slot, int32_t prev, int k, int32_t *ids,
+                        float *logp) {
+    DS_ASSERT(c->last_np > 0 && slot >= 0 && slot < c->last_np);
+    ds_tensor lg = ds_tensor_rows(&c->logits, 0, c->last_np);
+    ds_tensor hp_rows = ds_tensor_rows(&c->u, c->last_p0, c->last_np);
+    ds_draft_heads_in in = {.d = c->d, .be = c->be, .hs = &c->hs, .logits = &lg,
+                            .hidden = &hp_rows, .n = c->last_np};
+    return ds_draft_heads_cond(&in, slot, prev, k, ids, logp);
 }
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err) {

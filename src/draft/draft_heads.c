@@ -91,6 +91,7 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     ds_tensor g = ds_tensor_rows(&s->hproj, 0, n);
     be->ops.matmul(be, &g, &d->sel_hproj, in->hidden);
     be->ops.read(be, s->h_g, g.data, (size_t)(r * n) * sizeof(float));
+    s->g_ready = true;
     int32_t prev = in->anchor;
     out->n_cand = K;
     for (int64_t p = 0; p < n; p++) {
@@ -176,4 +177,73 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
         }
     }
     out->n_tokens = keep;
+}
+
+// ---- conditional candidates (DDTree) ---------------------------------------------------------------
+
+// Log-softmax of x[0..n) over the whole row, top-k of it into ids/logp (descending).
+static int topk_logsoftmax(const float *x, int64_t n, int k, int32_t *ids, float *logp) {
+    k = (int)DS_MIN((int64_t)k, n);
+    top_k(x, n, k, ids, logp);
+    float mx = logp[0];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
+    float lse = mx + (float)log(sum);
+    for (int j = 0; j < k; j++) logp[j] -= lse;
+    return k;
+}
+
+int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, int k, int32_t *ids,
+                        float *logp) {
+    const ds_drafter *d = in->d;
+    const ds_draft_hp *hp = &d->hp;
+    ds_backend *be = in->be;
+    ds_draft_heads_scratch *s = in->hs;
+    const int64_t V = hp->n_vocab;
+    DS_ASSERT(p >= 0 && p < in->n && k >= 1);
+    if (hp->sel_rank > 0 && hp->sel_top_k > 0) {
+        const int64_t r = hp->sel_rank;
+        const int K = hp->sel_top_k;
+        if (!s->g_ready) { // the block was proposed without the selector walk
+            ds_tensor g = ds_tensor_rows(&s->hproj, 0, in->n);
+            be->ops.matmul(be, &g, &d->sel_hproj, in->hidden);
+            be->ops.read(be, s->h_g, g.data, (size_t)(r * in->n) * sizeof(float));
+            s->g_ready = true;
+        }
+        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
+                     (size_t)V * sizeof(float));
+        int32_t cid[DS_DRAFT_MAX_TOPK];
+        float val[DS_DRAFT_MAX_TOPK], sc[DS_DRAFT_MAX_TOPK];
+        top_k(s->h_row, V, K, cid, val);
+        ds_tensor succ = ds_tensor_rows(&s->succ, 0, K);
+        be->ops.get_rows(be, &s->pred, &d->sel_pred, &prev);
+        be->ops.get_rows(be, &succ, &d->sel_succ, cid);
+        be->ops.read(be, s->h_pred, s->pred.data, (size_t)r * sizeof(float));
+        be->ops.read(be, s->h_succ, succ.data, (size_t)(r * K) * sizeof(float));
+        const float *gp = s->h_g + p * r;
+        for (int j = 0; j < K; j++) {
+            const float *bc = s->h_succ + (int64_t)j * r;
+            float dot = 0.0f;
+            for (int64_t q = 0; q < r; q++) dot += bc[q] * (s->h_pred[q] * gp[q]);
+            sc[j] = val[j] + dot;
+        }
+        int32_t order[DS_DRAFT_MAX_TOPK];
+        int n = topk_logsoftmax(sc, K, k, order, logp);
+        for (int j = 0; j < n; j++) ids[j] = cid[order[j]];
+        return n;
+    }
+    if (hp->markov_rank > 0) { // z = U_p + W2 . W1[prev]
+        ds_tensor row = {.data = (float *)in->logits->data + p * V, .type = DS_TYPE_F32,
+                         .ne = {V, 1, 1, 1},
+                         .nb = {sizeof(float), (size_t)V * sizeof(float),
+                                (size_t)V * sizeof(float), (size_t)V * sizeof(float)}};
+        be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
+        be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
+        be->ops.add(be, &s->bias, &s->bias, &row);
+        be->ops.read(be, s->h_row, s->bias.data, (size_t)V * sizeof(float));
+    } else {
+        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
+                     (size_t)V * sizeof(float));
+    }
+    return topk_logsoftmax(s->h_row, V, k, ids, logp);
 }

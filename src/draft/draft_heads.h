@@ -15,6 +15,7 @@ typedef struct ds_draft_heads_scratch {
     float *h_g, *h_pred, *h_succ;// host [r * n], [r], [r * K]
     float *h_hidden;             // host [H * n]
     float *h_w1;                 // host [r * n]
+    bool g_ready;                // h_g holds the selector's context gates of the last block
 } ds_draft_heads_scratch;
 
 dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_drafter *d,
@@ -37,3 +38,10 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out);
 // DSpark greedy Markov chain from the anchor (plain argmax without a Markov head), then the
 // confidence head and the static threshold gate.
 void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out);
+
+// Candidates of proposal slot p conditioned on the previous token prev, for DDTree expansion:
+// DFlash 2: the slot's top-K selector candidates scored unary + <A[prev] * g_p, B[c]>; DSpark:
+// top-k of logits_p + W2 W1[prev]; otherwise top-k of logits_p. Log-softmax normalized over the
+// scored set, sorted by descending log-prob (ties: lower id). Returns the count (<= k).
+int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, int k, int32_t *ids,
+                        float *logp);

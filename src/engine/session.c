@@ -294,7 +294,7 @@ static dspec_status new_spec(dspec_session *s, dspec_err *err) {
     bool plain_greedy = spp->temperature <= 0.0f && spp->repeat_penalty == 1.0f &&
                         spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
     ds_spec_params params = {.n_slots = r->p.draft_block_size, .tree_budget = r->p.ddtree_budget,
-                             .tree_topk = r->p.ddtree_topk,
+                             .tree_topk = r->p.ddtree_topk, .tree_raw = r->p.ddtree_raw != 0,
                              .long_ctx_threshold = r->p.long_ctx_threshold,
                              .long_ctx_width = r->p.long_ctx_width,
                              .sampler = plain_greedy ? NULL : r->smp};

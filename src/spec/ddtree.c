@@ -127,6 +127,57 @@ void ds_ddtree_build(ds_ddtree *t, const ds_ddtree_cands *c, int32_t anchor, int
     }
 }
 
+// Computes node i's child candidates (once) if it can have children.
+static void node_cands(ds_ddtree *t, ds_ddtree_node_cands *nc, int64_t i, ds_ddtree_cand_fn fn,
+                       void *ctx, int L, int k) {
+    nc->n[i] = t->depth[i] < L ? fn(ctx, t->depth[i] + 1, t->token[i], k, nc->tok[i], nc->logp[i])
+                               : 0;
+}
+
+void ds_ddtree_build_cond(ds_ddtree *t, ds_ddtree_node_cands *nc, ds_ddtree_cand_fn fn, void *ctx,
+                          int L, int k, int32_t anchor, int budget, bool chain_seed) {
+    DS_ASSERT(budget >= 0 && budget <= DS_DDTREE_MAX_NODES && k >= 1 && k <= DS_DDTREE_MAX_K);
+    DS_ASSERT(L >= 0 && L <= DS_DDTREE_MAX_DEPTH);
+    t->n_nodes = 0;
+    add_node(t, -1, 0, anchor, 0.0f);
+    node_cands(t, nc, 0, fn, ctx, L, k);
+    heap h = {.n = 0};
+    int popped = 0;
+    int32_t cur = 0;
+    if (chain_seed) { // the conditional greedy chain first; its siblings compete normally
+        while (popped < budget && nc->n[cur] > 0) {
+            int32_t node = add_node(t, cur, t->depth[cur] + 1, nc->tok[cur][0],
+                                    t->score[cur] + nc->logp[cur][0]);
+            if (nc->n[cur] > 1) {
+                heap_push(&h, (heap_item){t->score[cur] + nc->logp[cur][1], cur,
+                                          (int16_t)t->depth[node], 1});
+            }
+            node_cands(t, nc, node, fn, ctx, L, k);
+            cur = node;
+            popped++;
+        }
+    }
+    if (nc->n[cur] > 0 && popped < budget) { // first child of the chain's end (or of the root)
+        heap_push(&h, (heap_item){t->score[cur] + nc->logp[cur][0], cur,
+                                  (int16_t)(t->depth[cur] + 1), 0});
+    }
+    for (; popped < budget && h.n > 0; popped++) {
+        heap_item it = heap_pop(&h);
+        int32_t par = it.parent;
+        int r = it.rank;
+        int32_t node = add_node(t, par, it.depth, nc->tok[par][r], it.score);
+        if (r + 1 < nc->n[par]) {
+            heap_push(&h, (heap_item){t->score[par] + nc->logp[par][r + 1], par, it.depth,
+                                      (int16_t)(r + 1)});
+        }
+        node_cands(t, nc, node, fn, ctx, L, k);
+        if (nc->n[node] > 0) {
+            heap_push(&h, (heap_item){it.score + nc->logp[node][0], node,
+                                      (int16_t)(it.depth + 1), 0});
+        }
+    }
+}
+
 void ds_ddtree_walk(const ds_ddtree *t, const int32_t *target, int32_t *path, int64_t *n_path,
                     int32_t *bonus) {
     int32_t cur = 0;

@@ -37,6 +37,24 @@ void ds_ddtree_cands_from_logits(ds_ddtree_cands *c, const float *logits, int L,
 void ds_ddtree_build(ds_ddtree *t, const ds_ddtree_cands *c, int32_t anchor, int budget,
                      bool chain_seed);
 
+// Candidates for the children of a node at `depth` (1-based depth of the children) whose token is
+// `parent_token`: up to k (ids, log-probs) sorted by descending log-prob; returns the count.
+typedef int (*ds_ddtree_cand_fn)(void *ctx, int depth, int32_t parent_token, int k, int32_t *ids,
+                                 float *logp);
+
+// Per-node candidate storage for ds_ddtree_build_cond (caller-owned, reused across steps).
+typedef struct ds_ddtree_node_cands {
+    int n[DS_DDTREE_MAX_NODES + 1];
+    int32_t tok[DS_DDTREE_MAX_NODES + 1][DS_DDTREE_MAX_K];
+    float logp[DS_DDTREE_MAX_NODES + 1][DS_DDTREE_MAX_K];
+} ds_ddtree_node_cands;
+
+// Best-first tree where each node's children come from fn conditioned on the node's own token
+// (DSpark Markov-corrected or DFlash 2 selector scores along each branch's actual parent,
+// normalized per position so cumulative scores compare across depths). L = depths available.
+void ds_ddtree_build_cond(ds_ddtree *t, ds_ddtree_node_cands *nc, ds_ddtree_cand_fn fn, void *ctx,
+                          int L, int k, int32_t anchor, int budget, bool chain_seed);
+
 // Greedy walk: target[i] is the target's choice after node i. Starting at the root, follows the
 // child whose token equals the target's choice. path[0..*n_path) gets the accepted node indices
 // starting with the root (so *n_path - 1 drafted tokens were accepted); *bonus the target's

@@ -155,12 +155,77 @@ static void test_cands_from_logits(void **state) {
     assert_true(fabs(c.logp[1][0] - (5.0 - log(z))) < 1e-5);
 }
 
+// Conditional candidates: a fn that ignores the parent gives the same tree as the marginal builder;
+// a parent-dependent fn gives the best-first order of the conditional prefix scores.
+static const ds_ddtree_cands *g_c;
+static int marginal_fn(void *ctx, int depth, int32_t parent, int k, int32_t *ids, float *logp) {
+    (void)ctx, (void)parent;
+    int n = DS_MIN(k, g_c->k);
+    for (int j = 0; j < n; j++) {
+        ids[j] = g_c->tok[depth - 1][j];
+        logp[j] = g_c->logp[depth - 1][j];
+    }
+    return n;
+}
+
+// Children depend on the parent token: rotate the ranks by parent % n.
+static int cond_fn(void *ctx, int depth, int32_t parent, int k, int32_t *ids, float *logp) {
+    (void)ctx;
+    int n = DS_MIN(k, g_c->k), rot = (int)(parent % n);
+    for (int j = 0; j < n; j++) {
+        ids[j] = g_c->tok[depth - 1][(j + rot) % n];
+        logp[j] = g_c->logp[depth - 1][j] - 0.01f * (float)rot;
+    }
+    return n;
+}
+
+static void test_build_cond(void **state) {
+    (void)state;
+    static ds_ddtree_node_cands nc;
+    for (int trial = 0; trial < 100; trial++) {
+        int L = 1 + (int)(uniform() * 5), k = 1 + (int)(uniform() * 4);
+        int budget = 1 + (int)(uniform() * 40);
+        ds_ddtree_cands c;
+        random_cands(&c, L, k);
+        g_c = &c;
+        ds_ddtree a, b;
+        bool seed = trial % 2;
+        ds_ddtree_build(&a, &c, 5, budget, seed);
+        ds_ddtree_build_cond(&b, &nc, marginal_fn, NULL, L, k, 5, budget, seed);
+        assert_int_equal(a.n_nodes, b.n_nodes);
+        for (int64_t i = 0; i < a.n_nodes; i++) {
+            assert_int_equal(a.token[i], b.token[i]);
+            assert_int_equal(a.parent[i], b.parent[i]);
+            assert_true(fabsf(a.score[i] - b.score[i]) < 1e-5f);
+        }
+        ds_ddtree_build_cond(&b, &nc, cond_fn, NULL, L, k, 5, budget, false);
+        for (int64_t i = 1; i < b.n_nodes; i++) { // scores non-increasing in pop order
+            assert_true(b.parent[i] < i);
+            assert_true(b.score[i] <= b.score[i - 1] + 1e-6f || b.parent[i] == i - 1 ||
+                        b.score[i] <= b.score[b.parent[i]]);
+            // each node's score = parent's + its conditional log-prob
+            int32_t par = b.parent[i];
+            int32_t ids[DS_DDTREE_MAX_K];
+            float lp[DS_DDTREE_MAX_K];
+            int n = cond_fn(NULL, b.depth[i], b.token[par], k, ids, lp);
+            bool found = false;
+            for (int j = 0; j < n; j++) {
+                if (ids[j] == b.token[i]) {
+                    found = fabsf(b.score[par] + lp[j] - b.score[i]) < 1e-5f;
+                }
+            }
+            assert_true(found);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_matches_bruteforce),
         cmocka_unit_test(test_chain_seed),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_cands_from_logits),
+        cmocka_unit_test(test_build_cond),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,13 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
         ds_spec_free(s);
         return err ? err->code : DSPEC_ERR_NOMEM;
     }
+    if (budget && p->cands && !s->params.tree_raw) {
+        s->node_cands = malloc(sizeof(*s->node_cands));
+        if (!s->node_cands) {
+            ds_spec_free(s);
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+        }
+    }
     if (budget || s->params.sampler) { // trees and q need the drafter's distributions
         s->draft.logits = malloc((size_t)(DS_DRAFT_MAX_BLOCK * hp->n_vocab) * sizeof(float));
         if (!s->draft.logits) {
@@ -74,6 +81,7 @@ void ds_spec_free(ds_spec *s) {
     free(s->target_tok);
     free(s->feats);
     free(s->draft.logits);
+    free(s->node_cands);
     ds_spec_sampled_deinit(s);
     free(s);
 }

@@ -15,6 +15,12 @@ void ds_spec_gather_feats(ds_spec *s, const int32_t *rows, int64_t n) {
 }
 
 // One DDTree step: propose, build the tree, verify it in one batch, walk, commit the path.
+static int tree_cands(void *ctx, int depth, int32_t parent_token, int k, int32_t *ids,
+                      float *logp) {
+    ds_spec *s = ctx;
+    return s->p.cands(s->p.ctx, depth - 1, parent_token, k, ids, logp);
+}
+
 // Sampled walk: at each node the target's token is drawn from p (full sampler chain, penalty
 // history along the path) and the matching child is followed; the first unmatched draw is the
 // bonus. Every emitted token is the target's own sample, so the output is distributed as plain
@@ -54,12 +60,17 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
     int budget = (int)DS_MIN(DS_MIN((int64_t)s->params.tree_budget, room - 1),
                              ds_state_n_verify(s->st) - 1);
-    ds_ddtree_cands *c = malloc(sizeof(*c));
-    if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
-    ds_ddtree_cands_from_logits(c, s->draft.logits, (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH),
-                                s->draft.n_vocab, s->params.tree_topk);
-    ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
-    free(c);
+    int L = (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH);
+    if (s->node_cands) { // children scored given each branch's actual parent
+        ds_ddtree_build_cond(&s->tree, s->node_cands, tree_cands, s, L, s->params.tree_topk,
+                             s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
+    } else {
+        ds_ddtree_cands *c = malloc(sizeof(*c));
+        if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+        ds_ddtree_cands_from_logits(c, s->draft.logits, L, s->draft.n_vocab, s->params.tree_topk);
+        ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
+        free(c);
+    }
     double t0 = ds_time_now();
     ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
                   .n_logits = s->tree.n_nodes, .argmax = s->target_tok,

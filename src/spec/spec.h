@@ -33,6 +33,9 @@ typedef struct ds_proposer {
     dspec_status (*append)(void *ctx, const float *feats, int64_t n, dspec_err *err);
     dspec_status (*propose)(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
                             dspec_err *err);
+    // (optional) After propose: candidates of proposal slot `slot` given the previous token, for
+    // DDTree expansion along each branch's actual parent (DSpark Markov, DFlash 2 selector).
+    int (*cands)(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids, float *logp);
 } ds_proposer;
 
 // Wraps a drafter context (and its proposer choice) as a ds_proposer (borrowed).
@@ -50,6 +53,8 @@ typedef struct ds_spec_params {
     int tree_budget;      // 1..DS_DDTREE_MAX_NODES
     int tree_topk;        // candidates per depth (0 = min(budget, 8))
     bool tree_chain_seed; // always include the drafter's top-1 chain
+    bool tree_raw;        // candidates from the raw per-slot logits even when the proposer has
+                          // conditional ones (Markov / selector)
     // Long context: past long_ctx_threshold committed tokens, verify at most long_ctx_width rows
     // (the drafter still drafts its whole block). Every verify row reads the whole KV cache, so
     // wide verifies stop paying at long context (bench/RESULTS.md: 9B on an H200, N=16 costs

@@ -19,6 +19,7 @@ struct ds_spec {
     int64_t feat_rows;     // capacity in rows
     ds_ddtree tree;        // tree mode
     int32_t path[DS_DDTREE_MAX_NODES + 1];
+    ds_ddtree_node_cands *node_cands; // conditional tree expansion (proposer cands)
     // sampled verification (params.sampler != NULL)
     float *target_logits;  // host [rows * n_vocab]
     ds_sample_probs *q;    // [n_slots] draft distributions

@@ -36,7 +36,9 @@ def main():
                          ("dflash2-b8", ()), ("dflash2-b8", ("--ddtree-budget", "16")),
                          ("dflash-b8", ()), ("dflash-b16", ("--draft-block-size", "32")),
                          ("dspark-g7", ("--ddtree-budget", "8")),
-                         ("dflash2-b8", ("--long-ctx", "12", "--long-ctx-width", "3"))):
+                         ("dflash2-b8", ("--long-ctx", "12", "--long-ctx-width", "3")),
+                         ("dspark-g7", ("--ddtree-budget", "16", "--ddtree-raw")),
+                         ("dflash2-b8", ("--ddtree-budget", "16", "--ddtree-raw"))):
             for adaptive in (("--no-adaptive",), ()):
                 r = run("-p", p, "-n", "40", "--draft",
                         os.path.join(models, f"tiny-{d}-q8_0.gguf"), *extra, *adaptive)
@@ -47,6 +49,15 @@ def main():
                       r.returncode == 0 and r.stdout == plain.stdout, f"tau {tau:.3f}")
                 if p == PROMPTS[0] and not extra and adaptive and d in ("dspark-g7", "dflash2-b8"):
                     check(f"{d} accepts drafts on code", tau > 1.5, f"tau {tau:.3f}")
+    # DDTree candidates along each branch's parent (Markov / selector) beat raw per-slot top-k
+    taus = {}
+    for raw in ((), ("--ddtree-raw",)):
+        r = run("-p", PROMPTS[0], "-n", "48", "--no-adaptive", "--ddtree-budget", "16", "--draft",
+                os.path.join(models, "tiny-dspark-g7-q8_0.gguf"), *raw)
+        m = re.search(r"tau ([0-9.]+)", r.stderr.decode())
+        taus[bool(raw)] = float(m.group(1)) if m else 0.0
+    check("DSpark DDTree: conditional candidates raise tau over raw top-k",
+          taus[False] > taus[True] + 0.5, f"cond {taus[False]:.3f} vs raw {taus[True]:.3f}")
     r = run("--chat", "--no-think", "-p", "Write a Python function is_prime(n).", "-n", "24",
             "--draft", os.path.join(models, "tiny-dspark-g7-q8_0.gguf"))
     check("chat with a drafter", r.returncode == 0 and len(r.stdout) > 0,
