@@ -22,15 +22,6 @@ float ds_lanes32_reduce(float acc[DS_DOT_LANES]) {
     return acc[0];
 }
 
-float ds_lanes8_reduce(float acc[8]) {
-    for (int step = 4; step > 0; step /= 2) {
-        for (int l = 0; l < step; l++) {
-            acc[l] += acc[l + step];
-        }
-    }
-    return acc[0];
-}
-
 void ds_dot_f32_scalar(int64_t n, float *restrict s, const void *restrict w,
                        const void *restrict a) {
     const float *x = w, *y = a;

@@ -71,7 +71,16 @@ static inline float ds_ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum
 
 // Final reductions of the lane partial sums (in place; return lane 0).
 float ds_lanes32_reduce(float acc[DS_DOT_LANES]);
-float ds_lanes8_reduce(float acc[8]);
+// The fixed pairwise tree over 8 lanes (l += l+4, l += l+2, l += l+1) every level uses; inline
+// because short rows (256 elements) spend a visible share of a dot here.
+static inline float ds_lanes8_reduce(float acc[8]) {
+    for (int step = 4; step > 0; step /= 2) {
+        for (int l = 0; l < step; l++) {
+            acc[l] += acc[l + step];
+        }
+    }
+    return acc[0];
+}
 
 // ---- AVX2 kernels (dot_avx2.c); only called when ds_cpu_get()->avx2 ----------------------------
 void ds_dot_f32_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
