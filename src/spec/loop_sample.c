@@ -4,6 +4,7 @@
 // Spec: drafters-and-verification.md §2.2 (b). Called by loop.c.
 #include "spec/spec_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,22 @@ dspec_status ds_spec_sample_token(ds_spec *s, const float *logits, int32_t *tok,
     return ds_sample_token(s->params.sampler, logits, V, &s->pdist, tok, err);
 }
 
+// q over the proposer's conditional candidates of slot i given prev: softmax(logp / T) over them.
+static void conditional_q(ds_spec *s, int64_t i, int32_t prev, ds_sample_probs *q) {
+    int32_t ids[DS_DRAFT_MAX_TOPK];
+    float lp[DS_DRAFT_MAX_TOPK];
+    int n = s->p.cands(s->p.ctx, i, prev, DS_DRAFT_MAX_TOPK, ids, lp);
+    float t = ds_sample_get_params(s->params.sampler)->temperature;
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += exp((double)((lp[j] - lp[0]) / t));
+    for (int j = 0; j < n; j++) {
+        q->ids[j] = ids[j];
+        q->p[j] = (float)(exp((double)((lp[j] - lp[0]) / t)) / sum);
+    }
+    q->n = n;
+    q->sorted = true;
+}
+
 // q_i for every proposal; at temperature > 0 the proposal is drawn from it.
 static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
     ds_sampler *smp = s->params.sampler;
@@ -57,8 +74,14 @@ static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
             q->sorted = true;
             continue;
         }
-        dspec_status st = ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
-        if (st != DSPEC_OK) return st;
+        if (s->p.cands) { // DSpark Markov / DFlash 2 selector: the conditional given the token
+            // drawn for the previous slot, over its top candidates (drafters-and-verification.md
+            // §2.2 (b): q is the distribution the proposal is actually drawn from)
+            conditional_q(s, i, i == 0 ? s->anchor : s->draft.tokens[i - 1], q);
+        } else {
+            dspec_status st = ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
+            if (st != DSPEC_OK) return st;
+        }
         s->draft.tokens[i] = ds_sample_draw_rng(ds_sample_get_rng(smp), q);
     }
     return DSPEC_OK;

@@ -260,7 +260,22 @@ enum { N_SAMPLES = 1200, SAMPLE_LEN = 4 };
 #endif
 
 // Generates SAMPLE_LEN tokens after the prompt, plain or speculative, with seed `seed`.
-static void sample_run(int spec, uint64_t seed, int32_t *toks) { // 0 plain, 1 chain, 2 tree
+// Conditional candidates for the scripted drafter: a bigram-ish distribution over 6 tokens that
+// depends on the previous token (like a Markov head), log-softmax normalized.
+static int rand_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids, float *logp) {
+    (void)ctx;
+    int n = k < 6 ? k : 6;
+    double z = 0.0;
+    for (int j = 0; j < 6; j++) z += exp(-0.7 * j);
+    for (int j = 0; j < n; j++) {
+        ids[j] = (int32_t)((prev * 31 + slot * 7 + j * 53) % 512);
+        logp[j] = (float)(-0.7 * j - log(z));
+    }
+    return n;
+}
+
+// 0 plain, 1 chain, 2 tree, 3 chain with conditional (Markov-like) proposals
+static void sample_run(int spec, uint64_t seed, int32_t *toks) {
     env *e = &g_env;
     ds_sample_params sp;
     ds_sample_params_default(&sp);
@@ -287,7 +302,7 @@ static void sample_run(int spec, uint64_t seed, int32_t *toks) { // 0 plain, 1 c
     } else {
         rand_prop rp = {.salt = 99};
         ds_proposer p = {.ctx = &rp, .n_taps = 0, .block_size = 4, .append = rand_append,
-                         .propose = rand_propose};
+                         .propose = rand_propose, .cands = spec == 3 ? rand_cands : NULL};
         ds_spec_params par = {.n_slots = 4, .sampler = smp, .tree_budget = spec == 2 ? 6 : 0,
                               .tree_topk = 3};
         ds_spec *s;
@@ -333,7 +348,7 @@ static void test_sampled_distribution(void **state) {
     (void)state;
     static int32_t plain[N_SAMPLES][SAMPLE_LEN], spec[N_SAMPLES][SAMPLE_LEN];
     for (int i = 0; i < N_SAMPLES; i++) sample_run(0, 1000 + (uint64_t)i, plain[i]);
-    for (int mode = 1; mode <= 2; mode++) {
+    for (int mode = 1; mode <= 3; mode++) {
     for (int i = 0; i < N_SAMPLES; i++) sample_run(mode, 900000 * mode + (uint64_t)i, spec[i]);
     for (int pos = 0; pos < SAMPLE_LEN; pos++) {
         static int ca[512], cb[512];
@@ -348,7 +363,8 @@ static void test_sampled_distribution(void **state) {
         // a 5-sigma bound of the chi-square(df) distribution (fixed seeds: deterministic)
         double bound = df + 5.0 * sqrt(2.0 * df);
         print_message("%s position %d: chi2 %.1f, df %d, bound %.1f\n",
-                      mode == 1 ? "chain" : "tree", pos, stat, df, bound);
+                      mode == 1 ? "chain" : mode == 2 ? "tree" : "conditional", pos, stat, df,
+                      bound);
         if (N_SAMPLES >= 1000) {
             assert_true(df >= 5);
         }
