@@ -17,9 +17,9 @@ static const command k_commands[] = {
     {"tokenize", ds_cli_tokenize, "text -> token ids with a GGUF's tokenizer (and back)"},
     {"info", ds_cli_info, "print a GGUF file's metadata and tensor table"},
     {"tensor", ds_cli_tensor, "dequantize one GGUF tensor to f32: stats, optional raw dump"},
-    {"convert", ds_cli_convert, "convert a Hugging Face Qwen3.5 checkpoint to a GGUF"},
+    {"convert", ds_cli_convert, "convert a Hugging Face Qwen3.5 checkpoint or drafter to a GGUF"},
     {"synth", ds_cli_synth, "write a random-weight GGUF with a real model's shapes and quant mix"},
-    {"bench", ds_cli_bench, "benchmarks: --kernels (CPU dot kernels and quantizers)"},
+    {"bench", ds_cli_bench, "benchmarks: --kernels, --model (forward speed), --spec (acceptance)"},
 };
 
 static void print_help(FILE *f) {
