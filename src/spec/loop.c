@@ -1,5 +1,6 @@
-// loop.c: the greedy chain speculative loop (spec.h). Each stage is its own function; the step
-// function only sequences them. Calls model/ and the ds_proposer. Called by engine/.
+// loop.c: the speculative loop (spec.h): construction, prefill, the shared stages (propose,
+// verify, commit, feed), the greedy chain step, plain steps of the adaptive policy, and the step
+// dispatcher (tree: loop_tree.c, sampled: loop_sample.c). Calls model/ and the ds_proposer.
 #include "spec/spec_impl.h"
 
 #include <stdlib.h>

@@ -1,19 +1,23 @@
 // spec.h: the speculative decoding loop for one sequence: propose (a drafter block) -> verify (one
-// target batch) -> accept (longest agreeing prefix + bonus) -> commit (exact target state) ->
-// feed (committed rows' tap features to the drafter) -> emit. Greedy chain verification here;
-// output is byte-identical to plain greedy decoding. Calls model/, draft/ (through ds_proposer),
-// sample/. Called by engine/. Spec: DESIGN.md §1, §3 "Spec loop"; drafters-and-verification.md §2.
+// target batch: a chain, or a DDTree with parent rows) -> accept (greedy: longest agreeing path +
+// bonus; sampled: min(1, p/q) with residual resampling, or sample-and-follow in a tree) -> commit
+// (exact target state) -> feed (committed rows' tap features to the drafter) -> emit; an adaptive
+// policy interleaves plain steps where speculation does not pay, and long contexts narrow the
+// verify. Greedy output is byte-identical to plain greedy decoding; sampled output has the target
+// sampler's distribution. Calls model/, draft/ (through ds_proposer), sample/. Called by engine/.
+// Spec: DESIGN.md §1, §3 "Spec loop"; drafters-and-verification.md §2, §5.
 //
 // Usage:
-//     ds_proposer p; ds_spec_proposer_from_drafter(&p, draft_ctx);    // or a test proposer
+//     ds_drafter_proposer dp = {.ctx = draft_ctx, .how = DS_PROPOSE_AUTO};
+//     ds_proposer p; ds_spec_proposer_from_drafter(&p, &dp, drafter);   // or a test proposer
 //     ds_spec *s; ds_spec_new(&s, model, state, &p, &(ds_spec_params){.n_slots = 8}, &err);
 //     int32_t next; ds_spec_prefill(s, prompt, n_prompt, &next, &err);  // next = first token
 //     while (...) { int32_t out[DS_SPEC_MAX_SLOTS]; int64_t n;
-//                   ds_spec_step(s, out, &n, &err); ... }                 // n >= 1 tokens
+//                   ds_spec_step(s, budget, out, &n, &err); ... }       // n >= 1 tokens
 //     ds_spec_free(s);
 //
 // Rules: the loop borrows the model, the state and the proposer; one thread. Stages are separate
-// functions (ds_spec_propose / _verify / _accept / _commit / _feed) with their own tests.
+// functions (loop.c: propose / verify / commit / feed; loop_tree.c; loop_sample.c) with tests.
 #pragma once
 
 #include "draft/draft.h"
