@@ -13,6 +13,8 @@ typedef struct bs_opts {
     const char *model, *draft, *prompts, *device;
     int blocks[8], n_blocks, threads, ddtree;
     int64_t n_new, max_prompts;
+    float temp;
+    uint64_t seed;
 } bs_opts;
 
 static void usage(FILE *f) {
@@ -22,6 +24,7 @@ static void usage(FILE *f) {
                "  -n N             new tokens per prompt (default 256)\n"
                "  --max-prompts N  prompts per domain at most (default all)\n"
                "  --ddtree-budget N  verify DDTrees instead of chains\n"
+               "  --temp T --seed S  sampled speculative decoding (default greedy)\n"
                "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n");
 }
 
@@ -48,6 +51,8 @@ static int run_prompts(dspec_session *s, json_t *list, const bs_opts *o, bool sp
         gp.adaptive = 0;
         gp.draft_block_size = block;
         gp.ddtree_budget = o->ddtree;
+        gp.temperature = o->temp;
+        gp.seed = o->seed + i;
         ds_gen_req r = {.ids = ids, .n = (int64_t)len, .p = &gp};
         dspec_err err = {0};
         dspec_gen_stats st;
@@ -147,6 +152,10 @@ int ds_cli_bench_spec(int argc, char **argv) {
             o.n_new = atoll(v), i++;
         } else if (!strcmp(a, "--max-prompts") && v && atoll(v) > 0) {
             o.max_prompts = atoll(v), i++;
+        } else if (!strcmp(a, "--temp") && v && atof(v) >= 0) {
+            o.temp = (float)atof(v), i++;
+        } else if (!strcmp(a, "--seed") && v) {
+            o.seed = strtoull(v, NULL, 10), i++;
         } else if (!strcmp(a, "--ddtree-budget") && v && atoi(v) >= 0) {
             o.ddtree = atoi(v), i++;
         } else if (!strcmp(a, "--blocks") && v) {
