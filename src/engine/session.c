@@ -275,10 +275,22 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
                           DS_DDTREE_MAX_K);
     }
     bool ok;
-    parse_proposer(p->proposer, &ok);
+    ds_propose how = parse_proposer(p->proposer, &ok);
     if (!ok) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "unknown proposer '%s' (auto, argmax, markov, "
                           "selector)", p->proposer);
+    }
+    // no silent fallback: a proposer the drafter has no head for is an error
+    const ds_draft_config *dc = ds_drafter_config(ds_engine_drafter(s->e));
+    if ((how == DS_PROPOSE_MARKOV && !dc->has_markov) ||
+        (how == DS_PROPOSE_SELECTOR && !dc->has_selector)) {
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "proposer '%s' needs a drafter with a %s "
+                          "head; this drafter has none (use auto or argmax)", p->proposer,
+                          how == DS_PROPOSE_MARKOV ? "DSpark Markov" : "DFlash 2 selector");
+    }
+    if (p->draft_conf_threshold > 0.0f && !dc->has_confidence) {
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "--draft-conf-threshold needs a DSpark "
+                          "drafter with a confidence head");
     }
     return DSPEC_OK;
 }

@@ -58,6 +58,14 @@ def main():
         taus[bool(raw)] = float(m.group(1)) if m else 0.0
     check("DSpark DDTree: conditional candidates raise tau over raw top-k",
           taus[False] > taus[True] + 0.5, f"cond {taus[False]:.3f} vs raw {taus[True]:.3f}")
+    # combinations a drafter cannot do are refused, never silently replaced
+    for d, extra, want in (("dflash-b8", ("--proposer", "markov"), b"Markov"),
+                           ("dflash-b8", ("--proposer", "selector"), b"selector"),
+                           ("dflash2-b8", ("--draft-conf-threshold", "0.5"), b"confidence")):
+        r = run("-p", "x", "-n", "4", "--draft", os.path.join(models, f"tiny-{d}-q8_0.gguf"),
+                *extra)
+        check(f"refused: {d} {' '.join(extra)}", r.returncode != 0 and want in r.stderr,
+              r.stderr.decode(errors="replace").strip()[-100:])
     r = run("--chat", "--no-think", "-p", "Write a Python function is_prime(n).", "-n", "24",
             "--draft", os.path.join(models, "tiny-dspark-g7-q8_0.gguf"))
     check("chat with a drafter", r.returncode == 0 and len(r.stdout) > 0,
