@@ -244,36 +244,82 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 1};
     double total = 0.0, done_rows = 0.0;
     for (int i = 0; i < l.n; i++) total += (double)(l.t[i].ne[1] * l.t[i].ne[2]);
+    // Pools: pool_rows f32 rows per row length (drawn once, so every quant mix of the same seed
+    // holds the same underlying weights), quantized once per (row length, type); rows are written
+    // in batches of up to 64.
+    enum { MAX_POOLS = 16, BATCH = 64 };
+    struct { int64_t ne0; float *f; struct { ds_type t; uint8_t *q; } qv[8]; int nq; } pools[MAX_POOLS];
+    int n_pools = 0;
+    uint8_t *batch = NULL;
     for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
         const tdesc *d = &l.t[i];
-        int64_t rows = d->ne[1] * d->ne[2];
-        size_t rb = ds_type_row_size(d->type, d->ne[0]);
+        int64_t rows = d->ne[1] * d->ne[2], ne0 = d->ne[0];
+        size_t rb = ds_type_row_size(d->type, ne0);
         bool pooled = p->pool_rows > 0 && rows > p->pool_rows && d->how == FILL_LINEAR;
-        uint8_t *pool = NULL;
-        if (pooled) { // quantize pool_rows fresh rows once, then write rows drawn from them
-            pool = malloc(rb * (size_t)p->pool_rows);
-            if (!pool) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
-            for (int64_t k = 0; k < p->pool_rows && st == DSPEC_OK; k++) {
-                for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
-                st = ds_quantize_row(d->type, pool + (size_t)k * rb, row, d->ne[0], err);
+        const uint8_t *pool = NULL;
+        if (pooled) {
+            int pi = 0;
+            while (pi < n_pools && pools[pi].ne0 != ne0) pi++;
+            if (pi == n_pools && n_pools < MAX_POOLS) { // new row length: draw its f32 rows
+                pools[pi].ne0 = ne0;
+                pools[pi].nq = 0;
+                pools[pi].f = malloc((size_t)(ne0 * p->pool_rows) * sizeof(float));
+                if (!pools[pi].f) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
+                for (int64_t k = 0; st == DSPEC_OK && k < ne0 * p->pool_rows; k++) {
+                    pools[pi].f[k] = draw(&r, FILL_LINEAR, ne0);
+                }
+                n_pools++;
+            }
+            if (pi == n_pools) {
+                pooled = false; // more distinct row lengths than pools: draw fresh rows
+            } else {
+                int qi = 0;
+                while (qi < pools[pi].nq && pools[pi].qv[qi].t != d->type) qi++;
+                if (qi == pools[pi].nq && qi < 8) {
+                    uint8_t *qp = malloc(rb * (size_t)p->pool_rows);
+                    if (!qp) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
+                    for (int64_t k = 0; k < p->pool_rows && st == DSPEC_OK; k++) {
+                        st = ds_quantize_row(d->type, qp + (size_t)k * rb, pools[pi].f + k * ne0,
+                                             ne0, err);
+                    }
+                    pools[pi].qv[qi].t = d->type;
+                    pools[pi].qv[qi].q = qp;
+                    pools[pi].nq++;
+                }
+                if (qi < pools[pi].nq) pool = pools[pi].qv[qi].q;
+                pooled = pool != NULL;
             }
         }
-        for (int64_t rr = 0; rr < rows && st == DSPEC_OK; rr++) {
-            const void *src = q;
-            if (pooled) {
-                src = pool + (size_t)(rng_next(&r) % (uint64_t)p->pool_rows) * rb;
+        if (pooled && !batch) {
+            batch = malloc((size_t)max_row * sizeof(float) * BATCH + 64);
+            if (!batch) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
+        }
+        for (int64_t rr = 0; rr < rows && st == DSPEC_OK;) {
+            if (pooled) { // a batch of rows drawn from the pool, one write
+                int64_t nb = DS_MIN((int64_t)BATCH, rows - rr);
+                for (int64_t b = 0; b < nb; b++) {
+                    memcpy(batch + (size_t)b * rb,
+                           pool + (size_t)(rng_next(&r) % (uint64_t)p->pool_rows) * rb, rb);
+                }
+                st = ds_gguf_writer_write_tensor_data(w, i, batch, rb * (size_t)nb, err);
+                rr += nb;
             } else {
-                for (int64_t c = 0; c < d->ne[0]; c++) row[c] = draw(&r, d->how, d->ne[0]);
-                st = ds_quantize_row(d->type, q, row, d->ne[0], err);
+                for (int64_t c = 0; c < ne0; c++) row[c] = draw(&r, d->how, ne0);
+                st = ds_quantize_row(d->type, q, row, ne0, err);
+                if (st == DSPEC_OK) st = ds_gguf_writer_write_tensor_data(w, i, q, rb, err);
+                rr++;
             }
-            if (st == DSPEC_OK) st = ds_gguf_writer_write_tensor_data(w, i, src, rb, err);
-            if (p->progress && (rr & 1023) == 0) {
+            if (p->progress && (rr & 1023) < 64) {
                 p->progress(p->progress_ctx, (done_rows + (double)rr) / total);
             }
         }
         done_rows += (double)rows;
-        free(pool);
     }
+    for (int pi = 0; pi < n_pools; pi++) {
+        free(pools[pi].f);
+        for (int qi = 0; qi < pools[pi].nq; qi++) free(pools[pi].qv[qi].q);
+    }
+    free(batch);
     if (p->progress && st == DSPEC_OK) p->progress(p->progress_ctx, 1.0);
     if (st == DSPEC_OK) st = ds_gguf_writer_finish(w, err);
 done:
