@@ -202,18 +202,29 @@ static dspec_status spec_step_spec(ds_spec *s, int64_t max_out, int32_t *out, in
     return DSPEC_OK;
 }
 
+// Feeds the tap rows collected by plain steps to the drafter in one batch (one drafter pass for a
+// whole burst instead of one per token).
+static dspec_status flush_pending(ds_spec *s, dspec_err *err) {
+    if (s->feat_pending == 0) return DSPEC_OK;
+    dspec_status st = ds_spec_stage_feed(s, s->feat_pending, err);
+    s->feat_pending = 0;
+    return st;
+}
+
 // A plain step inside the loop (policy burst): the anchor runs through the target alone; its tap
-// features still feed the drafter so speculation can resume at any step.
+// features are kept and fed to the drafter before the next speculative step, so speculation can
+// resume at any step.
 static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, dspec_err *err) {
     double t0 = ds_time_now();
     int32_t tok;
+    size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
     ds_batch b = {.n = 1, .tokens = &s->anchor, .n_logits = 1, .argmax = &tok,
                   .logits = s->params.sampler ? s->target_logits : NULL, .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps = s->feats};
+                  .tap_layers = s->p.tap_layers, .taps = s->feats + s->feat_pending * row};
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
     if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_token(s, s->target_logits, &tok, err);
     s->stats.t_verify += ds_time_now() - t0;
-    if (st == DSPEC_OK) st = ds_spec_stage_feed(s, 1, err);
+    if (st == DSPEC_OK && ++s->feat_pending == s->feat_rows) st = flush_pending(s, err);
     if (st != DSPEC_OK) return st;
     out[0] = tok;
     s->anchor = tok;
@@ -233,7 +244,10 @@ dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_
         return st;
     }
     int64_t acc0 = s->stats.accepted;
-    dspec_status st = spec_step_spec(s, max_out, out, n_out, err);
+    dspec_status st = flush_pending(s, err);
+    if (st != DSPEC_OK) return st;
+    t0 = ds_time_now(); // the drafter catch-up is not part of the speculative step's cost
+    st = spec_step_spec(s, max_out, out, n_out, err);
     if (st == DSPEC_OK) {
         ds_spec_policy_record_spec(&s->policy, s->stats.accepted - acc0, ds_time_now() - t0);
     }

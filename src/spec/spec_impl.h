@@ -17,6 +17,7 @@ struct ds_spec {
     int32_t *target_tok;   // [n_slots] argmax after each verify row
     float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
     int64_t feat_rows;     // capacity in rows
+    int64_t feat_pending;  // rows of plain steps not yet fed to the drafter (fed in one batch)
     ds_ddtree tree;        // tree mode
     int32_t path[DS_DDTREE_MAX_NODES + 1];
     ds_ddtree_node_cands *node_cands; // conditional tree expansion (proposer cands)
