@@ -60,18 +60,6 @@ typedef struct attn_job {
     int64_t scratch_stride; // floats per thread
 } attn_job;
 
-static void kv_row(float *dst, const ds_tensor *c, int64_t row, int64_t off, int64_t hd) {
-    const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];
-    if (c->type == DS_TYPE_F32) {
-        memcpy(dst, (const float *)base + off, (size_t)hd * sizeof(float));
-    } else {
-        const ds_fp16 *h = (const ds_fp16 *)base + off;
-        for (int64_t i = 0; i < hd; i++) {
-            dst[i] = ds_fp16_to_f32(h[i]);
-        }
-    }
-}
-
 // One (row, head) pair: softmax(q·K^T * scale) · V over the visible cache rows, in cache order.
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
@@ -93,7 +81,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     int64_t total = j->n_past + n_batch_vis;
     for (int64_t i = 0; i < total; i++) {
         int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
-        kv_row(kr, j->k, row, kvh * hd, hd);
+        ds_cpu_kv_row(kr, j->k, row, kvh * hd, hd);
         float s = 0.0f;
         for (int64_t d = 0; d < hd; d++) {
             s += q[d] * kr[d];
@@ -110,7 +98,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memset(acc, 0, (size_t)hd * sizeof(float));
     for (int64_t i = 0; i < total; i++) {
         int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
-        kv_row(kr, j->v, row, kvh * hd, hd);
+        ds_cpu_kv_row(kr, j->v, row, kvh * hd, hd);
         for (int64_t d = 0; d < hd; d++) {
             acc[d] += sc[i] * kr[d];
         }

@@ -18,18 +18,6 @@ typedef struct rows_job {
     int64_t scratch_stride;
 } rows_job;
 
-static void kv_row_f32(float *dst, const ds_tensor *c, int64_t row, int64_t off, int64_t hd) {
-    const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];
-    if (c->type == DS_TYPE_F32) {
-        memcpy(dst, (const float *)base + off, (size_t)hd * sizeof(float));
-    } else {
-        const ds_fp16 *h = (const ds_fp16 *)base + off;
-        for (int64_t i = 0; i < hd; i++) {
-            dst[i] = ds_fp16_to_f32(h[i]);
-        }
-    }
-}
-
 // One (row, head): softmax(q·K[lo, hi)^T * scale) · V[lo, hi), keys in cache order.
 static void rows_task(void *ctx, int64_t task, int thread) {
     const rows_job *j = ctx;
@@ -42,7 +30,7 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     const float *q = ds_cpu_row(j->q, h, t, 0);
     float mx = -INFINITY;
     for (int64_t i = 0; i < n_vis; i++) {
-        kv_row_f32(kr, j->k, lo + i, kvh * hd, hd);
+        ds_cpu_kv_row(kr, j->k, lo + i, kvh * hd, hd);
         float s = 0.0f;
         for (int64_t d = 0; d < hd; d++) {
             s += q[d] * kr[d];
@@ -58,7 +46,7 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     }
     memset(acc, 0, (size_t)hd * sizeof(float));
     for (int64_t i = 0; i < n_vis; i++) {
-        kv_row_f32(kr, j->v, lo + i, kvh * hd, hd);
+        ds_cpu_kv_row(kr, j->v, lo + i, kvh * hd, hd);
         for (int64_t d = 0; d < hd; d++) {
             acc[d] += sc[i] * kr[d];
         }

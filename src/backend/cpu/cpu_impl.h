@@ -49,6 +49,20 @@ static inline float ds_cpu_softplus(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
+// K or V cache row `row`, elements [off, off + hd) as f32 (the cache is F32 or F16).
+static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, int64_t off,
+                                 int64_t hd) {
+    const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];
+    if (c->type == DS_TYPE_F32) {
+        memcpy(dst, (const float *)base + off, (size_t)hd * sizeof(float));
+    } else {
+        const ds_fp16 *h = (const ds_fp16 *)base + off;
+        for (int64_t i = 0; i < hd; i++) {
+            dst[i] = ds_fp16_to_f32(h[i]);
+        }
+    }
+}
+
 // Runs fn over n_tasks with the pool when the work is large enough to pay for it, else inline.
 void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
 
