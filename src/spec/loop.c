@@ -211,6 +211,10 @@ static dspec_status flush_pending(ds_spec *s, dspec_err *err) {
     return st;
 }
 
+dspec_status ds_spec_sync_drafter(ds_spec *s, dspec_err *err) {
+    return flush_pending(s, err);
+}
+
 // A plain step inside the loop (policy burst): the anchor runs through the target alone; its tap
 // features are kept and fed to the drafter before the next speculative step, so speculation can
 // resume at any step.

@@ -108,6 +108,10 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
 dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
                           dspec_err *err);
 
+// Feeds the drafter the features of plain steps still held back (a policy burst batches them until
+// the next speculative step), so that its context covers every committed row.
+dspec_status ds_spec_sync_drafter(ds_spec *s, dspec_err *err);
+
 // ---- stages (exposed for tests) ----------------------------------------------------------------
 
 // Number of leading proposals equal to the target's greedy tokens: target[i] is the argmax after

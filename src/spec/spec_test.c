@@ -152,6 +152,7 @@ static const ds_spec_stats *run_case_p(int n_slots, int period, const ds_spec_pa
     }
     assert_int_equal(n_out, N_GEN);
     assert_memory_equal(out, e->greedy, N_GEN * sizeof(int32_t)); // lossless
+    assert_int_equal(ds_spec_sync_drafter(s, &err), DSPEC_OK);  // plain-burst rows held back
     assert_int_equal(sc.n_mismatch, 0);                          // exact features fed
     assert_int_equal(sc.ctx_len, ds_state_n_past(st));
     const ds_spec_stats *ss = ds_spec_stats_get(s);
