@@ -68,6 +68,11 @@ typedef struct ds_backend_ops {
     // w {ne0} or NULL. Sum of squares in double, scale in float (llama.cpp CPU). In place allowed.
     void (*rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                     float eps);
+    // (optional; NULL: callers run add, then rmsnorm) x = x + b in place, then
+    // y = rmsnorm(x) * w with rmsnorm's arithmetic: bitwise the two ops in one pass. x, b, y
+    // {ne0, rows} f32; y must not alias x or b; w {ne0}.
+    void (*add_rmsnorm)(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
+                        const ds_tensor *w, float eps);
     // y = x + b (same shape). In place allowed (y == x).
     void (*add)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
     // y = silu(g) * u (same shapes, g and u may be strided views of one tensor).

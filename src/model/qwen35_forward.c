@@ -171,6 +171,17 @@ static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, c
     }
 }
 
+// x += t; y = rmsnorm(x) * w (one op where the backend fuses them).
+static void add_norm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *t,
+                     const ds_tensor *w, float eps) {
+    if (be->ops.add_rmsnorm) {
+        be->ops.add_rmsnorm(be, y, x, t, w, eps);
+    } else {
+        be->ops.add(be, x, x, t);
+        be->ops.rmsnorm(be, y, x, w, eps);
+    }
+}
+
 static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
     const ds_model_hparams *hp = &m->hp;
     ds_backend *be = m->be;
@@ -188,22 +199,25 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
     ds_tensor x = view(&a->x, hp->n_embd, n), cur = view(&a->cur, hp->n_embd, n);
     ds_tensor tmp = view(&a->tmp, hp->n_embd, n);
     be->ops.get_rows(be, &x, &m->token_embd.t, c->tokens);
+    be->ops.rmsnorm(be, &cur, &x, &m->layers[0].attn_norm.t, hp->eps);
     for (int il = 0; il < hp->n_layer; il++) {
         const ds_layer *L = &m->layers[il];
-        be->ops.rmsnorm(be, &cur, &x, &L->attn_norm.t, hp->eps);
         if (L->recurrent) {
             layer_deltanet(m, st, il, c, &tmp, &cur);
         } else {
             layer_attention(m, st, il, c, &tmp, &cur);
         }
-        be->ops.add(be, &x, &x, &tmp);
-        be->ops.rmsnorm(be, &cur, &x, &L->post_attention_norm.t, hp->eps);
+        add_norm(be, &cur, &x, &tmp, &L->post_attention_norm.t, hp->eps);
         if (hp->arch == DS_ARCH_QWEN35MOE) {
             ds_qwen35_ffn_moe(m, st, L, &tmp, &cur, n);
         } else {
             ffn_dense(m, st, L, &tmp, &cur, n);
         }
-        be->ops.add(be, &x, &x, &tmp);
+        if (il + 1 < hp->n_layer) { // residual, then the next layer's input norm
+            add_norm(be, &cur, &x, &tmp, &m->layers[il + 1].attn_norm.t, hp->eps);
+        } else {
+            be->ops.add(be, &x, &x, &tmp);
+        }
         if (b->n_taps) capture_taps(m, st, b, c, il);
     }
     if (b->n_logits) compute_logits(m, st, b, c);

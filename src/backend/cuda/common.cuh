@@ -37,6 +37,19 @@ typedef struct ds_cuda_ctx {
     uint8_t *scratch_d;
     size_t scratch_size;
     bool dead;                // a CUDA call failed: every later op is skipped (sticky)
+    // Prepared (quantized) matmul activations are reused by the next matmuls of the same input
+    // (q/k/v/gate projections, FFN gate/up): valid while no other op ran (op_gen unchanged) and
+    // the scratch buffer that holds them was not reallocated. matmul.cu owns the key.
+    uint64_t op_gen;          // bumped by every op but matmul (ds_cuda_alive)
+    struct {
+        const void *scratch, *data;
+        int64_t ne1, nb1, nb2, n_in, ncx;
+        int kind;
+        uint64_t gen;
+    } prep;
+    // DSPEC_CUDA_PROFILE=1: an event after each op; GPU time between consecutive events is
+    // charged to the op (launch gaps included) and printed as a table when the backend is freed.
+    struct ds_cuda_prof *prof;
 } ds_cuda_ctx;
 
 static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
@@ -48,8 +61,11 @@ static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
 bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *file, int line);
 #define DS_CUDA_TRY(c, expr) ds_cuda_check((c), (expr), #expr, __FILE__, __LINE__)
 
-// After an op's launches: checks cudaGetLastError (and synchronizes under DSPEC_CUDA_SYNC).
+// After an op's launches: checks cudaGetLastError (and synchronizes under DSPEC_CUDA_SYNC). `op`
+// must be a string that outlives the backend (a literal, or ds_cuda_prof_label's result).
 void ds_cuda_launched(ds_cuda_ctx *c, const char *op);
+// A stable copy of a profiling label (NULL when profiling is off: callers then use their literal).
+const char *ds_cuda_prof_label(ds_cuda_ctx *c, const char *label);
 // True if the backend can run ops (logs once per call otherwise).
 bool ds_cuda_alive(ds_cuda_ctx *c, const char *op);
 // Copies n bytes of host memory into the device staging ring (in stream order) and returns the

@@ -26,6 +26,7 @@ bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *
 }
 
 bool ds_cuda_alive(ds_cuda_ctx *c, const char *op) {
+    if (strcmp(op, "matmul") != 0) c->op_gen++; // may overwrite scratch or matmul inputs
     if (c->dead) {
         ds_log(DS_LOG_ERROR, "cuda: %s skipped: an earlier CUDA call failed", op);
         return false;
@@ -33,7 +34,103 @@ bool ds_cuda_alive(ds_cuda_ctx *c, const char *op) {
     return true;
 }
 
+// ---- profiling (DSPEC_CUDA_PROFILE=1; debugging aid, see docs/cuda.md) ---------------------------
+
+enum { PROF_EV = 4096, PROF_OPS = 512 };
+
+struct ds_cuda_prof {
+    cudaEvent_t ev[PROF_EV + 1]; // ev[0]: the baseline of the pending batch
+    const char *ev_op[PROF_EV + 1];
+    int n_ev;
+    const char *op[PROF_OPS];    // interned labels and their totals
+    double ms[PROF_OPS];
+    int64_t calls[PROF_OPS];
+    int n_op;
+};
+
+static int prof_slot(ds_cuda_prof *p, const char *label) {
+    for (int i = 0; i < p->n_op; i++) {
+        if (p->op[i] == label || strcmp(p->op[i], label) == 0) return i;
+    }
+    if (p->n_op == PROF_OPS) return PROF_OPS - 1; // table full: charge the last row
+    p->op[p->n_op] = strdup(label);
+    return p->n_op++;
+}
+
+const char *ds_cuda_prof_label(ds_cuda_ctx *c, const char *label) {
+    return c->prof ? c->prof->op[prof_slot(c->prof, label)] : NULL;
+}
+
+// Charges the events recorded so far and starts a new batch (waits for the stream).
+static void prof_flush(ds_cuda_ctx *c) {
+    ds_cuda_prof *p = c->prof;
+    if (!p || c->dead) return;
+    if (p->n_ev > 0) {
+        cudaEventSynchronize(p->ev[p->n_ev]);
+        for (int i = 1; i <= p->n_ev; i++) {
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]);
+            int k = prof_slot(p, p->ev_op[i]);
+            p->ms[k] += ms;
+            p->calls[k]++;
+        }
+    }
+    p->n_ev = 0;
+    cudaEventRecord(p->ev[0], c->stream);
+}
+
+static void prof_record(ds_cuda_ctx *c, const char *op) {
+    ds_cuda_prof *p = c->prof;
+    if (p->n_ev == PROF_EV) prof_flush(c);
+    p->n_ev++;
+    p->ev_op[p->n_ev] = op;
+    cudaEventRecord(p->ev[p->n_ev], c->stream);
+}
+
+static void prof_print(ds_cuda_ctx *c) {
+    ds_cuda_prof *p = c->prof;
+    double total = 0.0;
+    for (int i = 0; i < p->n_op; i++) total += p->ms[i];
+    fprintf(stderr, "cuda profile (GPU time between op completions, launch gaps included):\n");
+    fprintf(stderr, "  %-44s %9s %11s %10s %6s\n", "op", "calls", "total ms", "us/call", "%");
+    bool used[PROF_OPS] = {false};
+    for (int n = 0; n < p->n_op; n++) { // descending total
+        int best = -1;
+        for (int i = 0; i < p->n_op; i++) {
+            if (!used[i] && p->calls[i] > 0 && (best < 0 || p->ms[i] > p->ms[best])) best = i;
+        }
+        if (best < 0) break;
+        used[best] = true;
+        fprintf(stderr, "  %-44s %9lld %11.3f %10.2f %6.2f\n", p->op[best],
+                (long long)p->calls[best], p->ms[best], 1000.0 * p->ms[best] / p->calls[best],
+                total > 0 ? 100.0 * p->ms[best] / total : 0.0);
+    }
+    fprintf(stderr, "  %-44s %9s %11.3f\n", "total", "", total);
+}
+
+static void prof_free(ds_cuda_ctx *c) {
+    ds_cuda_prof *p = c->prof;
+    if (!p) return;
+    prof_flush(c);
+    prof_print(c);
+    for (int i = 0; i <= PROF_EV; i++) cudaEventDestroy(p->ev[i]);
+    for (int i = 0; i < p->n_op; i++) free((void *)p->op[i]);
+    free(p);
+    c->prof = NULL;
+}
+
+static void prof_init(ds_cuda_ctx *c) {
+    const char *v = getenv("DSPEC_CUDA_PROFILE");
+    if (!v || !*v || strcmp(v, "0") == 0) return;
+    ds_cuda_prof *p = (ds_cuda_prof *)calloc(1, sizeof(*p));
+    if (!p) return;
+    for (int i = 0; i <= PROF_EV; i++) cudaEventCreate(&p->ev[i]);
+    c->prof = p;
+    cudaEventRecord(p->ev[0], c->stream);
+}
+
 void ds_cuda_launched(ds_cuda_ctx *c, const char *op) {
+    if (c->prof) prof_record(c, op);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         ds_log(DS_LOG_ERROR, "cuda: %s: launch failed: %s", op, cudaGetErrorName(e));
@@ -88,6 +185,7 @@ void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n) {
         if (c->scratch_d) DS_CUDA_TRY(c, cudaFree(c->scratch_d));
         c->scratch_d = NULL;
         c->scratch_size = 0;
+        c->op_gen++; // whatever scratch held is gone (a new buffer may reuse the old address)
         size_t grow = ds_cuda_align(n + n / 4, 1 << 20);
         if (!DS_CUDA_TRY(c, cudaMalloc((void **)&c->scratch_d, grow))) {
             ds_log(DS_LOG_ERROR, "cuda: scratch of %zu bytes could not be allocated", grow);
@@ -109,6 +207,7 @@ static void cuda_read(ds_backend *be, void *dst_host, const void *src, size_t n)
     if (!ds_cuda_alive(c, "read") || n == 0) return;
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst_host, src, n, cudaMemcpyDeviceToHost, c->stream));
     DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+    if (c->prof) prof_flush(c);
 }
 
 static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n) {
@@ -123,6 +222,7 @@ static void cuda_copy(ds_backend *be, void *dst, const void *src, size_t n) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "copy") || n == 0 || dst == src) return;
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+    ds_cuda_launched(c, "copy");
 }
 
 static void *cuda_alloc(ds_backend *be, size_t n) {
@@ -155,12 +255,14 @@ static void cuda_free(ds_backend *be, void *p) {
 static void cuda_sync(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!c->dead) DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+    if (c->prof) prof_flush(c);
 }
 
 static void cuda_destroy(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    prof_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->stage_d) cudaFree(c->stage_d);
     if (c->stage_h) cudaFreeHost(c->stage_h);
@@ -237,6 +339,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
         return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d: cannot allocate the %d-byte "
                           "staging buffers", device, (int)STAGE_MIN);
     }
+    prof_init(c);
     be->name = "cuda";
     be->ctx = c;
     be->weights_in_host_memory = false;
@@ -246,6 +349,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.matmul_id = ds_cuda_matmul_id;
     ops.get_rows = ds_cuda_get_rows;
     ops.rmsnorm = ds_cuda_rmsnorm;
+    ops.add_rmsnorm = ds_cuda_add_rmsnorm;
     ops.add = ds_cuda_add;
     ops.swiglu = ds_cuda_swiglu;
     ops.mul_sigmoid = ds_cuda_mul_sigmoid;

@@ -319,6 +319,57 @@ static void test_matmul_27b(void **state) {
     }
 }
 
+// Consecutive matmuls of one input share its quantized activations; any other op in between
+// (here an in-place add that doubles x) makes the next matmul quantize again.
+static void test_matmul_prep_reuse(void **state) {
+    ENV(state);
+    const int64_t n_in = 512, n = 2;
+    const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q6_K, DS_TYPE_Q8_0, DS_TYPE_Q4_K};
+    const int64_t outs[] = {300, 200, 100, 300};
+    enum { NW = 4 };
+    void *wd[NW];
+    ds_tensor wg[NW];
+    for (int i = 0; i < NW; i++) {
+        size_t wb = ds_type_row_size(types[i], n_in) * (size_t)outs[i];
+        uint8_t *w = xmalloc(wb);
+        fill_weights(e, types[i], w, outs[i], n_in);
+        wd[i] = up(e, w, wb);
+        ds_tensor wt = ds_tensor_2d(w, types[i], n_in, outs[i]);
+        wg[i] = with_data(&wt, wd[i]);
+        free(w);
+    }
+    float *x = xmalloc((size_t)(n_in * n) * 4), *x2 = xmalloc((size_t)(n_in * n) * 4);
+    fill_u(e, x, n_in * n, 1.0f);
+    for (int64_t i = 0; i < n_in * n; i++) x2[i] = x[i] + x[i]; // exact
+    void *xd = up(e, x, (size_t)(n_in * n) * 4);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);
+    float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(300 * n) * 4);
+    float *ref = xmalloc((size_t)(300 * n) * 4), *got = xmalloc((size_t)(300 * n) * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        const float *xv = pass ? x2 : x;
+        for (int i = 0; i < NW; i++) { // alone: a write before each call
+            e->gpu->ops.write(e->gpu, xd, xv, (size_t)(n_in * n) * 4);
+            ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, outs[i], n);
+            e->gpu->ops.matmul(e->gpu, &yg, &wg[i], &xg);
+            down(e, ref, yd, (size_t)(outs[i] * n) * 4);
+            e->gpu->ops.write(e->gpu, xd, x, (size_t)(n_in * n) * 4);
+            if (pass) e->gpu->ops.add(e->gpu, &xg, &xg, &xg); // x2, through an op
+            for (int j = 0; j <= i; j++) { // back to back, ending with type i
+                ds_tensor yj = ds_tensor_2d(yd, DS_TYPE_F32, outs[j], n);
+                e->gpu->ops.matmul(e->gpu, &yj, &wg[j], &xg);
+            }
+            down(e, got, yd, (size_t)(outs[i] * n) * 4);
+            char what[96];
+            snprintf(what, sizeof(what), "matmul prep reuse: pass %d, %d back to back", pass,
+                     i + 1);
+            expect_bitwise(what, got, ref, outs[i] * n);
+        }
+    }
+    for (int i = 0; i < NW; i++) dfree(e, wd[i]);
+    dfree(e, xd), dfree(e, yd);
+    free(x), free(x2), free(ref), free(got);
+}
+
 static void test_matmul_id(void **state) {
     ENV(state);
     static const ds_type types[] = {DS_TYPE_F32, DS_TYPE_Q8_0, DS_TYPE_Q4_K, DS_TYPE_Q6_K,
@@ -439,6 +490,35 @@ static void test_rmsnorm(void **state) {
     expect_close("rmsnorm strided in place", got, buf, 2 * hd * nh * n, TOL_ULPS_REL, TOL_ULPS_ABS);
     dfree(e, bd), dfree(e, wd);
     free(buf), free(w), free(got);
+}
+
+// add_rmsnorm == add, then rmsnorm, on the GPU: bitwise (x updated in place, y the norm).
+static void test_add_rmsnorm(void **state) {
+    ENV(state);
+    const int64_t ne0 = 5120, n = 4;
+    const size_t bytes = (size_t)(ne0 * n) * 4;
+    float *x = xmalloc(bytes), *b = xmalloc(bytes), *w = xmalloc((size_t)ne0 * 4);
+    float *x1 = xmalloc(bytes), *y1 = xmalloc(bytes), *x2 = xmalloc(bytes), *y2 = xmalloc(bytes);
+    fill_u(e, x, ne0 * n, 3.0f);
+    fill_u(e, b, ne0 * n, 2.0f);
+    fill_u(e, w, ne0, 1.0f);
+    void *xd = up(e, x, bytes), *bd = up(e, b, bytes), *wd = up(e, w, (size_t)ne0 * 4);
+    void *yd = e->gpu->ops.alloc(e->gpu, bytes);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, ne0, n), bg = ds_tensor_2d(bd, DS_TYPE_F32, ne0, n);
+    ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, ne0, n), wg = ds_tensor_1d(wd, DS_TYPE_F32, ne0);
+    e->gpu->ops.add(e->gpu, &xg, &xg, &bg);
+    e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
+    down(e, x1, xd, bytes);
+    down(e, y1, yd, bytes);
+    e->gpu->ops.write(e->gpu, xd, x, bytes);
+    assert_non_null(e->gpu->ops.add_rmsnorm);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
+    down(e, x2, xd, bytes);
+    down(e, y2, yd, bytes);
+    expect_bitwise("add_rmsnorm: x", x2, x1, ne0 * n);
+    expect_bitwise("add_rmsnorm: y", y2, y1, ne0 * n);
+    dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, yd);
+    free(x), free(b), free(w), free(x1), free(y1), free(x2), free(y2);
 }
 
 static void test_gated_rmsnorm(void **state) {
@@ -928,8 +1008,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id),      cmocka_unit_test(test_matmul_27b),
-        cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_gated_rmsnorm),
+        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),

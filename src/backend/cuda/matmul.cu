@@ -26,48 +26,18 @@
 // w[i]*a[i] (activation rounded to the weight type as ds_quantize_act does), then the same
 // pairwise tree as ds_lanes32_reduce: bitwise equal to the CPU backend, for every N.
 //   bytes: n_out*n_in*sizeof(W) (once per 8 columns) + N*n_in*8;  flops: 2*n_out*n_in*N
-// Measured: not yet (bench/cuda/run.sh prints GB/s per type and N; see docs/cuda.md).
-#include "backend/cuda/common.cuh"
+// N <= MMV_MAX_COLS (decode, small verifies) runs matmul_vec.cu's dp4a GEMV instead of the mma
+// kernel: same terms, same order, no split-K scratch. Consecutive matmuls of one input reuse
+// its prepared activations (prep_reuse). Measured: bench/RESULTS.md (bench/cuda/run.sh).
+#include "backend/cuda/quant.cuh"
+
+#include <stdio.h>
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
-enum { MMQ_THREADS = 256, MMQ_ROWS = 128, MMQ_COLS = 32, UNIT = 256, MMF_ROWS = 32 };
-
-static constexpr int qt_unit_bytes(int qt) {
-    return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
-                                                                                            : 136;
-}
-static constexpr int qt_xd_per_unit(int qt) { // activation scales per 256: q8_0 has one per 32
-    return qt == QT_Q8_0 ? 8 : 1;
-}
-static constexpr bool qt_bsum(int qt) { // types with mins need per-32 activation sums
-    return qt == QT_Q4_K || qt == QT_Q5_K;
-}
-static constexpr int qt_xq_ld(int qt) { // bytes per staged column: bank-conflict-free LDS
-    return qt == QT_Q6_K ? 272 : 288;
-}
-
 // ---- activation preparation ----------------------------------------------------------------------
-
-// Column c of an f32 activation tensor viewed as {n_in, ne1, ne2}: data + (c % ne1)*nb1 +
-// (c / ne1)*nb2.
-struct xsrc {
-    const char *data;
-    int64_t ne1, nb1, nb2;
-};
-
-__device__ __forceinline__ const float *xcol_ptr(const xsrc &s, int64_t c) {
-    return (const float *)(s.data + (c % s.ne1) * s.nb1 + (c / s.ne1) * s.nb2);
-}
-
-// Round to nearest even for |f| < 2^22 (dtype quants.c round_int).
-__device__ __forceinline__ int round_int(float f) {
-    float v = __fadd_rn(f, 12582912.0f);
-    return (__float_as_int(v) & 0x007fffff) - 0x00400000;
-}
 
 // q8_K (quantize_row_q8_K_ref): per 256, max = first element of largest magnitude, iscale =
 // -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per 32. PERM stores q
@@ -159,31 +129,6 @@ static __global__ __launch_bounds__(256) void prep_f_kernel(xsrc src, int64_t n_
 
 // ---- int8 tensor-core GEMV -----------------------------------------------------------------------
 
-struct mm_args {
-    const uint8_t *w;     // weights (expert 0)
-    size_t w_nb1, w_nb2;  // bytes per row, per expert
-    int64_t n_out, n_in;
-    int n_units, ks;      // n_in / 256, K splits
-    const int8_t *xq;     // prepared activations [ncx][n_in]
-    const float *xd;      // activation scales [ncx][n_in/256] (q8_0: [ncx][n_in/32])
-    const int32_t *xb;    // activation sums per 32 [ncx][n_in/32]
-    const float *xf;      // float activations [ncx][n_in] (mmf)
-    int ncols;            // logical columns (dense: N; MoE: n*k pairs)
-    float *y;             // output
-    int64_t y_nb1, y_nb2; // in floats: column stride (dense) / slot and row strides (MoE)
-    float *part;          // [ks][ncols][n_out] partial sums when ks > 1
-    const int32_t *ids;   // MoE expert per pair (device), NULL for dense
-    int k, per_slot;
-};
-
-__device__ __forceinline__ int64_t mm_xcol(const mm_args &a, int c) {
-    return a.ids ? (a.per_slot ? c : c / a.k) : c;
-}
-__device__ __forceinline__ int64_t mm_yoff(const mm_args &a, int c) {
-    return a.ids ? (int64_t)(c % a.k) * a.y_nb1 + (int64_t)(c / a.k) * a.y_nb2
-                 : (int64_t)c * a.y_nb1;
-}
-
 __device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
@@ -196,12 +141,6 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
                  "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(b0));
-}
-
-// The CPU's per-super-block step (dtype_impl.h ds_ksum_step), operation for operation.
-__device__ __forceinline__ float ksum(float dw, float dmw, float da, int isum, int msum) {
-    float dd = __fmul_rn(dw, da), dm = __fmul_rn(dmw, da);
-    return __fsub_rn(__fmul_rn(dd, __int2float_rn(isum)), __fmul_rn(dm, __int2float_rn(msum)));
 }
 
 // Raw weight words of one 256-element unit of one row, as thread t of its quad needs them.
@@ -292,30 +231,6 @@ __device__ __forceinline__ void load_raw(raw_iq4_xs &r, const uint8_t *p, int t)
     r.h = __ldg((const uint2 *)p);
 #pragma unroll
     for (int ib = 0; ib < 8; ib++) r.q[ib] = __ldg((const uint32_t *)(p + 8 + 16 * ib + 4 * t));
-}
-
-// Q4_K/Q5_K scale and min of group j from the 12 packed bytes (dtype quants.c k4_scale_min).
-__device__ __forceinline__ uint32_t k4_byte(const uint4 &h, int i) {
-    uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
-    return (w >> (8 * (i & 3))) & 0xffu;
-}
-__device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, int &sc, int &m) {
-    if (j < 4) {
-        sc = (int)(k4_byte(h, j) & 63);
-        m = (int)(k4_byte(h, j + 4) & 63);
-    } else {
-        sc = (int)((k4_byte(h, j + 4) & 0xf) | ((k4_byte(h, j - 4) >> 6) << 4));
-        m = (int)((k4_byte(h, j + 4) >> 4) | ((k4_byte(h, j) >> 6) << 4));
-    }
-}
-
-// IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.
-__device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
-    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu; // -127 -104 -83 -65 | -49 -35 -22 -10
-    const uint32_t t2 = 0x26190D01u, t3 = 0x71594535u; //    1   13  25  38 |  53  69  89 113
-    uint32_t sel = s & 0x7777u;
-    uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
-    return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
 }
 
 // Q6_K 6-bit values minus 32 as int8, for quarter q (0..3) and step s of half n.
@@ -693,19 +608,42 @@ static void mmf_dispatch(ds_cuda_ctx *c, const mm_args &a, int nc, int n_z) {
     else mmf_kernel<WT, 8><<<grid, 256, 0, c->stream>>>(a);
 }
 
+// Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
+// matmul with no other op in between (a matmul never writes its own input, and every other op,
+// copy and write included, bumps op_gen); records them as prepared otherwise.
+static bool prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_in, int64_t ncx,
+                       int kind) {
+    const bool same = c->prep.gen == c->op_gen && c->prep.scratch == s &&
+                      c->prep.data == xs.data && c->prep.ne1 == xs.ne1 &&
+                      c->prep.nb1 == xs.nb1 && c->prep.nb2 == xs.nb2 &&
+                      c->prep.n_in == n_in && c->prep.ncx == ncx && c->prep.kind == kind;
+    c->prep.scratch = s, c->prep.data = xs.data, c->prep.ne1 = xs.ne1, c->prep.nb1 = xs.nb1;
+    c->prep.nb2 = xs.nb2, c->prep.n_in = n_in, c->prep.ncx = ncx, c->prep.kind = kind;
+    c->prep.gen = c->op_gen;
+    return same;
+}
+
 // Shared body of matmul and matmul_id. x: ncx activation columns (xs); a: everything else.
 static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const xsrc &xs,
                    int64_t ncx) {
     const int64_t n_in = a.n_in;
     const bool moe = a.ids != NULL;
+    if (c->prof) { // per type, shape and width in the profile table
+        char label[96];
+        snprintf(label, sizeof(label), "%s %s %lldx%lld N=%d", op, ds_type_name(wt),
+                 (long long)a.n_in, (long long)a.n_out, a.ncols);
+        op = ds_cuda_prof_label(c, label);
+    }
     DS_ASSERT(ncx >= 1 && ncx <= 65535 && a.ncols >= 1 && a.ncols <= 65535);
     if (is_float_type(wt)) {
         float *xf = (float *)ds_cuda_scratch(c, (size_t)ncx * (size_t)n_in * sizeof(float));
         if (!xf) return;
         dim3 pg((unsigned)((n_in + 255) / 256), (unsigned)ncx);
-        if (wt == DS_TYPE_F32) prep_f_kernel<DS_TYPE_F32><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
-        if (wt == DS_TYPE_F16) prep_f_kernel<DS_TYPE_F16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
-        if (wt == DS_TYPE_BF16) prep_f_kernel<DS_TYPE_BF16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+        if (!prep_reuse(c, xf, xs, n_in, ncx, 16 + (int)wt)) {
+            if (wt == DS_TYPE_F32) prep_f_kernel<DS_TYPE_F32><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+            if (wt == DS_TYPE_F16) prep_f_kernel<DS_TYPE_F16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+            if (wt == DS_TYPE_BF16) prep_f_kernel<DS_TYPE_BF16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+        }
         a.xf = xf;
         int nc = moe ? 1 : a.ncols <= 1 ? 1 : a.ncols <= 2 ? 2 : a.ncols <= 4 ? 4 : 8;
         int n_z = moe ? a.ncols : (a.ncols + nc - 1) / nc;
@@ -722,11 +660,13 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     DS_ASSERT(qt == QT_Q6_K || a.w_nb1 % 8 == 0);
     a.n_units = (int)(n_in / UNIT);
     a.ks = mmq_splits(c, a.n_out, a.n_units);
+    const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
     // scratch: xq | xd | xb | partials
     const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
     const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
     const size_t sz_b = sz_d;
-    const size_t sz_p = a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
+    const size_t sz_p =
+        !vec && a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b + sz_p);
     if (!s) return;
     int8_t *xq = (int8_t *)s;
@@ -734,12 +674,20 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
     a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + sz_d + sz_b);
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
-    if (qt == QT_Q8_0) {
+    const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
+    if (prep_reuse(c, s, xs, n_in, ncx, kind)) {
+        // the same activations were quantized for the previous matmul
+    } else if (qt == QT_Q8_0) {
         prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
     } else if (qt == QT_IQ4_XS) {
         prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
     } else {
         prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+    }
+    if (vec) {
+        ds_cuda_mmv_launch(c, qt, a);
+        ds_cuda_launched(c, op);
+        return;
     }
     int nt = moe ? 1 : a.ncols <= 8 ? 1 : a.ncols <= 16 ? 2 : 4;
     int n_z = moe ? a.ncols : (a.ncols + nt * 8 - 1) / (nt * 8);

@@ -1,5 +1,5 @@
-// norm.cu: RMSNorm over rows of strided f32 views (also in place) and the DeltaNet gated RMSNorm
-// (rmsnorm * w * silu(z)). One block per row; the sum of squares is accumulated in double as the
+// norm.cu: RMSNorm over rows of strided f32 views (also in place), the residual add fused with the
+// next RMSNorm, and the DeltaNet gated RMSNorm (rmsnorm * w * silu(z)). One block per row; the sum of squares is accumulated in double as the
 // CPU backend does (cpu_elem.c), so the scale almost always rounds to the CPU's float bits; the
 // products use the CPU's order. Calls common.cuh. Called through the op table.
 // Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
@@ -22,17 +22,24 @@ __device__ double block_sum_d(double v, double *sh) {
     return s;
 }
 
-template <bool GATED>
+// GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): x += b first, in place; each
+// thread re-reads only the elements it wrote.
+template <bool GATED, bool ADD = false>
 static __global__ __launch_bounds__(256) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
                                                              const float *w, ds_cu_rows z,
                                                              float eps) {
     __shared__ double sh[8];
     const int64_t r = blockIdx.x, n = x.ne0;
-    const float *xr = ds_cu_row(x, r);
+    float *xr = ds_cu_row(x, r);
     float *yr = ds_cu_row(y, r);
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double v = (double)xr[i];
+        float f = xr[i];
+        if (ADD) {
+            f = __fadd_rn(f, ds_cu_row(z, r)[i]);
+            xr[i] = f;
+        }
+        double v = (double)f;
         s += v * v;
     }
     s = block_sum_d(s, sh);
@@ -78,4 +85,19 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
     rmsnorm_kernel<true><<<(unsigned)rows, norm_threads(d), 0, c->stream>>>(
         ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps);
     ds_cuda_launched(c, "gated_rmsnorm");
+}
+
+extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
+                                    const ds_tensor *w, float eps) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "add_rmsnorm")) return;
+    const int64_t n = x->ne[0], rows = ds_cuda_nrows(x);
+    DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows && b->ne[0] == n && ds_cuda_nrows(b) == rows);
+    DS_ASSERT(x->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && b->type == DS_TYPE_F32);
+    DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && b->nb[0] == 4 && y->data != x->data);
+    DS_ASSERT(w->ne[0] == n && w->type == DS_TYPE_F32 && rows <= 0x7fffffff);
+    if (rows == 0) return;
+    rmsnorm_kernel<false, true><<<(unsigned)rows, norm_threads(n), 0, c->stream>>>(
+        ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(b), eps);
+    ds_cuda_launched(c, "add_rmsnorm");
 }

@@ -1,0 +1,104 @@
+// quant.cuh: what the quantized matmul kernels share (matmul.cu: int8 mma.sync for any N;
+// matmul_vec.cu: dp4a GEMV for N <= 4): the weight-type codes, the argument block, the activation
+// source view, the per-super-block float step that reproduces the CPU's rounding, and the
+// Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
+// sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
+// a row's result is bitwise the same whichever kernel ran it (DESIGN.md §4.2, docs/cuda.md).
+// Included only by backend/cuda .cu files.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+
+enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
+enum { MMQ_THREADS = 256, MMQ_ROWS = 128, MMQ_COLS = 32, UNIT = 256, MMF_ROWS = 32 };
+
+static constexpr int qt_unit_bytes(int qt) {
+    return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
+                                                                                            : 136;
+}
+static constexpr int qt_xd_per_unit(int qt) { // activation scales per 256: q8_0 has one per 32
+    return qt == QT_Q8_0 ? 8 : 1;
+}
+static constexpr bool qt_bsum(int qt) { // types with mins need per-32 activation sums
+    return qt == QT_Q4_K || qt == QT_Q5_K;
+}
+static constexpr int qt_xq_ld(int qt) { // bytes per staged column: bank-conflict-free LDS
+    return qt == QT_Q6_K ? 272 : 288;
+}
+
+// Column c of an f32 activation tensor viewed as {n_in, ne1, ne2}: data + (c % ne1)*nb1 +
+// (c / ne1)*nb2.
+struct xsrc {
+    const char *data;
+    int64_t ne1, nb1, nb2;
+};
+
+__device__ __forceinline__ const float *xcol_ptr(const xsrc &s, int64_t c) {
+    return (const float *)(s.data + (c % s.ne1) * s.nb1 + (c / s.ne1) * s.nb2);
+}
+
+// Round to nearest even for |f| < 2^22 (dtype quants.c round_int).
+__device__ __forceinline__ int round_int(float f) {
+    float v = __fadd_rn(f, 12582912.0f);
+    return (__float_as_int(v) & 0x007fffff) - 0x00400000;
+}
+
+struct mm_args {
+    const uint8_t *w;     // weights (expert 0)
+    size_t w_nb1, w_nb2;  // bytes per row, per expert
+    int64_t n_out, n_in;
+    int n_units, ks;      // n_in / 256, K splits
+    const int8_t *xq;     // prepared activations [ncx][n_in]
+    const float *xd;      // activation scales [ncx][n_in/256] (q8_0: [ncx][n_in/32])
+    const int32_t *xb;    // activation sums per 32 [ncx][n_in/32]
+    const float *xf;      // float activations [ncx][n_in] (mmf)
+    int ncols;            // logical columns (dense: N; MoE: n*k pairs)
+    float *y;             // output
+    int64_t y_nb1, y_nb2; // in floats: column stride (dense) / slot and row strides (MoE)
+    float *part;          // [ks][ncols][n_out] partial sums when ks > 1
+    const int32_t *ids;   // MoE expert per pair (device), NULL for dense
+    int k, per_slot;
+};
+
+__device__ __forceinline__ int64_t mm_xcol(const mm_args &a, int c) {
+    return a.ids ? (a.per_slot ? c : c / a.k) : c;
+}
+__device__ __forceinline__ int64_t mm_yoff(const mm_args &a, int c) {
+    return a.ids ? (int64_t)(c % a.k) * a.y_nb1 + (int64_t)(c / a.k) * a.y_nb2
+                 : (int64_t)c * a.y_nb1;
+}
+
+// The CPU's per-super-block step (dtype_impl.h ds_ksum_step), operation for operation.
+__device__ __forceinline__ float ksum(float dw, float dmw, float da, int isum, int msum) {
+    float dd = __fmul_rn(dw, da), dm = __fmul_rn(dmw, da);
+    return __fsub_rn(__fmul_rn(dd, __int2float_rn(isum)), __fmul_rn(dm, __int2float_rn(msum)));
+}
+
+
+// Q4_K/Q5_K scale and min of group j from the 12 packed bytes (dtype quants.c k4_scale_min).
+__device__ __forceinline__ uint32_t k4_byte(const uint4 &h, int i) {
+    uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+    return (w >> (8 * (i & 3))) & 0xffu;
+}
+__device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = (int)(k4_byte(h, j) & 63);
+        m = (int)(k4_byte(h, j + 4) & 63);
+    } else {
+        sc = (int)((k4_byte(h, j + 4) & 0xf) | ((k4_byte(h, j - 4) >> 6) << 4));
+        m = (int)((k4_byte(h, j + 4) >> 4) | ((k4_byte(h, j) >> 6) << 4));
+    }
+}
+
+// IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.
+__device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
+    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu; // -127 -104 -83 -65 | -49 -35 -22 -10
+    const uint32_t t2 = 0x26190D01u, t3 = 0x71594535u; //    1   13  25  38 |  53  69  89 113
+    uint32_t sel = s & 0x7777u;
+    uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
+}
+
+// dp4a GEMV for N <= MMV_MAX_COLS dense columns (matmul_vec.cu); a.ks must already be set.
+enum { MMV_MAX_COLS = 4 };
+void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mm_args &a);
