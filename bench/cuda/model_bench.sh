@@ -41,6 +41,10 @@ for spec in "${@:-27b:q4_k_m}"; do
   log "bench $preset $mix"
   $D bench --model "$f" --device cuda --prompt 512 --decode 32 --reps 7 \
      --verify 1,2,4,8,16,24,32 2>&1 | tee "$OUT/bench_${preset}_${mix}.txt"
+  log "profile $preset $mix (decode-heavy run, per-op GPU time)"
+  DSPEC_CUDA_PROFILE=1 $D bench --model "$f" --device cuda --prompt 64 --decode 64 --reps 3 \
+     --verify 1,16 >"$OUT/profile_${preset}_${mix}.txt" 2>&1
+  head -45 "$OUT/profile_${preset}_${mix}.txt" | grep -A40 "cuda profile"
   rm -f "$f"
 done
 log "done"
