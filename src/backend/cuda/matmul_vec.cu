@@ -3,20 +3,21 @@
 // prep kernels quantized exactly as the CPU does. Calls quant.cuh. Called by matmul.cu (mm_run).
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
-// One warp per output row, the whole row: lane group q = lane/4 takes unit u0 + q of each
-// 8-unit step, lane t = lane%4 a quarter of that unit (Q8_0: one 32-block per lane), so a warp
-// step reads 8 consecutive units of the row with 16-byte loads, and the next step's weights are
-// loaded before this step's arithmetic. The unit's integer sums are exact (dp4a, then a 4-lane
-// butterfly); its float term is the CPU's (quant.cuh ksum); the terms are then added in unit
-// order, closing a partial sum at each K-split boundary of matmul.cu's mmq_splits and adding the
-// partials in split order -- the same float operations in the same order as the mma kernel plus
-// its reduction, so every row is bitwise equal whichever kernel (and whatever N) computed it.
-// No shared memory, no split-K scratch, no second kernel.
+// A block is min(ks, 8) warps (ks = matmul.cu's K splits for the shape) over 8 rows; warp w runs
+// splits w, w + 8, .., its 4-lane group g = lane/4 one row, lane t = lane%4 a quarter of each 256-element unit (Q8_0:
+// two of its eight 32-blocks), so the 8 groups of a warp read 8 rows' units with 16-byte loads
+// while the activation words they need are the same (broadcast) for all groups. Weights are
+// loaded two units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
+// float term is the CPU's (quant.cuh ksum); terms are added in unit order within the split, and
+// the split partials in split order in shared memory -- the same float operations in the same
+// order as the mma kernel plus its reduction, so a row is bitwise equal whichever kernel (and
+// whatever N) computed it. One kernel, no split-K scratch in global memory.
 //   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.1 per row block (activations, L1/L2)
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
 #include "backend/cuda/quant.cuh"
 
-enum { MMV_WARPS = 4, MMV_STEP = 8 };
+// rows per block (one per 4-lane group of a warp); warps per block (a warp runs splits w, w + 8, ..)
+enum { MMV_ROWS = 8, MMV_MAX_WARPS = 8 };
 
 static constexpr uint32_t M4 = 0x0F0F0F0Fu;
 
@@ -231,166 +232,144 @@ struct wv_iq4_xs {
     }
 };
 
+// Q8_0 (8 blocks of 34 bytes per unit, 2-byte aligned): lane t takes blocks 2t and 2t+1; per
+// block the CPU's (float)isum * (dw * da), which the unit then adds in block order.
+struct wv_q8_0 {
+    uint32_t q[2][8], d[2];
+    __device__ __forceinline__ void load(const uint8_t *p, int t) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const uint8_t *b = p + 34 * (2 * t + j);
+            d[j] = *(const uint16_t *)b;
+            ld_words_a2<8>(q[j], b + 2);
+        }
+    }
+    // term[c][j]: block 2t + j's float term for column c.
+    template <int NC>
+    __device__ __forceinline__ void terms(const mm_args &a, int u, int t,
+                                          float (&term)[NC][2]) const {
+        const int64_t nxd = a.n_in / 32;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int64_t blk = (int64_t)u * 8 + 2 * t + j;
+                const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + blk * 32);
+                const uint4 x0 = __ldg(x), x1 = __ldg(x + 1);
+                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int is = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) is = __dp4a((int)q[j][i], (int)xw[i], is);
+                term[c][j] = __fmul_rn(__int2float_rn(is),
+                                       __fmul_rn(ds_cu_h2f(d[j]), __ldg(a.xd + c * nxd + blk)));
+            }
+        }
+    }
+};
+
 template <int QT> struct wv_of;
+template <> struct wv_of<QT_Q8_0> { typedef wv_q8_0 type; };
 template <> struct wv_of<QT_Q4_K> { typedef wv_q4_k type; };
 template <> struct wv_of<QT_Q5_K> { typedef wv_q5_k type; };
 template <> struct wv_of<QT_Q6_K> { typedef wv_q6_k type; };
 template <> struct wv_of<QT_IQ4_XS> { typedef wv_iq4_xs type; };
 
-// Split boundary after `split` (in items: units, or 32-blocks for Q8_0 with per = 8): matmul.cu's
-// mmq_kernel gives split s the units [s*U/ks, (s+1)*U/ks).
-__device__ __forceinline__ int split_end(int split, int U, int ks, int per) {
-    return (int)((int64_t)(split + 1) * U / ks) * per;
-}
-
-// Adds this step's terms (lane STRIDE*j holds item i0 + j's) in item order, closing the K-split
-// partial sum at each boundary and adding it to the total in split order. Warp-uniform.
-template <int NC, int PER, int STRIDE>
-__device__ __forceinline__ void accumulate(float (&acc)[NC], float (&tot)[NC], int &split,
-                                           int &next_b, const float (&term)[NC], int i0, int n_i,
-                                           int U, int ks, int per) {
+// One unit of one row into the running sums (every lane of the row's 4-lane group ends with the
+// same acc). Warp-uniform: all groups of a warp are at the same unit.
+template <int QT, int NC>
+__device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<QT>::type &w,
+                                         const mm_args &a, int u, int t, int lane) {
+    if constexpr (QT == QT_Q8_0) {
+        float term[NC][2];
+        w.template terms<NC>(a, u, t, term);
 #pragma unroll
-    for (int j = 0; j < PER; j++) {
-        if (j >= n_i) break;
-        if (i0 + j == next_b) {
+        for (int b = 0; b < 8; b++) { // blocks in order: block b is lane b/2's term b%2
 #pragma unroll
             for (int c = 0; c < NC; c++) {
-                tot[c] = split == 0 ? acc[c] : __fadd_rn(tot[c], acc[c]);
-                acc[c] = 0.0f;
+                const float v = __shfl_sync(0xffffffffu, term[c][b & 1], (lane & ~3) | (b >> 1));
+                acc[c] = __fadd_rn(acc[c], v);
             }
-            split++;
-            next_b = split_end(split, U, ks, per);
         }
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            acc[c] = __fadd_rn(acc[c], __shfl_sync(0xffffffffu, term[c], STRIDE * j));
-        }
-    }
-}
-
-template <int NC>
-__device__ __forceinline__ void store_row(const mm_args &a, int64_t row, int lane, int split,
-                                          const float (&acc)[NC], const float (&tot)[NC]) {
-    if (lane != 0) return;
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        a.y[(int64_t)c * a.y_nb1 + row] = split == 0 ? acc[c] : __fadd_rn(tot[c], acc[c]);
-    }
-}
-
-// K-quants and IQ4_XS: 8 units per warp step.
-template <int QT, int NC>
-static __global__ __launch_bounds__(MMV_WARPS * 32) void mmv_kernel(mm_args a) {
-    typedef typename wv_of<QT>::type wv_t;
-    constexpr int UB = qt_unit_bytes(QT);
-    const int lane = threadIdx.x & 31, q = lane >> 2, t = lane & 3;
-    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (row >= a.n_out) return; // the whole warp
-    const uint8_t *wr = a.w + row * a.w_nb1;
-    const int U = a.n_units, ks = a.ks;
-    const int64_t nxd = a.n_in / UNIT;
-    float acc[NC], tot[NC];
-#pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = tot[c] = 0.0f;
-    int split = 0, next_b = split_end(0, U, ks, 1);
-    wv_t cur, nxt;
-    if (q < U) cur.load(wr + (size_t)q * UB, t);
-    for (int u0 = 0; u0 < U; u0 += MMV_STEP) {
-        const int u = u0 + q;
-        if (u + MMV_STEP < U) nxt.load(wr + (size_t)(u + MMV_STEP) * UB, t);
+    } else {
         int is[NC], ms[NC];
-        float dw = 0.0f, dmw = 0.0f;
-#pragma unroll
-        for (int c = 0; c < NC; c++) is[c] = ms[c] = 0;
-        if (u < U) cur.template dot<NC>(a, u, t, is, ms, dw, dmw);
-        float term[NC];
+        float dw, dmw;
+        w.template dot<NC>(a, u, t, is, ms, dw, dmw);
+        const int64_t nxd = a.n_in / UNIT;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             is[c] += __shfl_xor_sync(0xffffffffu, is[c], 1);
             is[c] += __shfl_xor_sync(0xffffffffu, is[c], 2);
             ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 1);
             ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 2);
-            term[c] = u < U ? ksum(dw, dmw, __ldg(a.xd + c * nxd + u), is[c], ms[c]) : 0.0f;
+            acc[c] = __fadd_rn(acc[c], ksum(dw, dmw, __ldg(a.xd + c * nxd + u), is[c], ms[c]));
         }
-        accumulate<NC, MMV_STEP, 4>(acc, tot, split, next_b, term, u0, min(MMV_STEP, U - u0), U,
-                                    ks, 1);
-        cur = nxt;
     }
-    store_row<NC>(a, row, lane, split, acc, tot);
 }
 
-// Q8_0: one 32-block per lane, 32 blocks (4 units) per warp step; per block the CPU's
-// (float)isum * (dw * da), added in block order.
-template <int NC>
-static __global__ __launch_bounds__(MMV_WARPS * 32) void mmv_q8_0_kernel(mm_args a) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (row >= a.n_out) return;
-    const uint8_t *wr = a.w + row * a.w_nb1;
-    const int U = a.n_units, ks = a.ks, nb = U * 8;
-    const int64_t nxd = a.n_in / 32;
-    float acc[NC], tot[NC];
+// Block: min(ks, 8) warps over MMV_ROWS rows; warp w runs K splits w, w + 8, .. (matmul.cu
+// mmq_splits: split s is units [s*U/ks, (s+1)*U/ks)) for all rows, lane group g = lane/4 one row. Weights are loaded two
+// units ahead. The split partials meet in shared memory and are added in split order.
+template <int QT, int NC>
+static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args a) {
+    typedef typename wv_of<QT>::type wv_t;
+    constexpr int UB = qt_unit_bytes(QT);
+    __shared__ float part[32][MMV_ROWS][NC];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row = (int64_t)blockIdx.x * MMV_ROWS + g;
+    const uint8_t *wr = a.w + DS_MIN(row, a.n_out - 1) * a.w_nb1;
+    const int U = a.n_units, ks = a.ks;
+    for (int s = threadIdx.x >> 5; s < ks; s += blockDim.x >> 5) { // warp-uniform
+        const int u0 = (int)((int64_t)s * U / ks), u1 = (int)((int64_t)(s + 1) * U / ks);
+        float acc[NC];
 #pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = tot[c] = 0.0f;
-    int split = 0, next_b = split_end(0, U, ks, 8);
-    uint32_t cw[8], nw[8], cd = 0, nd = 0;
-    if (lane < nb) {
-        ld_words_a2<8>(cw, wr + 34 * lane + 2);
-        cd = *(const uint16_t *)(wr + 34 * lane);
-    }
-    for (int b0 = 0; b0 < nb; b0 += 32) {
-        const int b = b0 + lane;
-        if (b + 32 < nb) {
-            ld_words_a2<8>(nw, wr + (size_t)34 * (b + 32) + 2);
-            nd = *(const uint16_t *)(wr + (size_t)34 * (b + 32));
+        for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+        wv_t w0, w1;
+        if (u0 < u1) w0.load(wr + (size_t)u0 * UB, t);
+        if (u0 + 1 < u1) w1.load(wr + (size_t)(u0 + 1) * UB, t);
+        for (int u = u0; u < u1; u++) {
+            const wv_t cur = w0;
+            w0 = w1;
+            if (u + 2 < u1) w1.load(wr + (size_t)(u + 2) * UB, t);
+            unit_acc<QT, NC>(acc, cur, a, u, t, lane);
         }
-        float term[NC];
+        if (ks == 1) {
+            if (t == 0 && row < a.n_out) {
+#pragma unroll
+                for (int c = 0; c < NC; c++) a.y[(int64_t)c * a.y_nb1 + row] = acc[c];
+            }
+            return;
+        }
+        if (t == 0) {
+#pragma unroll
+            for (int c = 0; c < NC; c++) part[s][g][c] = acc[c];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32 && t == 0 && row < a.n_out) {
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            term[c] = 0.0f;
-            if (b < nb) {
-                const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)b * 32);
-                const uint4 x0 = __ldg(x), x1 = __ldg(x + 1);
-                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int is = 0;
-#pragma unroll
-                for (int i = 0; i < 8; i++) is = __dp4a((int)cw[i], (int)xw[i], is);
-                term[c] = __fmul_rn(__int2float_rn(is), __fmul_rn(ds_cu_h2f(cd),
-                                                                  __ldg(a.xd + c * nxd + b)));
-            }
+            float v = part[0][g][c];
+            for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[k][g][c]);
+            a.y[(int64_t)c * a.y_nb1 + row] = v;
         }
-        accumulate<NC, 32, 1>(acc, tot, split, next_b, term, b0, min(32, nb - b0), U, ks, 8);
-#pragma unroll
-        for (int i = 0; i < 8; i++) cw[i] = nw[i];
-        cd = nd;
     }
-    store_row<NC>(a, row, lane, split, acc, tot);
 }
 
 template <int QT>
 static void mmv_cols(ds_cuda_ctx *c, const mm_args &a) {
-    const dim3 grid((unsigned)((a.n_out + MMV_WARPS - 1) / MMV_WARPS));
-    const int th = MMV_WARPS * 32;
-    if constexpr (QT == QT_Q8_0) {
-        switch (a.ncols) {
-        case 1: mmv_q8_0_kernel<1><<<grid, th, 0, c->stream>>>(a); break;
-        case 2: mmv_q8_0_kernel<2><<<grid, th, 0, c->stream>>>(a); break;
-        case 3: mmv_q8_0_kernel<3><<<grid, th, 0, c->stream>>>(a); break;
-        default: mmv_q8_0_kernel<4><<<grid, th, 0, c->stream>>>(a); break;
-        }
-    } else {
-        switch (a.ncols) {
-        case 1: mmv_kernel<QT, 1><<<grid, th, 0, c->stream>>>(a); break;
-        case 2: mmv_kernel<QT, 2><<<grid, th, 0, c->stream>>>(a); break;
-        case 3: mmv_kernel<QT, 3><<<grid, th, 0, c->stream>>>(a); break;
-        default: mmv_kernel<QT, 4><<<grid, th, 0, c->stream>>>(a); break;
-        }
+    const dim3 grid((unsigned)((a.n_out + MMV_ROWS - 1) / MMV_ROWS));
+    const int th = 32 * DS_MIN(a.ks, (int)MMV_MAX_WARPS);
+    switch (a.ncols) {
+    case 1: mmv_kernel<QT, 1><<<grid, th, 0, c->stream>>>(a); break;
+    case 2: mmv_kernel<QT, 2><<<grid, th, 0, c->stream>>>(a); break;
+    case 3: mmv_kernel<QT, 3><<<grid, th, 0, c->stream>>>(a); break;
+    default: mmv_kernel<QT, 4><<<grid, th, 0, c->stream>>>(a); break;
     }
 }
 
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mm_args &a) {
-    DS_ASSERT(a.ids == NULL && a.ncols >= 1 && a.ncols <= MMV_MAX_COLS && a.ks >= 1);
-    DS_ASSERT(a.n_out <= (int64_t)MMV_WARPS * 0x7fffffff);
+    DS_ASSERT(a.ids == NULL && a.ncols >= 1 && a.ncols <= MMV_MAX_COLS);
+    DS_ASSERT(a.ks >= 1 && a.ks <= 32 && (a.n_out + MMV_ROWS - 1) / MMV_ROWS <= 0x7fffffff);
     switch (qt) {
     case QT_Q8_0: mmv_cols<QT_Q8_0>(c, a); break;
     case QT_Q4_K: mmv_cols<QT_Q4_K>(c, a); break;
