@@ -1,14 +1,24 @@
 // sampled_bundled_test.c: sampled speculative decoding (T > 0) with the real bundled tiny drafters
-// is lossless: through the public API (dspec_generate), the tokens generated after one prompt with
-// many seeds have the same per-position distribution with speculation (DFlash, DFlash 2 with its
-// selector, DSpark with its Markov head; chain and DDTree) as with plain sampling (two-sample
-// chi-square, 5-sigma bound), and the drafters really accept proposals (so the test cannot pass
-// by rejecting every draft). Issue #8. Models: models/README.md.
+// is lossless (issue #8; models: models/README.md). Configurations: DFlash B8, DFlash 2 B8 (its
+// selector proposes), DSpark G7 (its Markov head proposes), each as a chain and as a DDTree of
+// budget 8; temperature 0.8, top-k 40, top-p 0.95; adaptive policy off (it is timing-based).
+//   test_two_sample: through the public API (dspec_generate), the text generated after one prompt
+//     with many seeds has the same per-position distribution with speculation as with plain
+//     sampling (two-sample chi-square, 5-sigma bound), and the drafters really accept proposals
+//     (so the test cannot pass by rejecting every draft).
+//   test_exact_pit: the same loop at the spec layer (ds_spec with the engine's model and drafter,
+//     as the session builds it) so that token ids are known; every emitted token is scored against
+//     the target's exact processed distribution given its prefix: it must lie in the support, and
+//     the randomized probability integral transforms of all tokens must be uniform (Rosenblatt:
+//     iid U(0, 1) exactly when every token is drawn from its conditional). Far more power per
+//     sample than the two-sample test, which only sees marginals.
 //
-// Tokens are observed through the text callback: the i-th streamed piece is a deterministic
-// function of the generated token sequence (the same detokenizer runs in both modes), so equal
-// token distributions give equal piece distributions, and a loss shows up in them.
+// In test_two_sample tokens are observed through the text callback: the i-th streamed piece is a
+// deterministic function of the generated token sequence (the same detokenizer runs in both
+// modes), so equal token distributions give equal piece distributions, and a loss shows up there.
 #include "dspec.h"
+#include "engine/engine.h"
+#include "spec/spec.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,51 +31,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Under AddressSanitizer (make test-asan runs every test again, ~20x slower) far fewer samples:
-// the bounds still hold and the acceptance check still runs.
+// Under AddressSanitizer (make test-asan runs every test again, ~2-3x slower here) fewer samples:
+// the bounds still hold and the acceptance and support checks still run.
 #if defined(__SANITIZE_ADDRESS__)
-enum { N_SPEC = 40, N_PLAIN = 80 };
+enum { N_SPEC = 50, N_PLAIN = 150, N_PIT = 40 };
 #else
-enum { N_SPEC = 600, N_PLAIN = 1200 };
+enum { N_SPEC = 120, N_PLAIN = 360, N_PIT = 100 };
 #endif
-enum { SAMPLE_LEN = 6, N_POS = SAMPLE_LEN + 1, N_DRAFTERS = 3, MAX_KEYS = 8192 };
+enum { SAMPLE_LEN = 4, N_POS = SAMPLE_LEN + 1, PIT_LEN = 8, PIT_BINS = 10, N_DRAFTERS = 3,
+       N_CONFIGS = 2 * N_DRAFTERS, MAX_KEYS = 8192, TREE_BUDGET = 8 };
 
 static const char *const k_drafters[N_DRAFTERS] = {
     "tiny-dflash-b8-q8_0.gguf", "tiny-dflash2-b8-q8_0.gguf", "tiny-dspark-g7-q8_0.gguf"};
-static const char *const k_prompt = "The";
+// Header names are diverse (the first token has many likely values); ".h>\n#include <" then
+// repeats, so the drafters land proposals.
+static const char *const k_prompt = "#include <stdio.h>\n#include <";
 
-// ---- interned pieces: one id per distinct streamed string -----------------------------------------
-
-typedef struct pieces {
-    char *str[MAX_KEYS];
-    int n;
-} pieces;
-
-static pieces g_keys;
-
-static int key_id(const char *s, size_t len) {
-    for (int i = 0; i < g_keys.n; i++) {
-        if (strlen(g_keys.str[i]) == len && !memcmp(g_keys.str[i], s, len)) return i;
-    }
-    assert_true(g_keys.n < MAX_KEYS);
-    char *c = malloc(len + 1);
-    assert_non_null(c);
-    memcpy(c, s, len);
-    c[len] = '\0';
-    g_keys.str[g_keys.n] = c;
-    return g_keys.n++;
-}
-
-// One run's streamed pieces as ids; positions without a piece keep id 0 (the empty string).
-typedef struct run_out {
-    int id[N_POS];
-    int n;
-} run_out;
-
-static int on_text(const char *text, size_t len, void *user) {
-    run_out *r = user;
-    if (r->n < N_POS) r->id[r->n++] = key_id(text, len);
-    return 0;
+static void sampler_params(ds_sample_params *sp, uint64_t seed) {
+    ds_sample_params_default(sp);
+    sp->temperature = 0.8f, sp->top_k = 40, sp->top_p = 0.95f, sp->min_p = 0.0f;
+    sp->seed = seed;
 }
 
 // ---- engines --------------------------------------------------------------------------------------
@@ -77,9 +62,26 @@ typedef struct env {
 
 static env g_env;
 
+// Interned streamed pieces: one id per distinct string (id 0: the empty string = no piece).
+static char *g_keys[MAX_KEYS];
+static int g_n_keys;
+
+static int key_id(const char *s, size_t len) {
+    for (int i = 0; i < g_n_keys; i++) {
+        if (strlen(g_keys[i]) == len && !memcmp(g_keys[i], s, len)) return i;
+    }
+    assert_true(g_n_keys < MAX_KEYS);
+    char *c = malloc(len + 1);
+    assert_non_null(c);
+    memcpy(c, s, len);
+    c[len] = '\0';
+    g_keys[g_n_keys] = c;
+    return g_n_keys++;
+}
+
 static int setup(void **state) {
     (void)state;
-    key_id("", 0); // id 0: no piece at this position
+    key_id("", 0);
     char model[1024], draft[1024];
     snprintf(model, sizeof(model), "%s/models/tiny-target-q8_0.gguf", DSPEC_SOURCE_DIR);
     for (int d = 0; d < N_DRAFTERS; d++) {
@@ -102,32 +104,61 @@ static int teardown(void **state) {
         dspec_session_free(g_env.s[d]);
         dspec_engine_free(g_env.e[d]);
     }
-    for (int i = 0; i < g_keys.n; i++) free(g_keys.str[i]);
+    for (int i = 0; i < g_n_keys; i++) free(g_keys[i]);
     return 0;
 }
 
-// ---- sampling ------------------------------------------------------------------------------------
+static const char *config_name(int c, char *buf, size_t size) {
+    snprintf(buf, size, "%s %s", k_drafters[c / 2], c % 2 ? "tree8" : "chain");
+    return buf;
+}
 
-// One generation of SAMPLE_LEN tokens with seed `seed`: plain (tree < 0) or speculative with
-// drafter d (tree 0: chain, > 0: DDTree budget). Accumulates the speculative stats.
-static void sample_run(int d, int tree, uint64_t seed, run_out *out, dspec_gen_stats *acc) {
+// The drafters land proposals: at least 0.15 accepted tokens per run on average (measured 0.4 to
+// 1.5 per run; a loop that rejected everything would pass the distribution checks vacuously).
+static void check_acceptance(const char *name, int64_t steps, int64_t drafted, int64_t accepted,
+                             int runs) {
+    print_message("%-30s steps %5" PRId64 " drafted %5" PRId64 " accepted %4" PRId64
+                  " (rate %.3f, %.2f per run)\n", name, steps, drafted, accepted,
+                  drafted ? (double)accepted / (double)drafted : 0.0, (double)accepted / runs);
+    assert_true(accepted * 100 >= 15 * (int64_t)runs);
+}
+
+// ---- two-sample test through the public API ------------------------------------------------------
+
+// One run's streamed pieces as ids; positions without a piece keep id 0.
+typedef struct run_out {
+    int id[N_POS];
+    int n;
+} run_out;
+
+static int on_text(const char *text, size_t len, void *user) {
+    run_out *r = user;
+    if (r->n < N_POS) r->id[r->n++] = key_id(text, len);
+    return 0;
+}
+
+// One generation of SAMPLE_LEN tokens with seed `seed`: plain (c < 0) or speculative in
+// configuration c. Adds the speculative stats to *acc.
+static void api_run(int c, uint64_t seed, run_out *out, dspec_gen_stats *acc) {
     dspec_gen_params p;
     dspec_gen_params_default(&p);
     p.max_tokens = SAMPLE_LEN;
-    p.temperature = 0.8f, p.top_k = 40, p.top_p = 0.95f;
+    p.temperature = 0.8f, p.top_k = 40, p.top_p = 0.95f, p.min_p = 0.0f;
     p.seed = seed;
-    p.speculative = tree >= 0;
-    p.ddtree_budget = tree > 0 ? tree : 0;
-    p.adaptive = 0; // the policy is timing-based: off, every step speculates (deterministic)
+    p.speculative = c >= 0;
+    p.ddtree_budget = c >= 0 && c % 2 ? TREE_BUDGET : 0;
+    p.adaptive = 0;
     p.ignore_eos = 1;
     memset(out, 0, sizeof(*out));
     dspec_gen_stats st;
     dspec_err err = {0};
+    int d = c >= 0 ? c / 2 : (int)(seed % N_DRAFTERS);
     dspec_status rc = dspec_generate(g_env.s[d], k_prompt, strlen(k_prompt), &p, on_text, out,
                                      &st, &err);
     if (rc != DSPEC_OK) fail_msg("generate: %s", err.msg);
     assert_int_equal(st.n_gen, SAMPLE_LEN);
     assert_int_equal(st.plain_steps, 0);
+    if (c < 0) assert_int_equal(st.spec_steps, 0);
     acc->spec_steps += st.spec_steps;
     acc->spec_drafted += st.spec_drafted;
     acc->spec_accepted += st.spec_accepted;
@@ -161,51 +192,170 @@ static double chi2_two_sample(const int *a, const int *b, int n_bins, int na, in
 static run_out g_plain[N_PLAIN], g_spec[N_SPEC];
 static int g_ca[MAX_KEYS], g_cb[MAX_KEYS];
 
-// Compares g_spec against g_plain at every position; returns the largest stat / bound ratio.
-static void compare(const char *name) {
-    for (int pos = 0; pos < N_POS; pos++) {
-        memset(g_ca, 0, sizeof(g_ca));
-        memset(g_cb, 0, sizeof(g_cb));
-        for (int i = 0; i < N_PLAIN; i++) g_ca[g_plain[i].id[pos]]++;
-        for (int i = 0; i < N_SPEC; i++) g_cb[g_spec[i].id[pos]]++;
-        int df;
-        double stat = chi2_two_sample(g_ca, g_cb, g_keys.n, N_PLAIN, N_SPEC, &df);
-        double bound = df + 5.0 * sqrt(2.0 * df);
-        print_message("%-22s piece %d: chi2 %6.1f  df %3d  bound %6.1f\n", name, pos, stat, df,
-                      bound);
-        if (N_SPEC >= 500 && pos < SAMPLE_LEN - 1) assert_true(df >= 3); // the test has power
-        if (df >= 1) assert_true(stat < bound);
-    }
-}
-
-static void test_sampled_bundled(void **state) {
+static void test_two_sample(void **state) {
     (void)state;
-    for (int i = 0; i < N_PLAIN; i++) {
-        dspec_gen_stats none = {0};
-        sample_run(i % N_DRAFTERS, -1, 1000 + (uint64_t)i, &g_plain[i], &none);
-        assert_int_equal(none.spec_steps, 0);
-    }
-    for (int d = 0; d < N_DRAFTERS; d++) {
-        for (int tree = 0; tree <= 8; tree += 8) {
-            dspec_gen_stats acc = {0};
-            uint64_t base = 1000000u * (uint64_t)(1 + d * 2 + tree / 8);
-            for (int i = 0; i < N_SPEC; i++) sample_run(d, tree, base + (uint64_t)i, &g_spec[i], &acc);
-            char name[64];
-            snprintf(name, sizeof(name), "%s %s", k_drafters[d], tree ? "tree8" : "chain");
-            double rate = acc.spec_drafted ? (double)acc.spec_accepted / acc.spec_drafted : 0.0;
-            print_message("%-22s steps %" PRId64 " drafted %" PRId64 " accepted %" PRId64
-                          " (%.3f), accepted/run %.2f\n", name, acc.spec_steps, acc.spec_drafted,
-                          acc.spec_accepted, rate, (double)acc.spec_accepted / N_SPEC);
-            // the drafters land proposals: at least 0.3 accepted tokens per run on average
-            assert_true(acc.spec_accepted * 10 >= 3 * N_SPEC);
-            compare(name);
+    dspec_gen_stats none = {0};
+    for (int i = 0; i < N_PLAIN; i++) api_run(-1, 1000 + (uint64_t)i, &g_plain[i], &none);
+    for (int c = 0; c < N_CONFIGS; c++) {
+        dspec_gen_stats acc = {0};
+        uint64_t base = 1000000u * (uint64_t)(1 + c);
+        for (int i = 0; i < N_SPEC; i++) api_run(c, base + (uint64_t)i, &g_spec[i], &acc);
+        char name[64];
+        config_name(c, name, sizeof(name));
+        check_acceptance(name, acc.spec_steps, acc.spec_drafted, acc.spec_accepted, N_SPEC);
+        for (int pos = 0; pos < N_POS; pos++) {
+            memset(g_ca, 0, sizeof(g_ca));
+            memset(g_cb, 0, sizeof(g_cb));
+            for (int i = 0; i < N_PLAIN; i++) g_ca[g_plain[i].id[pos]]++;
+            for (int i = 0; i < N_SPEC; i++) g_cb[g_spec[i].id[pos]]++;
+            int df;
+            double stat = chi2_two_sample(g_ca, g_cb, g_n_keys, N_PLAIN, N_SPEC, &df);
+            if (df < 1) continue; // one category (e.g. no piece after the last token)
+            // a 5-sigma bound of chi-square(df) (fixed seeds: deterministic)
+            double bound = df + 5.0 * sqrt(2.0 * df);
+            print_message("%-30s piece %d: chi2 %5.1f  df %2d  bound %5.1f\n", name, pos, stat,
+                          df, bound);
+            if (pos == 0 && N_SPEC >= 100) assert_true(df >= 3); // the test has power
+            assert_true(stat < bound);
         }
     }
 }
 
+// ---- exact test at the spec layer --------------------------------------------------------------
+
+// Generates PIT_LEN tokens speculatively in configuration c, as the session builds the loop.
+static void spec_run(int c, uint64_t seed, const int32_t *prompt, int64_t n_prompt,
+                     ds_state *st, int32_t *toks, ds_spec_stats *acc) {
+    const dspec_engine *e = g_env.e[c / 2];
+    const ds_model *m = ds_engine_model(e);
+    const ds_drafter *dr = ds_engine_drafter(e);
+    ds_draft_ctx *dctx;
+    assert_int_equal(ds_draft_ctx_new(&dctx, dr, ds_state_n_ctx(st), NULL), DSPEC_OK);
+    ds_sample_params sp;
+    sampler_params(&sp, seed);
+    ds_sampler *smp;
+    assert_int_equal(ds_sample_new(&smp, &sp, ds_model_hparams_get(m)->n_vocab, NULL), DSPEC_OK);
+    for (int64_t i = 0; i < n_prompt; i++) assert_int_equal(ds_sample_accept(smp, prompt[i], NULL), 0);
+    ds_drafter_proposer dp = {.ctx = dctx, .how = DS_PROPOSE_AUTO};
+    ds_proposer prop;
+    ds_spec_proposer_from_drafter(&prop, &dp, dr);
+    ds_spec_params par = {.tree_budget = c % 2 ? TREE_BUDGET : 0, .sampler = smp};
+    ds_spec *s;
+    ds_state_reset(st);
+    dspec_err err = {0};
+    if (ds_spec_new(&s, m, st, &prop, &par, &err) != DSPEC_OK) fail_msg("%s", err.msg);
+    assert_int_equal(ds_spec_prefill(s, prompt, n_prompt, &toks[0], &err), DSPEC_OK);
+    int64_t n = 1;
+    while (n < PIT_LEN) {
+        int32_t out[DS_SPEC_MAX_SLOTS];
+        int64_t k;
+        assert_int_equal(ds_spec_step(s, PIT_LEN - n, out, &k, &err), DSPEC_OK);
+        assert_true(k >= 1 && n + k <= PIT_LEN);
+        memcpy(toks + n, out, (size_t)k * sizeof(int32_t));
+        n += k;
+    }
+    const ds_spec_stats *ss = ds_spec_stats_get(s);
+    acc->steps += ss->steps, acc->drafted += ss->drafted, acc->accepted += ss->accepted;
+    assert_int_equal(ss->plain_steps, 0);
+    ds_spec_free(s);
+    ds_sample_free(smp);
+    ds_draft_ctx_free(dctx);
+}
+
+// splitmix64: the test's own uniforms for the randomized PIT (independent of the samplers' RNG).
+static double uniform(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+static void test_exact_pit(void **state) {
+    (void)state;
+    const dspec_engine *e0 = g_env.e[0];
+    const ds_model *m = ds_engine_model(e0);
+    int64_t V = ds_model_hparams_get(m)->n_vocab;
+    int32_t *prompt = NULL;
+    int64_t n_prompt = 0;
+    assert_int_equal(ds_tok_encode_alloc(ds_engine_tok(e0), k_prompt, strlen(k_prompt), false,
+                                         &prompt, &n_prompt, NULL), DSPEC_OK);
+    assert_true(n_prompt >= 2 && n_prompt + PIT_LEN < 64);
+    ds_state *st, *ref;
+    ds_state_params stp = {.n_ctx = 256};
+    assert_int_equal(ds_state_new(&st, m, &stp, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_new(&ref, m, &stp, NULL), DSPEC_OK);
+    ds_sample_params sp;
+    sampler_params(&sp, 0);
+    ds_sampler *exact;
+    assert_int_equal(ds_sample_new(&exact, &sp, V, NULL), DSPEC_OK);
+    ds_sample_probs p;
+    assert_int_equal(ds_sample_probs_init(&p, V, NULL), DSPEC_OK);
+    float *logits = malloc((size_t)(PIT_LEN * V) * sizeof(float));
+    assert_non_null(logits);
+    int32_t seq[64];
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+    uint64_t urng = 12345;
+    for (int c = 0; c < N_CONFIGS; c++) {
+        ds_spec_stats acc = {0};
+        int64_t bins[PIT_BINS] = {0}, n_u = 0;
+        double sum_u = 0.0;
+        for (int i = 0; i < N_PIT; i++) {
+            int32_t *toks = seq + n_prompt;
+            spec_run(c, 7000000u * (uint64_t)(1 + c) + (uint64_t)i, prompt, n_prompt, st, toks,
+                     &acc);
+            // the target's processed distribution after every prefix, from one plain forward
+            ds_state_reset(ref);
+            ds_batch b = {.n = n_prompt + PIT_LEN - 1, .tokens = seq, .n_logits = PIT_LEN,
+                          .logits = logits};
+            assert_int_equal(ds_model_forward(m, ref, &b, NULL), DSPEC_OK);
+            for (int j = 0; j < PIT_LEN; j++) {
+                assert_int_equal(ds_sample_dist(exact, logits + (int64_t)j * V, V, &p, NULL), 0);
+                assert_true(p.sorted); // top-k orders the entries: a fixed order per prefix
+                double below = 0.0, pt = 0.0;
+                for (int64_t r = 0; r < p.n; r++) {
+                    if (p.ids[r] == toks[j]) {
+                        pt = p.p[r];
+                        break;
+                    }
+                    below += p.p[r];
+                }
+                if (pt <= 0.0) { // outside top-k / top-p: plain sampling never emits it
+                    fail_msg("config %d sample %d position %d: token %d has probability 0", c,
+                             i, j, toks[j]);
+                }
+                double u = below + uniform(&urng) * pt;
+                int bin = (int)(u * PIT_BINS);
+                bins[bin < 0 ? 0 : bin >= PIT_BINS ? PIT_BINS - 1 : bin]++;
+                sum_u += u;
+                n_u++;
+            }
+        }
+        char name[64];
+        config_name(c, name, sizeof(name));
+        check_acceptance(name, acc.steps, acc.drafted, acc.accepted, N_PIT);
+        // uniformity: chi-square over PIT_BINS equal bins, and the mean (z score); 5 sigma each
+        double expect = (double)n_u / PIT_BINS, stat = 0.0;
+        for (int k = 0; k < PIT_BINS; k++) stat += (bins[k] - expect) * (bins[k] - expect) / expect;
+        double df = PIT_BINS - 1, bound = df + 5.0 * sqrt(2.0 * df);
+        double z = (sum_u / (double)n_u - 0.5) * sqrt(12.0 * (double)n_u);
+        print_message("%-30s PIT of %" PRId64 " tokens: chi2 %5.1f  df %d  bound %5.1f  "
+                      "mean z %+.2f\n", name, n_u, stat, PIT_BINS - 1, bound, z);
+        assert_true(stat < bound);
+        assert_true(fabs(z) < 5.0);
+    }
+    free(logits);
+    ds_sample_probs_deinit(&p);
+    ds_sample_free(exact);
+    ds_state_free(st);
+    ds_state_free(ref);
+    free(prompt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sampled_bundled),
+        cmocka_unit_test(test_two_sample),
+        cmocka_unit_test(test_exact_pit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

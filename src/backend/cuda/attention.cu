@@ -16,7 +16,8 @@ extern "C" {
 
 #include <stdlib.h>
 
-enum { ATT_CH = 256, ATT_THREADS = 256, ATT_GMAX = 16 };
+// Keys per chunk: small enough that a short-context decode row still spreads over many blocks.
+enum { ATT_CH = 64, ATT_THREADS = 256, ATT_GMAX = 16 };
 
 struct attn_args {
     const char *q;

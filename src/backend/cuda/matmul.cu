@@ -9,18 +9,19 @@
 // int8 and multiplied with int8 mma.sync (m16n8k32; m16n8k16 for Q6_K's 16-element scales), so
 // every per-super-block (per-block for Q8_0) integer sum and float term equals the CPU kernel's
 // (dtype.h "Dot products"); only the order in which those float terms are added differs.
-//   Block: 8 warps x 16 weight rows = 128 rows; each warp one m16 tile, all N <= 32 columns of the
-//   block (4 n8 tiles) from one read of the weights. The activations of one 256-element unit are
-//   staged in shared memory (double buffer) for the 8 warps. K is split into `ks` contiguous
-//   ranges of units (grid.y) chosen from (n_out, n_in, #SMs) only; partial sums go to scratch and
-//   mmq_reduce adds them in split order. N > 32: grid.z runs 32-column chunks (weights re-read
-//   per chunk, kernel still bandwidth-bound).
+//   Block: one 16-row tile x up to 32 columns (NT n8 tiles; grid.y: 32-column chunks, or MoE
+//   pairs), W warps. K is cut into `ks` contiguous ranges of units (mmq_splits: from n_out, n_in
+//   and #SMs only); warp w runs a contiguous run of splits, each accumulated in unit order with
+//   the weights of the next unit in flight and the activations read straight into the B
+//   fragments (L1/L2-resident, no shared-memory staging, no barrier per unit). The split
+//   partials meet in shared memory and warp 0 adds them in split order.
 //   Batch invariance: each output element is sum_{split} (sum_{unit in split} term(unit)) in a
-//   fixed order that depends on the shape only, never on N or on the other columns (an mma
+//   fixed order that depends on the shape only, never on N, W or the other columns (an mma
 //   output element depends only on its own row and column), so a row's result is bitwise the
-//   same for every N, and equals the CPU's within float reassociation of <= n_in/256 terms.
+//   same for every N -- and equal to matmul_vec.cu's dp4a GEMV, which adds the same terms in the
+//   same order -- and equals the CPU's within float reassociation of <= n_in/256 terms.
 //   bytes: n_out*n_in*bpw/8 (weights, once per 32 columns) + N*n_in*5 (activations: f32 read,
-//          int8 written and re-read) + ks*N*n_out*8 (partials)
+//          int8 written and re-read)
 //   flops: 2*n_out*n_in*N (int8 tensor-core MACs) + ~n_out*N*n_in/16 (scales, f32)
 // Float weights (mmf_kernel): one warp per 4 rows, lane l accumulates elements l, l+32, ... of
 // w[i]*a[i] (activation rounded to the weight type as ds_quantize_act does), then the same
@@ -241,33 +242,49 @@ __device__ __forceinline__ uint32_t q6_vals(const raw_q6_k &r, int n, int q, int
     return x | ((x & 0x20202020u) * 6u); // ... then | 0xC0 makes it v - 32 (mod 256)
 }
 
-// Shared-memory views of one staged unit.
-template <int QT, int NT> struct stage_layout {
-    static constexpr int NC = NT * 8;
-    static constexpr int XQ = NC * qt_xq_ld(QT);
-    static constexpr int XD = qt_xd_per_unit(QT) * NC * 4;
-    static constexpr int XB = qt_bsum(QT) ? 8 * NC * 4 : 0;
-    static constexpr int BUF = XQ + XD + XB;
+// Per-thread activation pointers of one block's columns (all N <= 32 columns of one chunk):
+// B-fragment column nt*8 + g (where the mma reads int8 activations) and the two epilogue
+// columns nt*8 + 2t, +1 (scales, group sums). Columns past the valid ones are clamped to the
+// last valid column: their outputs are never stored, and an mma output element depends only on
+// its own row and column.
+template <int NT> struct xcols {
+    const int8_t *q[NT];      // xq of B column
+    const float *d[NT][2];    // xd of epilogue columns
+    const int32_t *b[NT][2];  // xb of epilogue columns
 };
 
+template <int QT, int NT>
+__device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c0, int nvalid,
+                                           int g, int t) {
+    const int64_t nxd = QT == QT_Q8_0 ? a.n_in / 32 : a.n_in / UNIT;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        x.q[nt] = a.xq + mm_xcol(a, c0 + min(nt * 8 + g, nvalid - 1)) * a.n_in;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int64_t col = mm_xcol(a, c0 + min(nt * 8 + 2 * t + e, nvalid - 1));
+            x.d[nt][e] = a.xd + col * nxd;
+            x.b[nt][e] = a.xb + col * (a.n_in / 32);
+        }
+    }
+}
+
 // One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
-// float term per (row, column) as the CPU computes it.
+// float term per (row, column) as the CPU computes it. Fragment element (e): row g + 8*(e/2),
+// column nt*8 + 2t + e%2.
 template <int QT, int NT>
 __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_of<QT>::type &A,
-                                       const typename raw_of<QT>::type &B, const uint8_t *buf,
-                                       int g, int t) {
-    typedef stage_layout<QT, NT> L;
-    constexpr int LD = qt_xq_ld(QT);
-    const float *xd = (const float *)(buf + L::XQ);
+                                       const typename raw_of<QT>::type &B, const xcols<NT> &x,
+                                       int u, int t) {
     int isum[NT][4], msum[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) isum[nt][e] = msum[nt][e] = 0;
     }
+    const int64_t uo = (int64_t)u * UNIT;
     float dA, dB, dmA = 0.0f, dmB = 0.0f;
     if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
-        const int *xb = (const int *)(buf + L::XQ + L::XD);
 #pragma unroll
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, h = (sb & 1) * 4;
@@ -284,18 +301,18 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
             k4_scale_min(B.h, sb, scB, mB);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
+                const uint2 bq = __ldg((const uint2 *)(x.q[nt] + uo + sb * 32 + 8 * t));
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                int2 bs = *(const int2 *)(xb + sb * L::NC + nt * 8 + 2 * t);
+                const int b0 = __ldg(x.b[nt][0] + u * 8 + sb), b1 = __ldg(x.b[nt][1] + u * 8 + sb);
                 isum[nt][0] += scA * c[0];
                 isum[nt][1] += scA * c[1];
                 isum[nt][2] += scB * c[2];
                 isum[nt][3] += scB * c[3];
-                msum[nt][0] += mA * bs.x;
-                msum[nt][1] += mA * bs.y;
-                msum[nt][2] += mB * bs.x;
-                msum[nt][3] += mB * bs.y;
+                msum[nt][0] += mA * b0;
+                msum[nt][1] += mA * b1;
+                msum[nt][2] += mB * b0;
+                msum[nt][3] += mB * b1;
             }
         }
         dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
@@ -314,7 +331,7 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
                     const int off = 128 * n + 32 * q + 16 * s + 4 * t;
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
-                        uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
+                        const uint32_t bq = __ldg((const uint32_t *)(x.q[nt] + uo + off));
                         int c[4] = {0, 0, 0, 0};
                         mma_k16(c, a0, a1, bq);
                         isum[nt][0] += scA * c[0];
@@ -340,7 +357,7 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
             lsB -= 32;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
+                const uint2 bq = __ldg((const uint2 *)(x.q[nt] + uo + ib * 32 + 8 * t));
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
                 isum[nt][0] += lsA * c[0];
@@ -354,107 +371,109 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
-        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, da.x, isum[nt][0], msum[nt][0]));
-        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, da.y, isum[nt][1], msum[nt][1]));
-        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, da.x, isum[nt][2], msum[nt][2]));
-        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, da.y, isum[nt][3], msum[nt][3]));
+        const float d0 = __ldg(x.d[nt][0] + u), d1 = __ldg(x.d[nt][1] + u);
+        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, d0, isum[nt][0], msum[nt][0]));
+        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, d1, isum[nt][1], msum[nt][1]));
+        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, d0, isum[nt][2], msum[nt][2]));
+        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, d1, isum[nt][3], msum[nt][3]));
     }
 }
 
 // One unit (8 blocks) of Q8_0: per block (float)isum * (dw*da) added in block order.
 template <int NT>
 __device__ __forceinline__ void unit_q8_0(float (&acc)[NT][4], const raw_q8_0 &A,
-                                          const raw_q8_0 &B, const uint8_t *buf, int g, int t) {
-    typedef stage_layout<QT_Q8_0, NT> L;
-    constexpr int LD = qt_xq_ld(QT_Q8_0);
-    const float *xd = (const float *)(buf + L::XQ);
+                                          const raw_q8_0 &B, const xcols<NT> &x, int u, int t) {
+    const int64_t uo = (int64_t)u * UNIT;
 #pragma unroll
     for (int b = 0; b < 8; b++) {
         const float dwA = ds_cu_h2f(A.d[b]), dwB = ds_cu_h2f(B.d[b]);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + b * 32 + 8 * t);
+            const uint2 bq = __ldg((const uint2 *)(x.q[nt] + uo + b * 32 + 8 * t));
             int c[4] = {0, 0, 0, 0};
             mma_k32(c, A.q[b][0], B.q[b][0], A.q[b][1], B.q[b][1], bq.x, bq.y);
-            float2 da = *(const float2 *)(xd + b * L::NC + nt * 8 + 2 * t);
-            acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__int2float_rn(c[0]), __fmul_rn(dwA, da.x)));
-            acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__int2float_rn(c[1]), __fmul_rn(dwA, da.y)));
-            acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__int2float_rn(c[2]), __fmul_rn(dwB, da.x)));
-            acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__int2float_rn(c[3]), __fmul_rn(dwB, da.y)));
+            const float d0 = __ldg(x.d[nt][0] + u * 8 + b), d1 = __ldg(x.d[nt][1] + u * 8 + b);
+            acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__int2float_rn(c[0]), __fmul_rn(dwA, d0)));
+            acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__int2float_rn(c[1]), __fmul_rn(dwA, d1)));
+            acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__int2float_rn(c[2]), __fmul_rn(dwB, d0)));
+            acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__int2float_rn(c[3]), __fmul_rn(dwB, d1)));
         }
     }
 }
 
-// Stages unit u of the block's columns: int8 activations, their scales and (K4/K5) group sums.
-// Column slots >= nvalid are zero.
+// Block: W warps over one 16-row tile (rows row0 .. row0+15) and up to NT*8 columns (grid.y:
+// column chunks, or MoE pairs). Warp w runs K splits [w*ks/W, (w+1)*ks/W) one after the other
+// (split s: units [s*U/ks, (s+1)*U/ks)), accumulating each in unit order with the weights loaded
+// one unit ahead; the split partials meet in shared memory and warp 0 adds them in split order.
+// W (mmq_warps) never changes the numerics.
 template <int QT, int NT>
-__device__ __forceinline__ void stage_unit(uint8_t *buf, const mm_args &a, int c0, int nvalid,
-                                           int u, int tid) {
-    typedef stage_layout<QT, NT> L;
-    constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT);
-    for (int i = tid; i < L::NC * 16; i += MMQ_THREADS) {
-        const int cs = i >> 4, part = i & 15;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (cs < nvalid) {
-            const int64_t xc = mm_xcol(a, c0 + cs);
-            v = *(const uint4 *)(a.xq + xc * a.n_in + (int64_t)u * UNIT + part * 16);
-        }
-        *(uint4 *)(buf + cs * LD + part * 16) = v;
-    }
-    const int64_t n_xd = QT == QT_Q8_0 ? a.n_in / 32 : a.n_in / UNIT;
-    float *xd = (float *)(buf + L::XQ);
-    for (int i = tid; i < XDU * L::NC; i += MMQ_THREADS) {
-        const int j = i / L::NC, cs = i % L::NC;
-        xd[i] = cs < nvalid ? a.xd[mm_xcol(a, c0 + cs) * n_xd + (int64_t)u * XDU + j] : 0.0f;
-    }
-    if constexpr (qt_bsum(QT)) {
-        int *xb = (int *)(buf + L::XQ + L::XD);
-        for (int i = tid; i < 8 * L::NC; i += MMQ_THREADS) {
-            const int j = i / L::NC, cs = i % L::NC;
-            xb[i] = cs < nvalid ? a.xb[mm_xcol(a, c0 + cs) * (a.n_in / 32) + (int64_t)u * 8 + j]
-                                : 0;
-        }
-    }
-}
-
-template <int QT, int NT>
-static __global__ __launch_bounds__(MMQ_THREADS) void mmq_kernel(mm_args a) {
-    typedef stage_layout<QT, NT> L;
+static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args a) {
     typedef typename raw_of<QT>::type raw_t;
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t row0 = (int64_t)blockIdx.x * MMQ_ROWS + warp * 16;
-    const int split = blockIdx.y;
-    const int u0 = (int)((int64_t)split * a.n_units / a.ks);
-    const int u1 = (int)((int64_t)(split + 1) * a.n_units / a.ks);
+    constexpr int UB = qt_unit_bytes(QT);
+    extern __shared__ float part_sm[]; // ks > 1: [split][nt][lane][e]
+    float(*part)[NT][32][4] = (float(*)[NT][32][4])part_sm;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int W = blockDim.x >> 5, w = threadIdx.x >> 5;
+    const int64_t row0 = (int64_t)blockIdx.x * 16;
     int c0, nvalid;
     const uint8_t *wb = a.w;
     if (a.ids) {
-        c0 = blockIdx.z;
+        c0 = blockIdx.y;
         nvalid = 1;
         wb += (size_t)a.ids[c0] * a.w_nb2;
     } else {
-        c0 = blockIdx.z * L::NC;
-        nvalid = min(L::NC, a.ncols - c0);
+        c0 = blockIdx.y * NT * 8;
+        nvalid = min(NT * 8, a.ncols - c0);
     }
+    xcols<NT> x;
+    xcols_init<QT, NT>(x, a, c0, nvalid, g, t);
     const int64_t rA = min(row0 + g, a.n_out - 1), rB = min(row0 + g + 8, a.n_out - 1);
     const uint8_t *wA = wb + rA * a.w_nb1, *wB = wb + rB * a.w_nb1;
+    const int U = a.n_units, ks = a.ks;
+    const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
+    const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
+    raw_t nA, nB;
+    if (ua < ub) {
+        load_raw(nA, wA + (size_t)ua * UB, t);
+        load_raw(nB, wB + (size_t)ua * UB, t);
+    }
     float acc[NT][4];
+    int u = ua;
+    for (int s = s0; s < s1; s++) { // warp-uniform
+        const int u1 = (int)((int64_t)(s + 1) * U / ks);
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-
-    for (int u = u0; u < u1; u++) {
-        uint8_t *buf = smem + ((u - u0) & 1) * L::BUF;
-        raw_t A, B; // weight loads are in flight while the activations are staged
-        load_raw(A, wA + (size_t)u * qt_unit_bytes(QT), t);
-        load_raw(B, wB + (size_t)u * qt_unit_bytes(QT), t);
-        stage_unit<QT, NT>(buf, a, c0, nvalid, u, tid);
-        __syncthreads(); // double buffer: unit u+2 rewrites buf only after this barrier of u+1
-        if constexpr (QT == QT_Q8_0) {
-            unit_q8_0<NT>(acc, A, B, buf, g, t);
-        } else {
-            unit_k<QT, NT>(acc, A, B, buf, g, t);
+        for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        for (; u < u1; u++) {
+            const raw_t A = nA, B = nB;
+            if (u + 1 < ub) {
+                load_raw(nA, wA + (size_t)(u + 1) * UB, t);
+                load_raw(nB, wB + (size_t)(u + 1) * UB, t);
+            }
+            if constexpr (QT == QT_Q8_0) {
+                unit_q8_0<NT>(acc, A, B, x, u, t);
+            } else {
+                unit_k<QT, NT>(acc, A, B, x, u, t);
+            }
+        }
+        if (ks > 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) part[s][nt][lane][e] = acc[nt][e];
+            }
+        }
+    }
+    if (ks > 1) {
+        __syncthreads();
+        if (w != 0) return;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = part[0][nt][lane][e];
+                for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[k][nt][lane][e]);
+                acc[nt][e] = v;
+            }
         }
     }
 #pragma unroll
@@ -463,27 +482,8 @@ static __global__ __launch_bounds__(MMQ_THREADS) void mmq_kernel(mm_args a) {
         for (int e = 0; e < 4; e++) {
             const int64_t row = row0 + g + (e >> 1) * 8;
             const int cl = nt * 8 + 2 * t + (e & 1);
-            if (row >= a.n_out || cl >= nvalid) continue;
-            const int c = c0 + cl;
-            if (a.ks == 1) {
-                a.y[mm_yoff(a, c) + row] = acc[nt][e];
-            } else {
-                a.part[((size_t)split * a.ncols + c) * a.n_out + row] = acc[nt][e];
-            }
+            if (row < a.n_out && cl < nvalid) a.y[mm_yoff(a, c0 + cl) + row] = acc[nt][e];
         }
-    }
-}
-
-// y = sum over splits of the partials, in split order.
-static __global__ __launch_bounds__(256) void mmq_reduce_kernel(mm_args a) {
-    const int64_t row = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (row >= a.n_out) return;
-    for (int c = blockIdx.y; c < a.ncols; c += gridDim.y) {
-        float s = a.part[(size_t)c * a.n_out + row];
-        for (int sp = 1; sp < a.ks; sp++) {
-            s = __fadd_rn(s, a.part[((size_t)sp * a.ncols + c) * a.n_out + row]);
-        }
-        a.y[mm_yoff(a, c) + row] = s;
     }
 }
 
@@ -585,11 +585,29 @@ static int mmq_splits(const ds_cuda_ctx *c, int64_t n_out, int n_units) {
     return (int)DS_MAX(1, DS_MIN(want, (int64_t)DS_MIN(n_units, 32)));
 }
 
+// Warps per 16-row tile block: enough for about one wave of resident warps (~12 per SM at
+// these kernels' 128-250 registers),
+// at most ks and MMQ_MAX_WARPS, trimmed to the fewest with the same splits on the busiest warp.
+static int mmq_warps(const ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    const int64_t blocks = (a.n_out + 15) / 16 * n_z;
+    int64_t w = (int64_t)c->n_sm * 12 / blocks;
+    w = DS_MAX((int64_t)1, DS_MIN(w, (int64_t)DS_MIN(a.ks, (int)MMQ_MAX_WARPS)));
+    const int per = (int)((a.ks + w - 1) / w);
+    return (a.ks + per - 1) / per;
+}
+
 template <int QT, int NT>
 static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
-    typedef stage_layout<QT, NT> L;
-    dim3 grid((unsigned)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a.ks, (unsigned)n_z);
-    mmq_kernel<QT, NT><<<grid, MMQ_THREADS, 2 * L::BUF, c->stream>>>(a);
+    static bool attr_set = false; // up to 32 splits x NT x 32 lanes x 4 floats (64 KiB at NT=4)
+    if (!attr_set) {
+        DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_kernel<QT, NT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            32 * NT * 32 * 4 * (int)sizeof(float)));
+        attr_set = true;
+    }
+    const size_t smem = a.ks > 1 ? (size_t)a.ks * NT * 32 * 4 * sizeof(float) : 0;
+    dim3 grid((unsigned)((a.n_out + 15) / 16), (unsigned)n_z);
+    mmq_kernel<QT, NT><<<grid, 32 * mmq_warps(c, a, n_z), smem, c->stream>>>(a);
 }
 
 template <int QT>
@@ -661,18 +679,16 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     a.n_units = (int)(n_in / UNIT);
     a.ks = mmq_splits(c, a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
-    // scratch: xq | xd | xb | partials
+    // scratch: xq | xd | xb
     const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
     const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
     const size_t sz_b = sz_d;
-    const size_t sz_p =
-        !vec && a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b + sz_p);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b);
     if (!s) return;
     int8_t *xq = (int8_t *)s;
     float *xd = (float *)(s + sz_q);
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
-    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + sz_d + sz_b);
+    a.xq = xq, a.xd = xd, a.xb = xb;
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
     const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
     if (prep_reuse(c, s, xs, n_in, ncx, kind)) {
@@ -697,10 +713,6 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     case QT_Q5_K: mmq_dispatch<QT_Q5_K>(c, a, nt, n_z); break;
     case QT_Q6_K: mmq_dispatch<QT_Q6_K>(c, a, nt, n_z); break;
     default: mmq_dispatch<QT_IQ4_XS>(c, a, nt, n_z); break;
-    }
-    if (a.ks > 1) {
-        dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
-        mmq_reduce_kernel<<<rg, 256, 0, c->stream>>>(a);
     }
     ds_cuda_launched(c, op);
 }

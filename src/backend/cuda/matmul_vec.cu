@@ -3,11 +3,11 @@
 // prep kernels quantized exactly as the CPU does. Calls quant.cuh. Called by matmul.cu (mm_run).
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
-// A block is min(ks, 8) warps (ks = matmul.cu's K splits for the shape) over 8 rows; warp w runs
-// splits w, w + 8, .., its 4-lane group g = lane/4 one row, lane t = lane%4 a quarter of each 256-element unit (Q8_0:
+// A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits that
+// matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t = lane%4 a quarter of each 256-element unit (Q8_0:
 // two of its eight 32-blocks), so the 8 groups of a warp read 8 rows' units with 16-byte loads
 // while the activation words they need are the same (broadcast) for all groups. Weights are
-// loaded two units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
+// loaded three units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
 // float term is the CPU's (quant.cuh ksum); terms are added in unit order within the split, and
 // the split partials in split order in shared memory -- the same float operations in the same
 // order as the mma kernel plus its reduction, so a row is bitwise equal whichever kernel (and
@@ -16,7 +16,7 @@
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
 #include "backend/cuda/quant.cuh"
 
-// rows per block (one per 4-lane group of a warp); warps per block (a warp runs splits w, w + 8, ..)
+// rows per block (one per 4-lane group of a warp); most warps per block
 enum { MMV_ROWS = 8, MMV_MAX_WARPS = 8 };
 
 static constexpr uint32_t M4 = 0x0F0F0F0Fu;
@@ -306,30 +306,37 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
     }
 }
 
-// Block: min(ks, 8) warps over MMV_ROWS rows; warp w runs K splits w, w + 8, .. (matmul.cu
-// mmq_splits: split s is units [s*U/ks, (s+1)*U/ks)) for all rows, lane group g = lane/4 one row. Weights are loaded two
-// units ahead. The split partials meet in shared memory and are added in split order.
+// Block: W warps over MMV_ROWS rows (W from mmv_warps: numerics do not depend on it); warp w runs
+// K splits [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
+// [s*U/ks, (s+1)*U/ks)), its lane group g = lane/4 one row. Weights are loaded PF units ahead.
+// Each split's partial goes to shared memory; warp 0 adds them in split order.
 template <int QT, int NC>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args a) {
     typedef typename wv_of<QT>::type wv_t;
-    constexpr int UB = qt_unit_bytes(QT);
+    constexpr int UB = qt_unit_bytes(QT), PF = 3;
     __shared__ float part[32][MMV_ROWS][NC];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t row = (int64_t)blockIdx.x * MMV_ROWS + g;
     const uint8_t *wr = a.w + DS_MIN(row, a.n_out - 1) * a.w_nb1;
-    const int U = a.n_units, ks = a.ks;
-    for (int s = threadIdx.x >> 5; s < ks; s += blockDim.x >> 5) { // warp-uniform
-        const int u0 = (int)((int64_t)s * U / ks), u1 = (int)((int64_t)(s + 1) * U / ks);
+    const int U = a.n_units, ks = a.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
+    const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
+    const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
+    wv_t buf[PF];
+#pragma unroll
+    for (int i = 0; i < PF; i++) {
+        if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
+    }
+    int u = ua;
+    for (int s = s0; s < s1; s++) { // warp-uniform
+        const int u1 = (int)((int64_t)(s + 1) * U / ks);
         float acc[NC];
 #pragma unroll
         for (int c = 0; c < NC; c++) acc[c] = 0.0f;
-        wv_t w0, w1;
-        if (u0 < u1) w0.load(wr + (size_t)u0 * UB, t);
-        if (u0 + 1 < u1) w1.load(wr + (size_t)(u0 + 1) * UB, t);
-        for (int u = u0; u < u1; u++) {
-            const wv_t cur = w0;
-            w0 = w1;
-            if (u + 2 < u1) w1.load(wr + (size_t)(u + 2) * UB, t);
+        for (; u < u1; u++) {
+            const wv_t cur = buf[0];
+#pragma unroll
+            for (int i = 0; i + 1 < PF; i++) buf[i] = buf[i + 1];
+            if (u + PF < ub) buf[PF - 1].load(wr + (size_t)(u + PF) * UB, t);
             unit_acc<QT, NC>(acc, cur, a, u, t, lane);
         }
         if (ks == 1) {
@@ -355,15 +362,24 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args 
     }
 }
 
+// Warps per block: as many as keep the whole grid in about one wave of resident warps (~24 per
+// SM at these register counts), never more than ks or MMV_MAX_WARPS, then trimmed to the fewest
+// warps with the same longest run of splits per warp.
+static int mmv_warps(const ds_cuda_ctx *c, const mm_args &a) {
+    const int64_t groups = (a.n_out + MMV_ROWS - 1) / MMV_ROWS;
+    int64_t w = (int64_t)c->n_sm * 24 / groups;
+    w = DS_MAX((int64_t)1, DS_MIN(w, (int64_t)DS_MIN(a.ks, (int)MMV_MAX_WARPS)));
+    const int per = (int)((a.ks + w - 1) / w); // splits on the busiest warp
+    return (a.ks + per - 1) / per;
+}
+
 template <int QT>
 static void mmv_cols(ds_cuda_ctx *c, const mm_args &a) {
     const dim3 grid((unsigned)((a.n_out + MMV_ROWS - 1) / MMV_ROWS));
-    const int th = 32 * DS_MIN(a.ks, (int)MMV_MAX_WARPS);
+    const int th = 32 * mmv_warps(c, a);
     switch (a.ncols) {
     case 1: mmv_kernel<QT, 1><<<grid, th, 0, c->stream>>>(a); break;
-    case 2: mmv_kernel<QT, 2><<<grid, th, 0, c->stream>>>(a); break;
-    case 3: mmv_kernel<QT, 3><<<grid, th, 0, c->stream>>>(a); break;
-    default: mmv_kernel<QT, 4><<<grid, th, 0, c->stream>>>(a); break;
+    default: mmv_kernel<QT, 2><<<grid, th, 0, c->stream>>>(a); break;
     }
 }
 

@@ -25,14 +25,15 @@ __device__ double block_sum_d(double v, double *sh) {
 // GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): x += b first, in place; each
 // thread re-reads only the elements it wrote.
 template <bool GATED, bool ADD = false>
-static __global__ __launch_bounds__(256) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
+static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
                                                              const float *w, ds_cu_rows z,
                                                              float eps) {
-    __shared__ double sh[8];
+    __shared__ double sh[32];
     const int64_t r = blockIdx.x, n = x.ne0;
     float *xr = ds_cu_row(x, r);
     float *yr = ds_cu_row(y, r);
     double s = 0.0;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         float f = xr[i];
         if (ADD) {
@@ -53,8 +54,9 @@ static __global__ __launch_bounds__(256) void rmsnorm_kernel(ds_cu_rows y, ds_cu
     }
 }
 
+// Threads per row: a decode row is one block, so wide rows get many threads (few loads each).
 static int norm_threads(int64_t n) {
-    return n >= 2048 ? 256 : n >= 256 ? 128 : 64;
+    return n >= 4096 ? 1024 : n >= 1024 ? 256 : n >= 256 ? 128 : 64;
 }
 
 extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x,

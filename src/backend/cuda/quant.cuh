@@ -1,5 +1,5 @@
 // quant.cuh: what the quantized matmul kernels share (matmul.cu: int8 mma.sync for any N;
-// matmul_vec.cu: dp4a GEMV for N <= 4): the weight-type codes, the argument block, the activation
+// matmul_vec.cu: dp4a GEMV for N <= 2): the weight-type codes, the argument block, the activation
 // source view, the per-super-block float step that reproduces the CPU's rounding, and the
 // Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
 // sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
@@ -10,22 +10,14 @@
 #include "backend/cuda/common.cuh"
 
 enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
-enum { MMQ_THREADS = 256, MMQ_ROWS = 128, MMQ_COLS = 32, UNIT = 256, MMF_ROWS = 32 };
+// MMQ_ROWS: the row-block size in mmq_splits' formula (fixes the K splits; kept for stable
+// numerics); MMQ_MAX_WARPS: most warps per 16-row tile block.
+enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, UNIT = 256, MMF_ROWS = 32 };
 
 static constexpr int qt_unit_bytes(int qt) {
     return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
                                                                                             : 136;
 }
-static constexpr int qt_xd_per_unit(int qt) { // activation scales per 256: q8_0 has one per 32
-    return qt == QT_Q8_0 ? 8 : 1;
-}
-static constexpr bool qt_bsum(int qt) { // types with mins need per-32 activation sums
-    return qt == QT_Q4_K || qt == QT_Q5_K;
-}
-static constexpr int qt_xq_ld(int qt) { // bytes per staged column: bank-conflict-free LDS
-    return qt == QT_Q6_K ? 272 : 288;
-}
-
 // Column c of an f32 activation tensor viewed as {n_in, ne1, ne2}: data + (c % ne1)*nb1 +
 // (c / ne1)*nb2.
 struct xsrc {
@@ -55,7 +47,6 @@ struct mm_args {
     int ncols;            // logical columns (dense: N; MoE: n*k pairs)
     float *y;             // output
     int64_t y_nb1, y_nb2; // in floats: column stride (dense) / slot and row strides (MoE)
-    float *part;          // [ks][ncols][n_out] partial sums when ks > 1
     const int32_t *ids;   // MoE expert per pair (device), NULL for dense
     int k, per_slot;
 };
@@ -100,5 +91,5 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
 }
 
 // dp4a GEMV for N <= MMV_MAX_COLS dense columns (matmul_vec.cu); a.ks must already be set.
-enum { MMV_MAX_COLS = 4 };
+enum { MMV_MAX_COLS = 2 }; // wider: the mma kernel is faster (bench/RESULTS.md GEMV table)
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mm_args &a);
