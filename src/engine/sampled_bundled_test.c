@@ -36,7 +36,7 @@
 #if defined(__SANITIZE_ADDRESS__)
 enum { N_SPEC = 50, N_PLAIN = 150, N_PIT = 40 };
 #else
-enum { N_SPEC = 120, N_PLAIN = 360, N_PIT = 100 };
+enum { N_SPEC = 120, N_PLAIN = 360, N_PIT = 75 };
 #endif
 enum { SAMPLE_LEN = 4, N_POS = SAMPLE_LEN + 1, PIT_LEN = 8, PIT_BINS = 10, N_DRAFTERS = 3,
        N_CONFIGS = 2 * N_DRAFTERS, MAX_KEYS = 8192, TREE_BUDGET = 8 };

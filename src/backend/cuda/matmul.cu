@@ -487,6 +487,270 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
     }
 }
 
+// ---- staged int8 tensor-core GEMM for 9..32 columns -----------------------------------------------
+// The first design of the mma kernel, kept for N > 8 where it is faster (bench/RESULTS.md): 8
+// warps x 16 rows = 128 rows per block, the activations of each unit staged in shared memory
+// (double buffer) for the 8 warps, K splits on grid.y with partials in scratch and
+// mmq_staged_reduce_kernel adding them in split order. Same terms, same order as mmq_kernel.
+
+// Per-type staging constants: activation scales per 256 (q8_0: one per 32); whether per-32 sums
+// are needed (types with mins); bytes per staged column (bank-conflict-free LDS).
+static constexpr int qt_xd_per_unit(int qt) {
+    return qt == QT_Q8_0 ? 8 : 1;
+}
+static constexpr bool qt_bsum(int qt) {
+    return qt == QT_Q4_K || qt == QT_Q5_K;
+}
+static constexpr int qt_xq_ld(int qt) {
+    return qt == QT_Q6_K ? 272 : 288;
+}
+
+// Shared-memory views of one staged unit.
+template <int QT, int NT> struct stage_layout {
+    static constexpr int NC = NT * 8;
+    static constexpr int XQ = NC * qt_xq_ld(QT);
+    static constexpr int XD = qt_xd_per_unit(QT) * NC * 4;
+    static constexpr int XB = qt_bsum(QT) ? 8 * NC * 4 : 0;
+    static constexpr int BUF = XQ + XD + XB;
+};
+
+// One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
+// float term per (row, column) as the CPU computes it.
+template <int QT, int NT>
+__device__ __forceinline__ void unit_k_s(float (&acc)[NT][4], const typename raw_of<QT>::type &A,
+                                       const typename raw_of<QT>::type &B, const uint8_t *buf,
+                                       int g, int t) {
+    typedef stage_layout<QT, NT> L;
+    constexpr int LD = qt_xq_ld(QT);
+    const float *xd = (const float *)(buf + L::XQ);
+    int isum[NT][4], msum[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) isum[nt][e] = msum[nt][e] = 0;
+    }
+    float dA, dB, dmA = 0.0f, dmB = 0.0f;
+    if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
+        const int *xb = (const int *)(buf + L::XQ + L::XD);
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = sb >> 1, h = (sb & 1) * 4;
+            uint32_t a0 = (A.q[j].x >> h) & 0x0F0F0F0Fu, a2 = (A.q[j].y >> h) & 0x0F0F0F0Fu;
+            uint32_t a1 = (B.q[j].x >> h) & 0x0F0F0F0Fu, a3 = (B.q[j].y >> h) & 0x0F0F0F0Fu;
+            if constexpr (QT == QT_Q5_K) {
+                a0 |= ((A.qh.x >> sb) & 0x01010101u) << 4;
+                a2 |= ((A.qh.y >> sb) & 0x01010101u) << 4;
+                a1 |= ((B.qh.x >> sb) & 0x01010101u) << 4;
+                a3 |= ((B.qh.y >> sb) & 0x01010101u) << 4;
+            }
+            int scA, mA, scB, mB;
+            k4_scale_min(A.h, sb, scA, mA);
+            k4_scale_min(B.h, sb, scB, mB);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
+                int2 bs = *(const int2 *)(xb + sb * L::NC + nt * 8 + 2 * t);
+                isum[nt][0] += scA * c[0];
+                isum[nt][1] += scA * c[1];
+                isum[nt][2] += scB * c[2];
+                isum[nt][3] += scB * c[3];
+                msum[nt][0] += mA * bs.x;
+                msum[nt][1] += mA * bs.y;
+                msum[nt][2] += mB * bs.x;
+                msum[nt][3] += mB * bs.y;
+            }
+        }
+        dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
+        dB = ds_cu_h2f(B.h.x), dmB = ds_cu_h2f(B.h.x >> 16);
+    } else if constexpr (QT == QT_Q6_K) {
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    uint32_t a0 = q6_vals(A, n, q, s), a1 = q6_vals(B, n, q, s);
+                    const int si = 8 * n + 2 * q + s;
+                    int scA = (int)(int8_t)((A.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
+                    int scB = (int)(int8_t)((B.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
+                    const int off = 128 * n + 32 * q + 16 * s + 4 * t;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k16(c, a0, a1, bq);
+                        isum[nt][0] += scA * c[0];
+                        isum[nt][1] += scA * c[1];
+                        isum[nt][2] += scB * c[2];
+                        isum[nt][3] += scB * c[3];
+                    }
+                }
+            }
+        }
+        dA = ds_cu_h2f(A.d);
+        dB = ds_cu_h2f(B.d);
+    } else { // IQ4_XS
+        const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
+#pragma unroll
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
+            uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
+            const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
+            int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
+            int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
+            lsA -= 32;
+            lsB -= 32;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
+                isum[nt][0] += lsA * c[0];
+                isum[nt][1] += lsA * c[1];
+                isum[nt][2] += lsB * c[2];
+                isum[nt][3] += lsB * c[3];
+            }
+        }
+        dA = ds_cu_h2f(A.h.x);
+        dB = ds_cu_h2f(B.h.x);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, da.x, isum[nt][0], msum[nt][0]));
+        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, da.y, isum[nt][1], msum[nt][1]));
+        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, da.x, isum[nt][2], msum[nt][2]));
+        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, da.y, isum[nt][3], msum[nt][3]));
+    }
+}
+
+// One unit (8 blocks) of Q8_0: per block (float)isum * (dw*da) added in block order.
+template <int NT>
+__device__ __forceinline__ void unit_q8_0_s(float (&acc)[NT][4], const raw_q8_0 &A,
+                                          const raw_q8_0 &B, const uint8_t *buf, int g, int t) {
+    typedef stage_layout<QT_Q8_0, NT> L;
+    constexpr int LD = qt_xq_ld(QT_Q8_0);
+    const float *xd = (const float *)(buf + L::XQ);
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const float dwA = ds_cu_h2f(A.d[b]), dwB = ds_cu_h2f(B.d[b]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + b * 32 + 8 * t);
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, A.q[b][0], B.q[b][0], A.q[b][1], B.q[b][1], bq.x, bq.y);
+            float2 da = *(const float2 *)(xd + b * L::NC + nt * 8 + 2 * t);
+            acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__int2float_rn(c[0]), __fmul_rn(dwA, da.x)));
+            acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__int2float_rn(c[1]), __fmul_rn(dwA, da.y)));
+            acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__int2float_rn(c[2]), __fmul_rn(dwB, da.x)));
+            acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__int2float_rn(c[3]), __fmul_rn(dwB, da.y)));
+        }
+    }
+}
+
+// Stages unit u of the block's columns: int8 activations, their scales and (K4/K5) group sums.
+// Column slots >= nvalid are zero.
+template <int QT, int NT>
+__device__ __forceinline__ void stage_unit(uint8_t *buf, const mm_args &a, int c0, int nvalid,
+                                           int u, int tid) {
+    typedef stage_layout<QT, NT> L;
+    constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT);
+    for (int i = tid; i < L::NC * 16; i += MMQS_THREADS) {
+        const int cs = i >> 4, part = i & 15;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (cs < nvalid) {
+            const int64_t xc = mm_xcol(a, c0 + cs);
+            v = *(const uint4 *)(a.xq + xc * a.n_in + (int64_t)u * UNIT + part * 16);
+        }
+        *(uint4 *)(buf + cs * LD + part * 16) = v;
+    }
+    const int64_t n_xd = QT == QT_Q8_0 ? a.n_in / 32 : a.n_in / UNIT;
+    float *xd = (float *)(buf + L::XQ);
+    for (int i = tid; i < XDU * L::NC; i += MMQS_THREADS) {
+        const int j = i / L::NC, cs = i % L::NC;
+        xd[i] = cs < nvalid ? a.xd[mm_xcol(a, c0 + cs) * n_xd + (int64_t)u * XDU + j] : 0.0f;
+    }
+    if constexpr (qt_bsum(QT)) {
+        int *xb = (int *)(buf + L::XQ + L::XD);
+        for (int i = tid; i < 8 * L::NC; i += MMQS_THREADS) {
+            const int j = i / L::NC, cs = i % L::NC;
+            xb[i] = cs < nvalid ? a.xb[mm_xcol(a, c0 + cs) * (a.n_in / 32) + (int64_t)u * 8 + j]
+                                : 0;
+        }
+    }
+}
+
+template <int QT, int NT>
+static __global__ __launch_bounds__(MMQS_THREADS) void mmq_staged_kernel(mm_args a) {
+    typedef stage_layout<QT, NT> L;
+    typedef typename raw_of<QT>::type raw_t;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = (int64_t)blockIdx.x * MMQ_ROWS + warp * 16;
+    const int split = blockIdx.y;
+    const int u0 = (int)((int64_t)split * a.n_units / a.ks);
+    const int u1 = (int)((int64_t)(split + 1) * a.n_units / a.ks);
+    int c0, nvalid;
+    const uint8_t *wb = a.w;
+    if (a.ids) {
+        c0 = blockIdx.z;
+        nvalid = 1;
+        wb += (size_t)a.ids[c0] * a.w_nb2;
+    } else {
+        c0 = blockIdx.z * L::NC;
+        nvalid = min(L::NC, a.ncols - c0);
+    }
+    const int64_t rA = min(row0 + g, a.n_out - 1), rB = min(row0 + g + 8, a.n_out - 1);
+    const uint8_t *wA = wb + rA * a.w_nb1, *wB = wb + rB * a.w_nb1;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int u = u0; u < u1; u++) {
+        uint8_t *buf = smem + ((u - u0) & 1) * L::BUF;
+        raw_t A, B; // weight loads are in flight while the activations are staged
+        load_raw(A, wA + (size_t)u * qt_unit_bytes(QT), t);
+        load_raw(B, wB + (size_t)u * qt_unit_bytes(QT), t);
+        stage_unit<QT, NT>(buf, a, c0, nvalid, u, tid);
+        __syncthreads(); // double buffer: unit u+2 rewrites buf only after this barrier of u+1
+        if constexpr (QT == QT_Q8_0) {
+            unit_q8_0_s<NT>(acc, A, B, buf, g, t);
+        } else {
+            unit_k_s<QT, NT>(acc, A, B, buf, g, t);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t row = row0 + g + (e >> 1) * 8;
+            const int cl = nt * 8 + 2 * t + (e & 1);
+            if (row >= a.n_out || cl >= nvalid) continue;
+            const int c = c0 + cl;
+            if (a.ks == 1) {
+                a.y[mm_yoff(a, c) + row] = acc[nt][e];
+            } else {
+                a.part[((size_t)split * a.ncols + c) * a.n_out + row] = acc[nt][e];
+            }
+        }
+    }
+}
+
+// y = sum over splits of the partials, in split order.
+static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(mm_args a) {
+    const int64_t row = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (row >= a.n_out) return;
+    for (int c = blockIdx.y; c < a.ncols; c += gridDim.y) {
+        float s = a.part[(size_t)c * a.n_out + row];
+        for (int sp = 1; sp < a.ks; sp++) {
+            s = __fadd_rn(s, a.part[((size_t)sp * a.ncols + c) * a.n_out + row]);
+        }
+        a.y[mm_yoff(a, c) + row] = s;
+    }
+}
+
 // ---- float weights -------------------------------------------------------------------------------
 
 template <int WT>
@@ -610,11 +874,23 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
     mmq_kernel<QT, NT><<<grid, 32 * mmq_warps(c, a, n_z), smem, c->stream>>>(a);
 }
 
+template <int QT, int NT>
+static void mmq_staged_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    typedef stage_layout<QT, NT> L;
+    dim3 grid((unsigned)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a.ks, (unsigned)n_z);
+    mmq_staged_kernel<QT, NT><<<grid, MMQS_THREADS, 2 * L::BUF, c->stream>>>(a);
+    if (a.ks > 1) {
+        dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
+        mmq_staged_reduce_kernel<<<rg, 256, 0, c->stream>>>(a);
+    }
+}
+
+// N <= 8 (and MoE pairs): mmq_kernel; N > 8: the staged kernel (faster there).
 template <int QT>
 static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int nt, int n_z) {
     if (nt == 1) mmq_launch<QT, 1>(c, a, n_z);
-    else if (nt == 2) mmq_launch<QT, 2>(c, a, n_z);
-    else mmq_launch<QT, 4>(c, a, n_z);
+    else if (nt == 2) mmq_staged_launch<QT, 2>(c, a, n_z);
+    else mmq_staged_launch<QT, 4>(c, a, n_z);
 }
 
 template <int WT>
@@ -679,16 +955,19 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     a.n_units = (int)(n_in / UNIT);
     a.ks = mmq_splits(c, a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
-    // scratch: xq | xd | xb
+    // scratch: xq | xd | xb | split partials of the staged kernel (N > 8)
     const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
     const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
     const size_t sz_b = sz_d;
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b);
+    const bool staged = !moe && a.ncols > 8;
+    const size_t sz_p =
+        staged && a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b + sz_p);
     if (!s) return;
     int8_t *xq = (int8_t *)s;
     float *xd = (float *)(s + sz_q);
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
-    a.xq = xq, a.xd = xd, a.xb = xb;
+    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + sz_d + sz_b);
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
     const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
     if (prep_reuse(c, s, xs, n_in, ncx, kind)) {

@@ -7,7 +7,7 @@
 // matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t = lane%4 a quarter of each 256-element unit (Q8_0:
 // two of its eight 32-blocks), so the 8 groups of a warp read 8 rows' units with 16-byte loads
 // while the activation words they need are the same (broadcast) for all groups. Weights are
-// loaded three units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
+// loaded two or three units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
 // float term is the CPU's (quant.cuh ksum); terms are added in unit order within the split, and
 // the split partials in split order in shared memory -- the same float operations in the same
 // order as the mma kernel plus its reduction, so a row is bitwise equal whichever kernel (and
@@ -313,7 +313,8 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
 template <int QT, int NC>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args a) {
     typedef typename wv_of<QT>::type wv_t;
-    constexpr int UB = qt_unit_bytes(QT), PF = 3;
+    // units in flight per warp: 3, or 2 for the types whose raw words take more registers
+    constexpr int UB = qt_unit_bytes(QT), PF = (QT == QT_Q6_K || QT == QT_Q5_K) ? 2 : 3;
     __shared__ float part[32][MMV_ROWS][NC];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t row = (int64_t)blockIdx.x * MMV_ROWS + g;

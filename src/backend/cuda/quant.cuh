@@ -12,7 +12,7 @@
 enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
 // MMQ_ROWS: the row-block size in mmq_splits' formula (fixes the K splits; kept for stable
 // numerics); MMQ_MAX_WARPS: most warps per 16-row tile block.
-enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, UNIT = 256, MMF_ROWS = 32 };
+enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32 };
 
 static constexpr int qt_unit_bytes(int qt) {
     return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
@@ -45,6 +45,7 @@ struct mm_args {
     const int32_t *xb;    // activation sums per 32 [ncx][n_in/32]
     const float *xf;      // float activations [ncx][n_in] (mmf)
     int ncols;            // logical columns (dense: N; MoE: n*k pairs)
+    float *part;          // staged kernel (N > 8): [ks][ncols][n_out] split partials
     float *y;             // output
     int64_t y_nb1, y_nb2; // in floats: column stride (dense) / slot and row strides (MoE)
     const int32_t *ids;   // MoE expert per pair (device), NULL for dense
