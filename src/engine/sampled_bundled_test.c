@@ -31,10 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Under AddressSanitizer (make test-asan runs every test again, ~2-3x slower here) fewer samples:
+// Under AddressSanitizer (make test-asan runs every test again, ~3x slower here) fewer samples:
 // the bounds still hold and the acceptance and support checks still run.
 #if defined(__SANITIZE_ADDRESS__)
-enum { N_SPEC = 50, N_PLAIN = 150, N_PIT = 40 };
+enum { N_SPEC = 40, N_PLAIN = 120, N_PIT = 30 };
 #else
 enum { N_SPEC = 120, N_PLAIN = 360, N_PIT = 75 };
 #endif
