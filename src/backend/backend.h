@@ -94,9 +94,11 @@ typedef struct ds_backend_ops {
     // out[ch, t] = silu(sum_{j<K} w[j, ch] * in_j[ch]) where in_{K-1} = x[:, t] and in_0..in_{K-2}
     // are the K-1 previous inputs along the row's history (chain: earlier batch rows; tree: the
     // parent chain), continuing into `window` {C, K-1} (row j = time slot j, oldest first) at the
-    // start. w {K, C} (tap K-1 multiplies the current input). window is NOT modified.
+    // start. w {K, C} (tap K-1 multiplies the current input). If update_window (chains only:
+    // parent NULL), window then becomes the last K-1 inputs of [window rows, x rows]; otherwise
+    // it is not modified.
     void (*conv_silu)(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
-                      const ds_tensor *window, const int32_t *parent);
+                      ds_tensor *window, const int32_t *parent, bool update_window);
     // DeltaNet gates: beta = sigmoid(b), g = a_log_neg * softplus(alpha + dt_bias), per value
     // head. b, alpha {H_v, n}; dt_bias, ssm_a {H_v}. Outputs beta, g {H_v, n}.
     void (*gdn_gates)(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
@@ -116,7 +118,8 @@ typedef struct ds_backend_ops {
                           const ds_tensor *z, float eps);
     // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
     void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
-    // Copy device -> host / host -> device / device -> device (bytes).
+    // Copy device -> host / host -> device / device -> device (bytes; device regions may
+    // overlap, as with memmove).
     void (*read)(ds_backend *be, void *dst_host, const void *src, size_t n);
     void (*write)(ds_backend *be, void *dst, const void *src_host, size_t n);
     void (*copy)(ds_backend *be, void *dst, const void *src, size_t n);

@@ -39,10 +39,14 @@ static void layer_deltanet(const ds_model *m, ds_state *st, int il, const chunk 
     ds_acts *a = &st->acts;
     ds_rec_state *r = &st->rec[il];
     int64_t n = c->n;
-    ds_tensor qkv_pre = view(&a->qkv_pre, hp->conv_dim, n), qkv = view(&a->qkv, hp->conv_dim, n);
+    // a speculative batch writes the pre-conv qkv and the gates straight into the rows that a
+    // later commit replays (state.c), a committed batch into scratch
+    ds_tensor qkv_pre = view(c->spec ? &r->pend_qkv : &a->qkv_pre, hp->conv_dim, n);
+    ds_tensor qkv = view(&a->qkv, hp->conv_dim, n);
     ds_tensor z = view(&a->z, hp->d_inner, n), o = view(&a->o, hp->d_inner, n);
     ds_tensor bb = view(&a->bb, hp->n_v_heads, n), aa = view(&a->aa, hp->n_v_heads, n);
-    ds_tensor beta = view(&a->beta, hp->n_v_heads, n), g = view(&a->g, hp->n_v_heads, n);
+    ds_tensor beta = view(c->spec ? &r->pend_beta : &a->beta, hp->n_v_heads, n);
+    ds_tensor g = view(c->spec ? &r->pend_g : &a->g, hp->n_v_heads, n);
     // projections
     ds_qwen35_mm(be, &qkv_pre, &L->attn_qkv, cur);
     ds_qwen35_mm(be, &z, &L->attn_gate, cur);
@@ -51,29 +55,13 @@ static void layer_deltanet(const ds_model *m, ds_state *st, int il, const chunk 
     // beta = sigmoid(b); g = ssm_a * softplus(alpha + dt_bias)
     be->ops.gdn_gates(be, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
     // causal conv + silu over [window | rows]
-    be->ops.conv_silu(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent);
+    // (a committed batch also moves the conv window on; a speculative one leaves it to commit)
+    be->ops.conv_silu(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent, !c->spec);
     // gated delta rule; a speculative batch leaves S untouched and records its rows
     ds_gdn_params gp = {.parent = c->parent, .q_scale = 1.0f / sqrtf((float)hp->d_state),
                         .eps = hp->eps};
     be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, c->spec ? NULL : &r->S, hp->n_k_heads,
                         hp->n_v_heads, &gp);
-    if (c->spec) {
-        be->ops.copy(be, r->pend_qkv.data, qkv_pre.data, ds_tensor_nbytes(&qkv_pre));
-        be->ops.copy(be, r->pend_beta.data, beta.data, ds_tensor_nbytes(&beta));
-        be->ops.copy(be, r->pend_g.data, g.data, ds_tensor_nbytes(&g));
-    } else {
-        int64_t K1 = hp->d_conv - 1;
-        size_t rb = qkv_pre.nb[1];
-        if (n >= K1) {
-            be->ops.copy(be, r->window.data, ds_tensor_rows(&qkv_pre, n - K1, K1).data,
-                         (size_t)K1 * rb);
-        } else {
-            be->ops.copy(be, r->window.data, ds_tensor_rows(&r->window, n, K1 - n).data,
-                         (size_t)(K1 - n) * rb);
-            be->ops.copy(be, ds_tensor_rows(&r->window, K1 - n, n).data, qkv_pre.data,
-                         (size_t)n * rb);
-        }
-    }
     // gated RMSNorm per value head, then the output projection
     ds_tensor oh = ds_tensor_2d(o.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);
     ds_tensor zh = ds_tensor_2d(z.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);

@@ -229,33 +229,34 @@ void ds_qwen35_deltanet_commit(const ds_model *m, ds_state *st, int il, const in
     ds_rec_state *r = &st->rec[il];
     const ds_layer *L = &m->layers[il];
     ds_acts *a = &st->acts;
-    // gather accepted rows into contiguous chain order
-    ds_tensor x = ds_tensor_rows(&a->qkv_pre, 0, n);
-    ds_tensor beta = ds_tensor_rows(&a->beta, 0, n), g = ds_tensor_rows(&a->g, 0, n);
-    for (int64_t i = 0; i < n; i++) {
-        be->ops.copy(be, ds_tensor_rows(&x, i, 1).data,
-                     ds_tensor_rows(&r->pend_qkv, rows[i], 1).data, x.nb[1]);
-        be->ops.copy(be, ds_tensor_rows(&beta, i, 1).data,
-                     ds_tensor_rows(&r->pend_beta, rows[i], 1).data, beta.nb[1]);
-        be->ops.copy(be, ds_tensor_rows(&g, i, 1).data,
-                     ds_tensor_rows(&r->pend_g, rows[i], 1).data, g.nb[1]);
+    // the accepted rows in chain order: views of the pending rows when they are contiguous
+    // (a chain commit), else gathered into scratch
+    bool contiguous = true;
+    for (int64_t i = 1; i < n; i++) contiguous = contiguous && rows[i] == rows[0] + i;
+    ds_tensor x, beta, g;
+    if (contiguous && n > 0) {
+        x = ds_tensor_rows(&r->pend_qkv, rows[0], n);
+        beta = ds_tensor_rows(&r->pend_beta, rows[0], n);
+        g = ds_tensor_rows(&r->pend_g, rows[0], n);
+    } else {
+        x = ds_tensor_rows(&a->qkv_pre, 0, n);
+        beta = ds_tensor_rows(&a->beta, 0, n), g = ds_tensor_rows(&a->g, 0, n);
+        for (int64_t i = 0; i < n; i++) {
+            be->ops.copy(be, ds_tensor_rows(&x, i, 1).data,
+                         ds_tensor_rows(&r->pend_qkv, rows[i], 1).data, x.nb[1]);
+            be->ops.copy(be, ds_tensor_rows(&beta, i, 1).data,
+                         ds_tensor_rows(&r->pend_beta, rows[i], 1).data, beta.nb[1]);
+            be->ops.copy(be, ds_tensor_rows(&g, i, 1).data,
+                         ds_tensor_rows(&r->pend_g, rows[i], 1).data, g.nb[1]);
+        }
     }
     ds_tensor qkv = ds_tensor_rows(&a->qkv, 0, n);
-    be->ops.conv_silu(be, &qkv, &x, &L->ssm_conv1d.t, &r->window, NULL);
+    // the conv also moves the window on to the last d_conv-1 inputs of [window, accepted rows]
+    be->ops.conv_silu(be, &qkv, &x, &L->ssm_conv1d.t, &r->window, NULL, true);
     ds_tensor o = ds_tensor_2d(a->o.data, DS_TYPE_F32, hp->d_inner, n);
     ds_gdn_params gp = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)hp->d_state),
                         .eps = hp->eps};
     be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, &r->S, hp->n_k_heads, hp->n_v_heads, &gp);
-    // new window: the last d_conv-1 inputs of [window rows, accepted rows]
-    int64_t K1 = hp->d_conv - 1;
-    if (n >= K1) {
-        be->ops.copy(be, r->window.data, ds_tensor_rows(&x, n - K1, K1).data,
-                     (size_t)K1 * x.nb[1]);
-    } else if (n > 0) {
-        be->ops.copy(be, r->window.data, ds_tensor_rows(&r->window, n, K1 - n).data,
-                     (size_t)(K1 - n) * x.nb[1]);
-        be->ops.copy(be, ds_tensor_rows(&r->window, K1 - n, n).data, x.data, (size_t)n * x.nb[1]);
-    }
 }
 
 dspec_status ds_state_commit(ds_state *st, int64_t n_accept, const int32_t *path, dspec_err *err) {

@@ -376,6 +376,224 @@ static void test_sampled_distribution(void **state) {
     }
 }
 
+// ---- sampled verification against the exact target distribution -------------------------------
+// A reference state and sampler follow every emitted token, so the exact p of each emitted token
+// (the target's full sampler chain given everything emitted before it) is known. The proposer is
+// scripted around the p of the step's first position so that the classic verification bugs cause
+// large, closed-form distortions (two-sample tests against a drafter that knows nothing about the
+// target cannot see them):
+//   chain, q = {d: 0.6, e: 0.4} with d = argmax p, e = p's least likely token: a bonus drawn from
+//     p instead of normalize(max(0, p - q)) gives P(d) = min(p_d, 0.6) + (1 - beta) p_d, beta =
+//     sum min(p, q), instead of p_d (0.3 -> 0.51);
+//   conditional candidates (cands: DSpark Markov / DFlash 2 selector) q_c = softmax(log{e: 0.9,
+//     d: 0.1} / T) while the raw logits put all their mass on a token r outside p's support: a
+//     ratio p/q computed with the raw q accepts every drawn d / e, so P(e) ~ 0.9 instead of p_e;
+//   DDTree with children {d, e, ...} at the root: a bonus drawn afresh from p when no child
+//     matches (instead of the unmatched sample itself) gives P(d) = p_d + (1 - p_d - p_e) p_d.
+// Statistics: z-scores of the first-position counts of d and e against sum p (variance sum
+// p (1 - p): the per-step p differ, the sum is a martingale), and a chi-square over the rank of
+// every emitted token in its p; bounds are 5 sigma (Wilson-Hilferty for the chi-square).
+
+enum { X_SLOTS = 3, X_RUN = 120, X_RANK_BINS = 6, X_NV = 512 };
+#if defined(__SANITIZE_ADDRESS__)
+enum { X_RUNS = 2 };
+#else
+enum { X_RUNS = 8 };
+#endif
+
+typedef enum { X_CHAIN, X_COND, X_TREE, X_TREE_COND } xmode;
+
+typedef struct xprop {
+    xmode mode;
+    float temp;
+    int32_t d, e, r; // argmax of p, least likely token of p, a token outside p's support
+} xprop;
+
+static dspec_status x_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
+    (void)ctx, (void)feats, (void)n, (void)err;
+    return DSPEC_OK;
+}
+
+static dspec_status x_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,
+                              dspec_err *err) {
+    (void)err;
+    xprop *x = ctx;
+    out->n_tokens = n_slots - 1;
+    for (int i = 0; i < n_slots - 1; i++) {
+        float *row = out->logits + (int64_t)i * out->n_vocab;
+        if (i == 0) { // the scripted slot: (raw) q around the target's p
+            for (int64_t v = 0; v < out->n_vocab; v++) row[v] = -1e4f;
+            if (x->mode == X_COND || x->mode == X_TREE_COND) {
+                row[x->r] = 0.0f;
+            } else { // logits T log q: q after the sampler's temperature
+                row[x->d] = x->temp * logf(0.6f);
+                row[x->e] = x->d == x->e ? 0.0f : x->temp * logf(0.4f);
+            }
+        } else { // later slots: a fixed, flat-ish distribution that knows nothing
+            for (int64_t v = 0; v < out->n_vocab; v++) {
+                uint64_t h = (uint64_t)(v * 2654435761u) ^ (uint64_t)(anchor * 40503 + i);
+                row[v] = (float)(h % 1000) / 500.0f;
+            }
+        }
+        out->tokens[i] = ds_sample_argmax(row, out->n_vocab);
+    }
+    return DSPEC_OK;
+}
+
+// Conditional candidates: slot 0 (after the anchor) {e: 0.9, d: 0.1}; later slots six tokens that
+// depend on the previous one.
+static int x_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids, float *logp) {
+    xprop *x = ctx;
+    if (slot == 0) {
+        ids[0] = x->e, logp[0] = logf(0.9f);
+        if (x->d == x->e || k < 2) return 1;
+        ids[1] = x->d, logp[1] = logf(0.1f);
+        return 2;
+    }
+    return rand_cands(NULL, slot, prev, k, ids, logp);
+}
+
+typedef struct xstats {
+    double o_d, e_d, v_d, o_e, e_e, v_e; // first position: observed, expected, variance
+    double rank_o[X_RANK_BINS], rank_e[X_RANK_BINS];
+    int64_t n_first, n_tokens;
+} xstats;
+
+static int x_rank_bin(const ds_sample_probs *p, int32_t tok) {
+    float pt = ds_sample_probs_get(p, tok);
+    int64_t r = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        if (p->p[i] > pt || (p->p[i] == pt && p->ids[i] < tok)) r++;
+    }
+    return r < 4 ? (int)r : r < 8 ? 4 : 5;
+}
+
+// Records emitted token `tok` whose exact distribution is p.
+static void x_record(xstats *xs, const ds_sample_probs *p, int32_t tok) {
+    assert_true(ds_sample_probs_get(p, tok) > 0.0f); // never outside the target's support
+    xs->rank_o[x_rank_bin(p, tok)] += 1.0;
+    for (int64_t i = 0; i < p->n; i++) xs->rank_e[x_rank_bin(p, p->ids[i])] += p->p[i];
+    xs->n_tokens++;
+}
+
+// One generation of X_RUN steps from the prompt; tokens checked against the reference.
+static void x_run(xmode mode, uint64_t seed, xstats *xs) {
+    env *e = &g_env;
+    ds_sample_params sp;
+    ds_sample_params_default(&sp); // T 0.8, top-k 40, top-p 0.95, min-p 0.05
+    sp.repeat_penalty = 1.1f, sp.repeat_last_n = 64, sp.seed = seed;
+    ds_sampler *smp, *ref;
+    assert_int_equal(ds_sample_new(&smp, &sp, X_NV, NULL), DSPEC_OK);
+    assert_int_equal(ds_sample_new(&ref, &sp, X_NV, NULL), DSPEC_OK);
+    for (int i = 0; i < N_PROMPT; i++) {
+        ds_sample_accept(smp, e->prompt[i], NULL);
+        ds_sample_accept(ref, e->prompt[i], NULL);
+    }
+    ds_state *st, *rst;
+    ds_state_params stp = {.n_ctx = N_PROMPT + 3 * X_RUN + 16};
+    assert_int_equal(ds_state_new(&st, e->m, &stp, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_new(&rst, e->m, &stp, NULL), DSPEC_OK);
+    ds_batch pb = {.n = N_PROMPT, .tokens = e->prompt};
+    assert_int_equal(ds_model_forward(e->m, rst, &pb, NULL), DSPEC_OK);
+    xprop xp = {.mode = mode, .temp = sp.temperature};
+    bool tree = mode == X_TREE || mode == X_TREE_COND;
+    ds_proposer p = {.ctx = &xp, .n_taps = 0, .block_size = X_SLOTS, .append = x_append,
+                     .propose = x_propose,
+                     .cands = mode == X_COND || mode == X_TREE_COND ? x_cands : NULL};
+    ds_spec_params par = {.n_slots = X_SLOTS, .sampler = smp, .tree_budget = tree ? 4 : 0,
+                          .tree_topk = 2};
+    ds_spec *s;
+    assert_int_equal(ds_spec_new(&s, e->m, st, &p, &par, NULL), DSPEC_OK);
+    int32_t out[DS_SPEC_MAX_SLOTS];
+    int64_t n = 1;
+    assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &out[0], NULL), DSPEC_OK);
+    static float logits[DS_SPEC_MAX_SLOTS * X_NV];
+    ds_sample_probs p0, pn;
+    ds_sample_probs_init(&p0, X_NV, NULL);
+    ds_sample_probs_init(&pn, X_NV, NULL);
+    for (int step = 0;; step++) {
+        // the reference consumes the emitted tokens out[0..n): p of each next token
+        ds_batch b = {.n = n, .tokens = out, .n_logits = n, .logits = logits};
+        assert_int_equal(ds_model_forward(e->m, rst, &b, NULL), DSPEC_OK);
+        for (int64_t j = 0; j < n; j++) {
+            assert_int_equal(ds_sample_accept(ref, out[j], NULL), DSPEC_OK);
+            assert_int_equal(ds_sample_dist(ref, logits + j * X_NV, X_NV, &pn, NULL), DSPEC_OK);
+            if (j + 1 < n) x_record(xs, &pn, out[j + 1]);
+        }
+        if (step == X_RUN) break;
+        // script the proposer around p of the step's first position
+        ds_sample_probs tmp = p0; // swap storage: p0 = p of the next token
+        p0 = pn, pn = tmp;
+        int64_t best = 0, worst = 0;
+        for (int64_t i = 1; i < p0.n; i++) {
+            if (p0.p[i] > p0.p[best]) best = i;
+            if (p0.p[i] < p0.p[worst]) worst = i;
+        }
+        xp.d = p0.ids[best], xp.e = p0.ids[worst];
+        static bool in_support[X_NV];
+        memset(in_support, 0, sizeof(in_support));
+        for (int64_t i = 0; i < p0.n; i++) in_support[p0.ids[i]] = true;
+        xp.r = 0;
+        while (in_support[xp.r]) xp.r++;
+        assert_int_equal(ds_spec_step(s, DS_SPEC_MAX_SLOTS, out, &n, NULL), DSPEC_OK);
+        x_record(xs, &p0, out[0]);
+        double pd = ds_sample_probs_get(&p0, xp.d), pe = xp.e == xp.d ? 0.0 :
+                    ds_sample_probs_get(&p0, xp.e);
+        xs->o_d += out[0] == xp.d, xs->e_d += pd, xs->v_d += pd * (1.0 - pd);
+        xs->o_e += out[0] == xp.e && xp.e != xp.d, xs->e_e += pe, xs->v_e += pe * (1.0 - pe);
+        xs->n_first++;
+    }
+    ds_sample_probs_deinit(&p0);
+    ds_sample_probs_deinit(&pn);
+    ds_spec_free(s);
+    ds_state_free(st);
+    ds_state_free(rst);
+    ds_sample_free(smp);
+    ds_sample_free(ref);
+}
+
+// Runs X_RUNS generations in `mode` and checks the statistics (5-sigma bounds).
+static void x_check(xmode mode, const char *name) {
+    xstats xs = {0};
+    for (int i = 0; i < X_RUNS; i++) x_run(mode, 7000 + 100 * (uint64_t)mode + (uint64_t)i, &xs);
+    double z_d = (xs.o_d - xs.e_d) / sqrt(xs.v_d);
+    double z_e = xs.v_e > 0.0 ? (xs.o_e - xs.e_e) / sqrt(xs.v_e) : 0.0;
+    double chi2 = 0.0;
+    int df = -1;
+    for (int b = 0; b < X_RANK_BINS; b++) {
+        if (xs.rank_e[b] < 5.0) continue; // too rare to test (counted in no bin)
+        double dlt = xs.rank_o[b] - xs.rank_e[b];
+        chi2 += dlt * dlt / xs.rank_e[b];
+        df++;
+    }
+    // Wilson-Hilferty: the chi-square(df) quantile at 5 sigma
+    double a = 2.0 / (9.0 * df), bound = df * pow(1.0 - a + 5.0 * sqrt(a), 3.0);
+    print_message("%s: %" PRId64 " steps, %" PRId64 " tokens; first position: d %.0f vs %.1f "
+                  "(z %.2f), e %.0f vs %.1f (z %.2f); rank chi2 %.1f, df %d, bound %.1f\n",
+                  name, xs.n_first, xs.n_tokens, xs.o_d, xs.e_d, z_d, xs.o_e, xs.e_e, z_e, chi2,
+                  df, bound);
+    assert_true(df >= 2);
+    assert_true(fabs(z_d) < 5.0);
+    assert_true(fabs(z_e) < 5.0);
+    assert_true(chi2 < bound);
+}
+
+static void test_sampled_exact_chain(void **state) {
+    (void)state;
+    x_check(X_CHAIN, "chain");
+}
+
+static void test_sampled_exact_conditional(void **state) {
+    (void)state;
+    x_check(X_COND, "chain, conditional q");
+}
+
+static void test_sampled_exact_tree(void **state) {
+    (void)state;
+    x_check(X_TREE, "tree");
+    x_check(X_TREE_COND, "tree, conditional children");
+}
+
 static void test_accept_greedy(void **s) {
     (void)s;
     int32_t d[4] = {1, 2, 3, 4}, t[5] = {1, 2, 9, 4, 7};
@@ -405,6 +623,9 @@ int main(void) {
         cmocka_unit_test(test_lossless_errors),
         cmocka_unit_test(test_tree_lossless),
         cmocka_unit_test(test_sampled_distribution),
+        cmocka_unit_test(test_sampled_exact_chain),
+        cmocka_unit_test(test_sampled_exact_conditional),
+        cmocka_unit_test(test_sampled_exact_tree),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,11 +6,12 @@
 enum { CONV_MAX_K = 16 };
 
 void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
-                      const ds_tensor *window, const int32_t *parent) {
+                      ds_tensor *window, const int32_t *parent, bool update_window) {
     (void)be;
     int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
     DS_ASSERT(K >= 1 && K <= CONV_MAX_K && w->ne[1] == C && window->ne[0] == C &&
               window->ne[1] == K - 1 && out->ne[0] == C && out->ne[1] == n);
+    DS_ASSERT(!update_window || !parent);
     const float *wd = w->data;
     for (int64_t t = 0; t < n; t++) {
         // in[K-1] = current row; walk back through the history for the K-1 previous inputs
@@ -35,6 +36,15 @@ void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const 
                 s += wc[j] * in[j][ch];
             }
             o[ch] = ds_cpu_silu(s);
+        }
+    }
+    if (update_window) { // the last K-1 inputs of [window rows, x rows], oldest first
+        const int64_t K1 = K - 1;
+        for (int64_t j = 0; j < K1; j++) {
+            const int64_t src = n + j; // index in [window rows | x rows]
+            const float *from = src < K1 ? ds_cpu_row(window, src, 0, 0)
+                                         : ds_cpu_row(x, src - K1, 0, 0);
+            memmove(ds_cpu_row(window, j, 0, 0), from, (size_t)C * sizeof(float));
         }
     }
 }

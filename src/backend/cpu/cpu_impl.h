@@ -84,7 +84,7 @@ void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_te
 void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
                       const ds_tensor *v, int n_kv, const ds_attn_params *p);
 void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
-                      const ds_tensor *window, const int32_t *parent);
+                      ds_tensor *window, const int32_t *parent, bool update_window);
 void ds_cpu_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
                       const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
 void ds_cpu_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,

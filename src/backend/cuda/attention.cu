@@ -75,11 +75,22 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     __syncthreads();
     // scores: one warp per key, lanes over head_dim
     const int R = hd / 32;
+    float kn[8]; // the warp's next key, loaded while this one is reduced
+    if (warp < cnt) {
+        const char *kp = a.k + key_row(a, t, i0 + warp) * a.k_nb1;
+#pragma unroll
+        for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+    }
     for (int j = warp; j < cnt; j += ATT_THREADS / 32) {
-        const char *kp = a.k + key_row(a, t, i0 + j) * a.k_nb1;
         float kv[8];
 #pragma unroll
-        for (int r = 0; r < 8; r++) kv[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+        for (int r = 0; r < 8; r++) kv[r] = kn[r];
+        const int jn = j + ATT_THREADS / 32;
+        if (jn < cnt) {
+            const char *kp = a.k + key_row(a, t, i0 + jn) * a.k_nb1;
+#pragma unroll
+            for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+        }
 #pragma unroll
         for (int gq = 0; gq < GM; gq++) {
             if (gq >= G) break;
@@ -113,17 +124,28 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
         }
     }
     __syncthreads();
-    // p . V: thread per dimension, all G heads, keys in order
+    // p . V: thread per dimension, all G heads, keys in order (V rows loaded 8 at a time so the
+    // loads are in flight together)
     if (tid < hd) {
         float acc[GM];
 #pragma unroll
         for (int gq = 0; gq < GM; gq++) acc[gq] = 0.0f;
-        for (int j = 0; j < cnt; j++) {
-            const char *vp = a.v + key_row(a, t, i0 + j) * a.v_nb1;
-            const float vv = kv_ld<KV>(vp, (int64_t)kvh * hd + tid);
+        for (int j0 = 0; j0 < cnt; j0 += 8) {
+            float vv[8];
 #pragma unroll
-            for (int gq = 0; gq < GM; gq++) {
-                if (gq < G) acc[gq] = __fmaf_rn(sc[gq * ATT_CH + j], vv, acc[gq]);
+            for (int jj = 0; jj < 8; jj++) {
+                vv[jj] = j0 + jj < cnt
+                             ? kv_ld<KV>(a.v + key_row(a, t, i0 + j0 + jj) * a.v_nb1,
+                                         (int64_t)kvh * hd + tid)
+                             : 0.0f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+                if (j0 + jj >= cnt) break;
+#pragma unroll
+                for (int gq = 0; gq < GM; gq++) {
+                    if (gq < G) acc[gq] = __fmaf_rn(sc[gq * ATT_CH + j0 + jj], vv[jj], acc[gq]);
+                }
             }
         }
 #pragma unroll

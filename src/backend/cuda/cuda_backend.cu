@@ -221,6 +221,13 @@ static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n
 static void cuda_copy(ds_backend *be, void *dst, const void *src, size_t n) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "copy") || n == 0 || dst == src) return;
+    const uint8_t *d = (const uint8_t *)dst, *s = (const uint8_t *)src;
+    if (d < s + n && s < d + n) { // overlapping (memmove semantics): through scratch
+        void *tmp = ds_cuda_scratch(c, n);
+        if (!tmp) return;
+        DS_CUDA_TRY(c, cudaMemcpyAsync(tmp, src, n, cudaMemcpyDeviceToDevice, c->stream));
+        src = tmp;
+    }
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
     ds_cuda_launched(c, "copy");
 }

@@ -50,7 +50,7 @@ void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q,
                             const int32_t *hi, float scale);
 // deltanet.cu
 void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
-                       const ds_tensor *window, const int32_t *parent);
+                       ds_tensor *window, const int32_t *parent, bool update_window);
 void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
                        const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
 void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,

@@ -798,12 +798,38 @@ static void test_conv_silu(void **state) {
     ds_tensor og = with_data(&ot, od);
     for (int tr = 0; tr < 2; tr++) {
         const int32_t *par = tr ? tree : NULL;
-        e->cpu->ops.conv_silu(e->cpu, &ot, &xt, &wt, &wint, par);
-        e->gpu->ops.conv_silu(e->gpu, &og, &xg, &wg, &wing, par);
+        e->cpu->ops.conv_silu(e->cpu, &ot, &xt, &wt, &wint, par, false);
+        e->gpu->ops.conv_silu(e->gpu, &og, &xg, &wg, &wing, par, false);
         down(e, got, od, (size_t)(C * n) * 4);
         expect_close(tr ? "conv_silu tree" : "conv_silu chain", got, ref, C * n, TOL_ULPS_REL,
                      TOL_ULPS_ABS);
     }
+    // window update (chain): 1 row (in the kernel), 2 rows (< K-1: shifted), 7 rows; the window
+    // must equal the CPU's bitwise and the outputs must match the non-updating call
+    const int64_t ns[] = {1, 2, 7};
+    float *wref = xmalloc((size_t)(C * (K - 1)) * 4), *wgot = xmalloc((size_t)(C * (K - 1)) * 4);
+    for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
+        memcpy(wref, win, (size_t)(C * (K - 1)) * 4);
+        e->gpu->ops.write(e->gpu, wind, win, (size_t)(C * (K - 1)) * 4);
+        ds_tensor xk = ds_tensor_rows(&xt, 0, ns[k]), ok = ds_tensor_rows(&ot, 0, ns[k]);
+        ds_tensor xkg = ds_tensor_rows(&xg, 0, ns[k]), okg = ds_tensor_rows(&og, 0, ns[k]);
+        ds_tensor wr = with_data(&wint, wref);
+        e->cpu->ops.conv_silu(e->cpu, &ok, &xk, &wt, &wr, NULL, true);
+        e->gpu->ops.conv_silu(e->gpu, &okg, &xkg, &wg, &wing, NULL, true);
+        down(e, got, od, (size_t)(C * ns[k]) * 4);
+        down(e, wgot, wind, (size_t)(C * (K - 1)) * 4);
+        char what[64];
+        snprintf(what, sizeof(what), "conv_silu update n=%lld: out", (long long)ns[k]);
+        expect_close(what, got, ref, C * ns[k], TOL_ULPS_REL, TOL_ULPS_ABS);
+        snprintf(what, sizeof(what), "conv_silu update n=%lld: window", (long long)ns[k]);
+        expect_bitwise(what, wgot, wref, C * (K - 1));
+        for (int64_t j = 0; j < K - 1; j++) { // the expected window, from first principles
+            const int64_t src = ns[k] + j;
+            const float *from = src < K - 1 ? win + src * C : x + (src - (K - 1)) * C;
+            assert_memory_equal(wref + j * C, from, (size_t)C * 4);
+        }
+    }
+    free(wref), free(wgot);
     dfree(e, xd), dfree(e, wd), dfree(e, wind), dfree(e, od);
     free(x), free(w), free(win), free(ref), free(got);
 }

@@ -20,8 +20,11 @@ enum { CONV_MAX_K = 16, GDN_WARPS = 4, GDN_JW = 8 };
 
 // ---- causal conv + SiLU --------------------------------------------------------------------------
 
+// UPD (one row, chain): the thread also shifts its channel of the window by one row and appends
+// the row's input, after reading it (no other thread touches the channel).
+template <bool UPD>
 static __global__ __launch_bounds__(256) void conv_silu_kernel(
-    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, const char *win,
+    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
     int64_t win_nb1, const int32_t *parent, int64_t C, int K) {
     const int64_t t = blockIdx.x;
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
@@ -39,14 +42,20 @@ static __global__ __launch_bounds__(256) void conv_silu_kernel(
             in[j] = (const float *)(win + (wi--) * win_nb1);
         }
     }
-    float s = 0.0f;
-    for (int j = 0; j < K; j++) s = __fadd_rn(s, __fmul_rn(w[ch * K + j], in[j][ch]));
+    float s = 0.0f, v[CONV_MAX_K];
+    for (int j = 0; j < K; j++) {
+        v[j] = in[j][ch];
+        s = __fadd_rn(s, __fmul_rn(w[ch * K + j], v[j]));
+    }
     out[t * o_nb1 + ch] = ds_cu_silu(s);
+    if (UPD) {
+        for (int j = 0; j + 1 < K; j++) ((float *)(win + j * win_nb1))[ch] = v[j + 1];
+    }
 }
 
 extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x,
-                                  const ds_tensor *w, const ds_tensor *window,
-                                  const int32_t *parent) {
+                                  const ds_tensor *w, ds_tensor *window, const int32_t *parent,
+                                  bool update_window) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "conv_silu")) return;
     const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
@@ -54,6 +63,7 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
               window->ne[1] == K - 1 && out->ne[0] == C && out->ne[1] == n);
     DS_ASSERT(w->type == DS_TYPE_F32 && w->nb[1] == (size_t)K * 4 && x->nb[0] == 4 &&
               out->nb[0] == 4 && window->nb[0] == 4 && out->nb[1] % 4 == 0);
+    DS_ASSERT(!update_window || !parent);
     if (n == 0) return;
     const int32_t *par_d = NULL;
     if (parent) {
@@ -61,11 +71,31 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
         if (!par_d) return;
     }
     dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
-    conv_silu_kernel<<<grid, 256, 0, c->stream>>>(
-        (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
-        (const float *)w->data, (const char *)window->data, (int64_t)window->nb[1], par_d, C,
-        (int)K);
+    const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
+    if (in_kernel) {
+        conv_silu_kernel<true><<<grid, 256, 0, c->stream>>>(
+            (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
+            (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
+            (int64_t)window->nb[1], par_d, C, (int)K);
+    } else {
+        conv_silu_kernel<false><<<grid, 256, 0, c->stream>>>(
+            (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
+            (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
+            (int64_t)window->nb[1], par_d, C, (int)K);
+    }
     ds_cuda_launched(c, "conv_silu");
+    if (update_window && !in_kernel && K > 1) { // rows: after the conv read the old window
+        const int64_t K1 = K - 1;
+        const size_t rb = (size_t)window->nb[1];
+        DS_ASSERT(window->nb[1] == (size_t)C * 4 && x->nb[1] == (size_t)C * 4);
+        if (n >= K1) {
+            be->ops.copy(be, window->data, (const char *)x->data + (n - K1) * rb, (size_t)K1 * rb);
+        } else {
+            be->ops.copy(be, window->data, (const char *)window->data + n * rb,
+                         (size_t)(K1 - n) * rb);
+            be->ops.copy(be, (char *)window->data + (K1 - n) * rb, x->data, (size_t)n * rb);
+        }
+    }
 }
 
 // ---- gates ---------------------------------------------------------------------------------------
