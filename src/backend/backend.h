@@ -57,6 +57,11 @@ typedef struct ds_backend_ops {
     // y{n_out, n} = W{n_in, n_out} · x{n_in, n}, f32 in/out. x is converted to W's vec_dot type
     // per row (as llama.cpp does). `scale` (may be NULL) is a {1} f32 tensor multiplied in.
     void (*matmul)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x);
+    // (optional; NULL: callers run matmul per weight) y[i] = W[i] · x for i < n_w (1..4), one
+    // input for all; each y[i] bitwise equals matmul(W[i], x). Lets a backend prepare x once and
+    // fuse the launches (q/k/v, DeltaNet projections, FFN gate/up).
+    void (*matmul_multi)(ds_backend *be, int n_w, ds_tensor *const *y, const ds_tensor *const *w,
+                         const ds_tensor *x);
     // MoE: for row r and slot j, y[:, j, r] = W[:, :, ids[j, r]] · x[:, r or (j, r)].
     // W {n_in, n_out, n_expert}; x {n_in, n} (broadcast over slots) or {n_in, k, n};
     // ids host int32 [n * k]; y {n_out, k, n}.

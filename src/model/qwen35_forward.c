@@ -23,6 +23,20 @@ void ds_qwen35_mm(ds_backend *be, ds_tensor *y, const ds_weight *w, const ds_ten
     }
 }
 
+// y[i] = W[i] · x for i < n (1..4): one fused call where the backend has one.
+static void mm_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_weight *const *w,
+                     const ds_tensor *x) {
+    bool fused = be->ops.matmul_multi != NULL;
+    for (int i = 0; i < n; i++) fused = fused && !w[i]->scale;
+    if (!fused) {
+        for (int i = 0; i < n; i++) ds_qwen35_mm(be, y[i], w[i], x);
+        return;
+    }
+    const ds_tensor *wt[4];
+    for (int i = 0; i < n; i++) wt[i] = &w[i]->t;
+    be->ops.matmul_multi(be, n, y, wt, x);
+}
+
 typedef struct chunk {
     const int32_t *tokens;
     const int32_t *parent;
@@ -48,10 +62,9 @@ static void layer_deltanet(const ds_model *m, ds_state *st, int il, const chunk 
     ds_tensor beta = view(c->spec ? &r->pend_beta : &a->beta, hp->n_v_heads, n);
     ds_tensor g = view(c->spec ? &r->pend_g : &a->g, hp->n_v_heads, n);
     // projections
-    ds_qwen35_mm(be, &qkv_pre, &L->attn_qkv, cur);
-    ds_qwen35_mm(be, &z, &L->attn_gate, cur);
-    ds_qwen35_mm(be, &bb, &L->ssm_beta, cur);
-    ds_qwen35_mm(be, &aa, &L->ssm_alpha, cur);
+    ds_tensor *py[4] = {&qkv_pre, &z, &bb, &aa};
+    const ds_weight *pw[4] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
+    mm_multi(be, 4, py, pw, cur);
     // beta = sigmoid(b); g = ssm_a * softplus(alpha + dt_bias)
     be->ops.gdn_gates(be, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
     // causal conv + silu over [window | rows]
@@ -78,9 +91,9 @@ static void layer_attention(const ds_model *m, ds_state *st, int il, const chunk
     int64_t n = c->n, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     ds_tensor qg = view(&a->qg, 2 * nh * hd, n);
     ds_tensor k = view(&a->kk, nkv * hd, n), v = view(&a->vv, nkv * hd, n);
-    ds_qwen35_mm(be, &qg, &L->attn_q, cur);
-    ds_qwen35_mm(be, &k, &L->attn_k, cur);
-    ds_qwen35_mm(be, &v, &L->attn_v, cur);
+    ds_tensor *py[3] = {&qg, &k, &v};
+    const ds_weight *pw[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
+    mm_multi(be, 3, py, pw, cur);
     // per head [query(hd) | gate(hd)] interleave: strided views
     ds_tensor q = ds_tensor_3d(qg.data, DS_TYPE_F32, hd, nh, n);
     q.nb[1] = 2 * (size_t)hd * sizeof(float);
@@ -108,8 +121,9 @@ static void ffn_dense(const ds_model *m, ds_state *st, const ds_layer *L, ds_ten
                       const ds_tensor *f, int64_t n) {
     ds_backend *be = m->be;
     ds_tensor ga = view(&st->acts.ff_a, m->hp.n_ff, n), ub = view(&st->acts.ff_b, m->hp.n_ff, n);
-    ds_qwen35_mm(be, &ga, &L->ffn_gate, f);
-    ds_qwen35_mm(be, &ub, &L->ffn_up, f);
+    ds_tensor *py[2] = {&ga, &ub};
+    const ds_weight *pw[2] = {&L->ffn_gate, &L->ffn_up};
+    mm_multi(be, 2, py, pw, f);
     be->ops.swiglu(be, &ga, &ga, &ub);
     ds_qwen35_mm(be, out, &L->ffn_down, &ga);
 }

@@ -354,6 +354,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     memset(&ops, 0, sizeof(ops));
     ops.matmul = ds_cuda_matmul;
     ops.matmul_id = ds_cuda_matmul_id;
+    ops.matmul_multi = ds_cuda_matmul_multi;
     ops.get_rows = ds_cuda_get_rows;
     ops.rmsnorm = ds_cuda_rmsnorm;
     ops.add_rmsnorm = ds_cuda_add_rmsnorm;

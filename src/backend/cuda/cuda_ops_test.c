@@ -370,6 +370,59 @@ static void test_matmul_prep_reuse(void **state) {
     free(x), free(x2), free(ref), free(got);
 }
 
+// matmul_multi == separate matmuls, bitwise: mixed types (two share a launch), N = 1, 2 (fused
+// GEMV) and 5 (per-weight fallback).
+static void test_matmul_multi(void **state) {
+    ENV(state);
+    const int64_t n_in = 1280;
+    const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q6_K, DS_TYPE_Q4_K, DS_TYPE_IQ4_XS};
+    const int64_t outs[] = {1030, 200, 48, 77};
+    enum { NW = 4, NMAX = 5 };
+    void *wd[NW];
+    ds_tensor wg[NW], yg[NW];
+    float *yd[NW];
+    for (int i = 0; i < NW; i++) {
+        size_t wb = ds_type_row_size(types[i], n_in) * (size_t)outs[i];
+        uint8_t *w = xmalloc(wb);
+        fill_weights(e, types[i], w, outs[i], n_in);
+        wd[i] = up(e, w, wb);
+        ds_tensor wt = ds_tensor_2d(w, types[i], n_in, outs[i]);
+        wg[i] = with_data(&wt, wd[i]);
+        yd[i] = e->gpu->ops.alloc(e->gpu, (size_t)(outs[i] * NMAX) * 4);
+        free(w);
+    }
+    float *x = xmalloc((size_t)(n_in * NMAX) * 4);
+    fill_u(e, x, n_in * NMAX, 1.0f);
+    void *xd = up(e, x, (size_t)(n_in * NMAX) * 4);
+    float *ref = xmalloc((size_t)(1030 * NMAX) * 4), *got = xmalloc((size_t)(1030 * NMAX) * 4);
+    static const int ns[] = {1, 2, 5};
+    for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
+        const int64_t n = ns[k];
+        ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);
+        ds_tensor *py[NW];
+        const ds_tensor *pw[NW];
+        for (int i = 0; i < NW; i++) {
+            yg[i] = ds_tensor_2d(yd[i], DS_TYPE_F32, outs[i], n);
+            py[i] = &yg[i];
+            pw[i] = &wg[i];
+        }
+        assert_non_null(e->gpu->ops.matmul_multi);
+        e->gpu->ops.matmul_multi(e->gpu, NW, py, pw, &xg);
+        for (int i = 0; i < NW; i++) {
+            down(e, got, yd[i], (size_t)(outs[i] * n) * 4);
+            e->gpu->ops.matmul(e->gpu, &yg[i], &wg[i], &xg);
+            down(e, ref, yd[i], (size_t)(outs[i] * n) * 4);
+            char what[96];
+            snprintf(what, sizeof(what), "matmul_multi: weight %d (%s) N=%lld", i,
+                     ds_type_name(types[i]), (long long)n);
+            expect_bitwise(what, got, ref, outs[i] * n);
+        }
+    }
+    for (int i = 0; i < NW; i++) dfree(e, wd[i]), dfree(e, yd[i]);
+    dfree(e, xd);
+    free(x), free(ref), free(got);
+}
+
 static void test_matmul_id(void **state) {
     ENV(state);
     static const ds_type types[] = {DS_TYPE_F32, DS_TYPE_Q8_0, DS_TYPE_Q4_K, DS_TYPE_Q6_K,
@@ -1034,7 +1087,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),

@@ -980,7 +980,12 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
     }
     if (vec) {
-        ds_cuda_mmv_launch(c, qt, a);
+        mmv_group g;
+        memset(&g, 0, sizeof(g));
+        g.a = a;
+        g.n = 1;
+        g.m[0] = {a.w, a.w_nb1, a.n_out, a.y, a.y_nb1, a.ks, 0};
+        ds_cuda_mmv_launch(c, qt, g);
         ds_cuda_launched(c, op);
         return;
     }
@@ -1019,6 +1024,74 @@ extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
     a.ncols = (int)n, a.y = (float *)y->data, a.y_nb1 = (int64_t)(y->nb[1] / sizeof(float));
     xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
     mm_run(c, "matmul", w->type, a, xs, n);
+}
+
+// Up to 4 matmuls of one input: on the decode path (N <= MMV_MAX_COLS, quantized weights) the
+// activations are prepared once per kind and each run of same-type weights is one GEMV launch;
+// otherwise one matmul per weight (still sharing prepared activations through prep_reuse).
+// Results are bitwise those of separate matmul calls.
+extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *y,
+                                     const ds_tensor *const *w, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    DS_ASSERT(n_w >= 1 && n_w <= MMV_MAX_MATS);
+    const int64_t n_in = x->ne[0], n = x->ne[1];
+    bool vec = n >= 1 && n <= MMV_MAX_COLS && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof &&
+               n_in % UNIT == 0;
+    for (int i = 0; i < n_w && vec; i++) {
+        vec = qt_of(w[i]->type) >= 0 && w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
+              w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
+              (uintptr_t)w[i]->data % 16 == 0;
+    }
+    if (!vec) { // (profiling keeps per-matrix rows in its table)
+        for (int i = 0; i < n_w; i++) ds_cuda_matmul(be, y[i], w[i], x);
+        return;
+    }
+    if (!ds_cuda_alive(c, "matmul")) return;
+    check_f32_rows(x);
+    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    bool done[MMV_MAX_MATS] = {false};
+    for (int i = 0; i < n_w; i++) { // one launch per weight type, in first-seen order
+        if (done[i]) continue;
+        const int qt = qt_of(w[i]->type);
+        mm_args a;
+        memset(&a, 0, sizeof(a));
+        a.n_in = n_in, a.n_units = (int)(n_in / UNIT), a.ncols = (int)n;
+        mmv_group g;
+        memset(&g, 0, sizeof(g));
+        int64_t blk = 0;
+        for (int j = i; j < n_w; j++) {
+            if (done[j] || qt_of(w[j]->type) != qt) continue;
+            check_f32_rows(y[j]);
+            DS_ASSERT(y[j]->ne[0] == w[j]->ne[1]);
+            const int64_t n_out = w[j]->ne[1];
+            g.m[g.n++] = {(const uint8_t *)w[j]->data, w[j]->nb[1], n_out, (float *)y[j]->data,
+                          (int64_t)(y[j]->nb[1] / 4), mmq_splits(c, n_out, a.n_units), blk};
+            blk += (n_out + 7) / 8;
+            done[j] = true;
+        }
+        const size_t sz_q = ds_cuda_align((size_t)n * (size_t)n_in, 256);
+        const size_t sz_d = ds_cuda_align((size_t)n * (size_t)(n_in / 32) * 4, 256);
+        uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d);
+        if (!s) return;
+        int8_t *xq = (int8_t *)s;
+        float *xd = (float *)(s + sz_q);
+        int32_t *xb = (int32_t *)(s + sz_q + sz_d);
+        a.xq = xq, a.xd = xd, a.xb = xb;
+        dim3 pg((unsigned)(n_in / UNIT), (unsigned)n);
+        const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2;
+        if (prep_reuse(c, s, xs, n_in, n, kind)) {
+            // prepared by the previous launch
+        } else if (qt == QT_Q8_0) {
+            prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
+        } else if (qt == QT_IQ4_XS) {
+            prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+        } else {
+            prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+        }
+        g.a = a;
+        ds_cuda_mmv_launch(c, qt, g);
+        ds_cuda_launched(c, "matmul");
+    }
 }
 
 extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w,

@@ -306,20 +306,25 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
     }
 }
 
-// Block: W warps over MMV_ROWS rows (W from mmv_warps: numerics do not depend on it); warp w runs
-// K splits [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
+// Block: W warps over MMV_ROWS rows of one matrix of the group (blocks [blk0, next blk0) belong to
+// matrix m; numerics do not depend on W or on the grouping); warp w runs K splits
+// [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
 // [s*U/ks, (s+1)*U/ks)), its lane group g = lane/4 one row. Weights are loaded PF units ahead.
 // Each split's partial goes to shared memory; warp 0 adds them in split order.
 template <int QT, int NC>
-static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args a) {
+static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
     typedef typename wv_of<QT>::type wv_t;
     // units in flight per warp: 3, or 2 for the types whose raw words take more registers
     constexpr int UB = qt_unit_bytes(QT), PF = (QT == QT_Q6_K || QT == QT_Q5_K) ? 2 : 3;
     __shared__ float part[32][MMV_ROWS][NC];
+    int m = 0;
+    while (m + 1 < grp.n && (int64_t)blockIdx.x >= grp.m[m + 1].blk0) m++;
+    const mmv_mat &mat = grp.m[m];
+    const mm_args &a = grp.a;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int64_t row = (int64_t)blockIdx.x * MMV_ROWS + g;
-    const uint8_t *wr = a.w + DS_MIN(row, a.n_out - 1) * a.w_nb1;
-    const int U = a.n_units, ks = a.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
+    const int64_t row = ((int64_t)blockIdx.x - mat.blk0) * MMV_ROWS + g;
+    const uint8_t *wr = mat.w + DS_MIN(row, mat.n_out - 1) * mat.w_nb1;
+    const int U = a.n_units, ks = mat.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
     const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
     const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
     wv_t buf[PF];
@@ -340,58 +345,61 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mm_args 
             if (u + PF < ub) buf[PF - 1].load(wr + (size_t)(u + PF) * UB, t);
             unit_acc<QT, NC>(acc, cur, a, u, t, lane);
         }
-        if (ks == 1) {
-            if (t == 0 && row < a.n_out) {
+        if (ks == 1) { // the only split: straight to y
+            if (t == 0 && row < mat.n_out) {
 #pragma unroll
-                for (int c = 0; c < NC; c++) a.y[(int64_t)c * a.y_nb1 + row] = acc[c];
+                for (int c = 0; c < NC; c++) mat.y[(int64_t)c * mat.y_nb1 + row] = acc[c];
             }
-            return;
-        }
-        if (t == 0) {
+        } else if (t == 0) {
 #pragma unroll
             for (int c = 0; c < NC; c++) part[s][g][c] = acc[c];
         }
     }
+    if (ks == 1) return; // block-uniform
     __syncthreads();
-    if (threadIdx.x < 32 && t == 0 && row < a.n_out) {
+    if (threadIdx.x < 32 && t == 0 && row < mat.n_out) {
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             float v = part[0][g][c];
             for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[k][g][c]);
-            a.y[(int64_t)c * a.y_nb1 + row] = v;
+            mat.y[(int64_t)c * mat.y_nb1 + row] = v;
         }
     }
 }
 
 // Warps per block: as many as keep the whole grid in about one wave of resident warps (~24 per
-// SM at these register counts), never more than ks or MMV_MAX_WARPS, then trimmed to the fewest
-// warps with the same longest run of splits per warp.
-static int mmv_warps(const ds_cuda_ctx *c, const mm_args &a) {
-    const int64_t groups = (a.n_out + MMV_ROWS - 1) / MMV_ROWS;
+// SM at these register counts), never more than the largest ks or MMV_MAX_WARPS, then trimmed to
+// the fewest warps with the same longest run of splits per warp.
+static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g) {
+    const int64_t groups = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
+    int ks = 1;
+    for (int i = 0; i < g.n; i++) ks = DS_MAX(ks, g.m[i].ks);
     int64_t w = (int64_t)c->n_sm * 24 / groups;
-    w = DS_MAX((int64_t)1, DS_MIN(w, (int64_t)DS_MIN(a.ks, (int)MMV_MAX_WARPS)));
-    const int per = (int)((a.ks + w - 1) / w); // splits on the busiest warp
-    return (a.ks + per - 1) / per;
+    w = DS_MAX((int64_t)1, DS_MIN(w, (int64_t)DS_MIN(ks, (int)MMV_MAX_WARPS)));
+    const int per = (int)((ks + w - 1) / w); // splits on the busiest warp
+    return (ks + per - 1) / per;
 }
 
 template <int QT>
-static void mmv_cols(ds_cuda_ctx *c, const mm_args &a) {
-    const dim3 grid((unsigned)((a.n_out + MMV_ROWS - 1) / MMV_ROWS));
-    const int th = 32 * mmv_warps(c, a);
-    switch (a.ncols) {
-    case 1: mmv_kernel<QT, 1><<<grid, th, 0, c->stream>>>(a); break;
-    default: mmv_kernel<QT, 2><<<grid, th, 0, c->stream>>>(a); break;
+static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
+    const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
+    DS_ASSERT(blocks <= 0x7fffffff);
+    const int th = 32 * mmv_warps(c, g);
+    switch (g.a.ncols) {
+    case 1: mmv_kernel<QT, 1><<<(unsigned)blocks, th, 0, c->stream>>>(g); break;
+    default: mmv_kernel<QT, 2><<<(unsigned)blocks, th, 0, c->stream>>>(g); break;
     }
 }
 
-void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mm_args &a) {
-    DS_ASSERT(a.ids == NULL && a.ncols >= 1 && a.ncols <= MMV_MAX_COLS);
-    DS_ASSERT(a.ks >= 1 && a.ks <= 32 && (a.n_out + MMV_ROWS - 1) / MMV_ROWS <= 0x7fffffff);
+void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
+    DS_ASSERT(g.a.ids == NULL && g.a.ncols >= 1 && g.a.ncols <= MMV_MAX_COLS);
+    DS_ASSERT(g.n >= 1 && g.n <= MMV_MAX_MATS && g.m[0].blk0 == 0);
+    for (int i = 0; i < g.n; i++) DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
     switch (qt) {
-    case QT_Q8_0: mmv_cols<QT_Q8_0>(c, a); break;
-    case QT_Q4_K: mmv_cols<QT_Q4_K>(c, a); break;
-    case QT_Q5_K: mmv_cols<QT_Q5_K>(c, a); break;
-    case QT_Q6_K: mmv_cols<QT_Q6_K>(c, a); break;
-    default: mmv_cols<QT_IQ4_XS>(c, a); break;
+    case QT_Q8_0: mmv_cols<QT_Q8_0>(c, g); break;
+    case QT_Q4_K: mmv_cols<QT_Q4_K>(c, g); break;
+    case QT_Q5_K: mmv_cols<QT_Q5_K>(c, g); break;
+    case QT_Q6_K: mmv_cols<QT_Q6_K>(c, g); break;
+    default: mmv_cols<QT_IQ4_XS>(c, g); break;
     }
 }

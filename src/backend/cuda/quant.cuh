@@ -91,6 +91,23 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
     return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
 }
 
-// dp4a GEMV for N <= MMV_MAX_COLS dense columns (matmul_vec.cu); a.ks must already be set.
-enum { MMV_MAX_COLS = 2 }; // wider: the mma kernel is faster (bench/RESULTS.md GEMV table)
-void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mm_args &a);
+// dp4a GEMV for N <= MMV_MAX_COLS dense columns (matmul_vec.cu) over a group of up to
+// MMV_MAX_MATS weight matrices of one type and one input (the prepared activations in `a`), in
+// one launch. Matrix i: its own weights, rows, output, K splits (mmq_splits of its shape) and
+// first block blk0 (blocks of 8 rows, matrices in order).
+enum { MMV_MAX_COLS = 2, MMV_MAX_MATS = 4 }; // wider N: the mma kernel is faster (RESULTS.md)
+struct mmv_mat {
+    const uint8_t *w;
+    size_t w_nb1;
+    int64_t n_out;
+    float *y;
+    int64_t y_nb1;
+    int ks;
+    int64_t blk0;
+};
+struct mmv_group {
+    mm_args a; // n_in, n_units, ncols, xq, xd, xb
+    mmv_mat m[MMV_MAX_MATS];
+    int n;
+};
+void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
