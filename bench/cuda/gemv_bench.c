@@ -2,6 +2,8 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
+// Usage: gemv_bench [iters] [small]   ("small": only the small-op table: launch floor, fused
+// residual + RMSNorm, attention at 512 / 8K / 32K context).
 //
 // Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
 // each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
@@ -84,6 +86,87 @@ typedef struct shape {
     int64_t n_in, n_out;
 } shape;
 
+// Mean time of `iters` back-to-back calls of one small op (launch overhead included, as in a
+// decode step), in microseconds.
+typedef void (*op_fn)(ds_backend *be, void *ctx);
+static double time_op(ds_backend *be, op_fn f, void *ctx, int iters) {
+    for (int i = 0; i < 3; i++) f(be, ctx);
+    be->ops.sync(be);
+    double t0 = ds_time_now();
+    for (int i = 0; i < iters; i++) f(be, ctx);
+    be->ops.sync(be);
+    return (ds_time_now() - t0) / iters * 1e6;
+}
+
+typedef struct small_ctx {
+    ds_tensor x, b, y, w, q, k, v, o;
+    ds_attn_params ap;
+    int n_kv;
+} small_ctx;
+
+static void op_add(ds_backend *be, void *p) {
+    small_ctx *c = p;
+    ds_tensor one = ds_tensor_1d(c->x.data, DS_TYPE_F32, 1);
+    be->ops.add(be, &one, &one, &one);
+}
+static void op_add_rmsnorm(ds_backend *be, void *p) {
+    small_ctx *c = p;
+    be->ops.add_rmsnorm(be, &c->y, &c->x, &c->b, &c->w, 1e-6f);
+}
+static void op_rmsnorm(ds_backend *be, void *p) {
+    small_ctx *c = p;
+    be->ops.rmsnorm(be, &c->y, &c->x, &c->w, 1e-6f);
+}
+static void op_attention(ds_backend *be, void *p) {
+    small_ctx *c = p;
+    be->ops.attention(be, &c->o, &c->q, &c->k, &c->v, c->n_kv, &c->ap);
+}
+
+// Small ops of a 27B decode step: the launch floor (a 1-element add), the fused residual +
+// RMSNorm, and attention (24 query heads, 4 KV heads, head dim 256, F16 cache) for N = 1 and 16
+// rows at 512 / 8K / 32K context (bytes: the K/V rows read once per row).
+static void bench_small(ds_backend *be, int iters) {
+    const int64_t E = 5120, hd = 256, nh = 24, nkv = 4, ctx_max = 32768 + 16;
+    small_ctx c;
+    memset(&c, 0, sizeof(c));
+    void *xb = be->ops.alloc(be, (size_t)E * 4 * 3), *wb = be->ops.alloc(be, (size_t)E * 4);
+    c.x = ds_tensor_2d(xb, DS_TYPE_F32, E, 1);
+    c.b = ds_tensor_2d((float *)xb + E, DS_TYPE_F32, E, 1);
+    c.y = ds_tensor_2d((float *)xb + 2 * E, DS_TYPE_F32, E, 1);
+    c.w = ds_tensor_1d(wb, DS_TYPE_F32, E);
+    printf("\nsmall ops (us per call, back to back, launch included):\n");
+    printf("  launch floor (1-element add)      %8.1f\n", time_op(be, op_add, &c, iters));
+    printf("  add_rmsnorm 5120                  %8.1f\n", time_op(be, op_add_rmsnorm, &c, iters));
+    printf("  rmsnorm 5120                      %8.1f\n", time_op(be, op_rmsnorm, &c, iters));
+    size_t kvb = (size_t)(hd * nkv) * (size_t)ctx_max * 2;
+    void *kd = be->ops.alloc(be, kvb), *vd = be->ops.alloc(be, kvb);
+    void *qd = be->ops.alloc(be, (size_t)(hd * nh * 16) * 4), *od = be->ops.alloc(be, (size_t)(hd * nh * 16) * 4);
+    if (!kd || !vd || !qd || !od) {
+        printf("  attention: out of device memory\n");
+        return;
+    }
+    c.k = ds_tensor_2d(kd, DS_TYPE_F16, hd * nkv, ctx_max);
+    c.v = ds_tensor_2d(vd, DS_TYPE_F16, hd * nkv, ctx_max);
+    c.n_kv = (int)nkv;
+    static const int64_t ctxs[] = {512, 8192, 32768};
+    static const int64_t rows[] = {1, 16};
+    for (size_t i = 0; i < 3; i++) {
+        for (size_t r = 0; r < 2; r++) {
+            c.q = ds_tensor_3d(qd, DS_TYPE_F32, hd, nh, rows[r]);
+            c.o = ds_tensor_2d(od, DS_TYPE_F32, hd * nh, rows[r]);
+            c.ap.n_past = ctxs[i];
+            c.ap.parent = NULL;
+            c.ap.scale = 0.0625f;
+            double us = time_op(be, op_attention, &c, iters);
+            double gb = (double)(ctxs[i] + rows[r]) * (double)(hd * nkv) * 2.0 * 2.0 / 1e9;
+            printf("  attention ctx %6lld N=%2lld          %8.1f  (%.0f GB/s of K/V per pass)\n",
+                   (long long)ctxs[i], (long long)rows[r], us, gb / (us * 1e-6));
+        }
+    }
+    be->ops.free(be, kd), be->ops.free(be, vd), be->ops.free(be, qd), be->ops.free(be, od);
+    be->ops.free(be, xb), be->ops.free(be, wb);
+}
+
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 30;
     dspec_err err = {0};
@@ -94,6 +177,11 @@ int main(int argc, char **argv) {
     }
     double copy = copy_bandwidth();
     printf("device-to-device copy (1 GiB, read+write): %.0f GB/s\n\n", copy);
+    if (argc > 2 && strcmp(argv[2], "small") == 0) { // small ops only
+        bench_small(be, iters);
+        ds_backend_free(be);
+        return 0;
+    }
     static const shape shapes[] = {{"ffn_up", 5120, 17408}, {"ffn_down", 17408, 5120},
                                    {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320}};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,

@@ -33,14 +33,17 @@ import numpy as np
 a = np.fromfile('/tmp/l_cpu.bin', dtype=np.float32); b = np.fromfile('/tmp/l_cuda.bin', dtype=np.float32)
 print('synthetic tiny q4_k_m: cuda vs cpu logits rel L2 %.3e' % (np.linalg.norm(a - b) / np.linalg.norm(a)))
 PY
+# each argument: preset:mix[:layers] (layers: fewer than the preset's, to fit a time budget)
 for spec in "${@:-27b:q4_k_m}"; do
-  preset=${spec%%:*}; mix=${spec##*:}
+  IFS=: read -r preset mix layers <<<"$spec"
   f=/tmp/synth_${preset}_${mix}.gguf
-  log "synth $preset $mix"
-  $D synth --preset "$preset" --mix "$mix" "$f" 2>&1 | tail -1
+  LAY=(); [ -n "$layers" ] && LAY=(--layers "$layers")
+  log "synth $preset $mix ${layers:+($layers layers)}"
+  $D synth --preset "$preset" --mix "$mix" "${LAY[@]}" "$f" 2>&1 | tail -1
   log "bench $preset $mix"
-  $D bench --model "$f" --device cuda --prompt 512 --decode 32 --reps 7 \
-     --verify 1,2,4,8,16,24,32 2>&1 | tee "$OUT/bench_${preset}_${mix}.txt"
+  $D bench --model "$f" --device cuda --prompt 512 --decode 32 --reps ${REPS:-7} \
+     --verify ${VERIFY:-1,2,4,8,16,24,32} 2>&1 | tee "$OUT/bench_${preset}_${mix}.txt"
+  [ -n "${NO_PROFILE:-}" ] && { rm -f "$f"; continue; }
   log "profile $preset $mix (decode-heavy run, per-op GPU time)"
   DSPEC_CUDA_PROFILE=1 $D bench --model "$f" --device cuda --prompt 64 --decode 64 --reps 3 \
      --verify 1,16 >"$OUT/profile_${preset}_${mix}.txt" 2>&1
