@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "  --mix MIX       %s (default q8_0): the\n"
             "                  per-tensor types llama-quantize would choose for that file type\n"
             "  --layers N      override the number of layers (keeps every other shape)\n"
+            "  --tokenizer F   copy the tokenizer.* keys of GGUF F (e.g. models/tiny-target-q8_0.gguf)\n"
+            "                  so `dspec run` works on the file (vocabulary must fit the preset's)\n"
             "  --draft KIND    dflash | dflash2 | dspark: a drafter (qwen35-dflash-draft GGUF)\n"
             "                  shaped like the published one for --target-preset (27b: 5 layers,\n"
             "                  hidden 5120, 32/8 heads x 128, ffn 17408, taps 1,16,31,46,61,\n"
@@ -185,7 +187,7 @@ static int synth_draft(const char *kind_name, const char *target, const char *ta
 
 int ds_cli_synth(int argc, char **argv) {
     const char *preset = NULL, *mix = "q8_0", *out = NULL, *draft = NULL, *target = "27b",
-               *target_file = NULL;
+               *target_file = NULL, *tokenizer = NULL;
     int64_t layers = 0, pool = 256, block = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -209,6 +211,8 @@ int ds_cli_synth(int argc, char **argv) {
             target_file = v, i++;
         } else if (!strcmp(a, "--target-preset") && v) {
             target = v, i++;
+        } else if (!strcmp(a, "--tokenizer") && v) {
+            tokenizer = v, i++;
         } else if (!strcmp(a, "--block") && v) {
             block = atoll(v), i++;
         } else if (a[0] != '-' && !out) {
@@ -218,6 +222,10 @@ int ds_cli_synth(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+    }
+    if (draft && tokenizer) {
+        fprintf(stderr, "dspec synth: --tokenizer is for targets (drafters have none)\n");
+        return 2;
     }
     if (draft) {
         if (preset || !out || pool < 0) {
@@ -243,6 +251,7 @@ int ds_cli_synth(int argc, char **argv) {
     if (layers > 0) p.n_layer = (int)layers;
     p.seed = seed;
     p.pool_rows = pool;
+    p.tokenizer_from = tokenizer;
     p.wtype = DS_TYPE_F32;
     int n_attn = 0;
     for (int il = 0; il < p.n_layer; il++) n_attn += (il + 1) % p.interval == 0;

@@ -183,6 +183,11 @@ dspec_status ds_gguf_writer_set_arr_arr(ds_gguf_writer *w, const char *key, ds_g
 // Copies every KV of an open file (for rewriting), except `general.alignment` and `split.*`
 // (they describe the source file's layout), nested arrays included.
 dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err);
+// Copies the KVs of src whose key starts with `prefix` (e.g. "tokenizer."); returns the count
+// copied in *n_copied (may be NULL).
+dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
+                                           const char *prefix, int64_t *n_copied,
+                                           dspec_err *err);
 
 // Declares a tensor; offsets are assigned in declaration order with alignment padding. Refuses
 // (DSPEC_ERR_INVALID) names of 0 or more than 63 bytes (llama.cpp's limit), duplicates, unknown

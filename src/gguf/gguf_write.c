@@ -295,6 +295,29 @@ dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec
     return DSPEC_OK;
 }
 
+dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
+                                           const char *prefix, int64_t *n_copied,
+                                           dspec_err *err) {
+    const size_t pl = strlen(prefix);
+    int64_t n = 0;
+    for (int64_t i = 0; i < src->n_kv; i++) {
+        const ds_gguf_kv *kv = &src->kv[i];
+        if (kv->key.len < pl || memcmp(kv->key.ptr, prefix, pl) != 0) continue;
+        char *key = strndup(kv->key.ptr, kv->key.len);
+        if (!key) {
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory copying keys");
+        }
+        dspec_status s = put_kv(w, key, kv->type, kv->raw, kv->raw_size);
+        free(key);
+        if (s != DSPEC_OK) {
+            return ds_err_set(err, s, "%s", w->sticky.msg);
+        }
+        n++;
+    }
+    if (n_copied) *n_copied = n;
+    return DSPEC_OK;
+}
+
 // ---- tensors ------------------------------------------------------------------------------------
 
 static ds_str wt_name_at(const void *ctx, int64_t i) {

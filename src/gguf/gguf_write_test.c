@@ -279,6 +279,24 @@ static void test_copy_kv(void **state) {
     assert_int_equal(ds_gguf_n_kv(g2), ds_gguf_n_kv(g) - 2);
     assert_int_equal(ds_gguf_find_key(g2, "split.count"), -1);
     assert_int_equal(ds_gguf_alignment(g2), 32);
+    ds_gguf_close(g2);
+    // only the keys under one prefix
+    int64_t n_pre = 0, n_all = 0;
+    for (int64_t i = 0; i < ds_gguf_n_kv(g); i++) {
+        ds_str k = ds_gguf_kv_key(g, i);
+        n_pre += k.len >= 3 && memcmp(k.ptr, "t.u", 3) == 0;
+        n_all++;
+    }
+    assert_true(n_pre > 0 && n_pre < n_all);
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    int64_t copied = -1;
+    assert_int_equal(ds_gguf_writer_copy_kv_prefix(w, g, "t.u", &copied, &err), DSPEC_OK);
+    assert_int_equal(copied, n_pre);
+    assert_int_equal(ds_gguf_writer_begin(w, b, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    assert_int_equal(ds_gguf_open(&g2, b, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_n_kv(g2), n_pre);
     ds_gguf_close(g);
     ds_gguf_close(g2);
     unlink(a);

@@ -230,8 +230,51 @@ static void test_load_refuses(void **s) {
     ds_backend_free(be);
 }
 
+// synth --tokenizer: the tokenizer.* keys of a GGUF are copied in; a vocabulary larger than the
+// model's is refused with a message naming both sizes.
+static void test_synth_tokenizer(void **state) {
+    (void)state;
+    const char *tok_src = DSPEC_SOURCE_DIR "/models/tiny-target-q8_0.gguf";
+    dspec_err err = {0};
+    ds_gguf *src;
+    assert_int_equal(ds_gguf_open(&src, tok_src, &err), DSPEC_OK);
+    int64_t ks = ds_gguf_find_key(src, "tokenizer.ggml.tokens");
+    assert_true(ks >= 0);
+    const uint64_t n_tok = ds_gguf_kv_arr_count(src, ks);
+    char path[64] = "/tmp/dspec_synth_tok_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_Q8_0, 3);
+    p.tokenizer_from = tok_src;
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_ERR_INVALID); // 512 < n_tok
+    assert_non_null(strstr(err.msg, "more than the model's vocabulary of 512"));
+    p.n_vocab = (int64_t)n_tok;
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
+    int64_t n_src = 0, n_got = 0;
+    for (int64_t i = 0; i < ds_gguf_n_kv(src); i++) {
+        ds_str k = ds_gguf_kv_key(src, i);
+        if (k.len < 10 || memcmp(k.ptr, "tokenizer.", 10) != 0) continue;
+        n_src++;
+        char key[128];
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        int64_t j = ds_gguf_find_key(g, key);
+        assert_true(j >= 0);
+        assert_int_equal(ds_gguf_kv_data_size(g, j), ds_gguf_kv_data_size(src, i));
+        assert_memory_equal(ds_gguf_kv_data(g, j), ds_gguf_kv_data(src, i),
+                            ds_gguf_kv_data_size(src, i));
+        n_got++;
+    }
+    assert_true(n_src >= 3 && n_got == n_src);
+    ds_gguf_close(g);
+    ds_gguf_close(src);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synth_tokenizer),
         cmocka_unit_test(test_dense_f32),  cmocka_unit_test(test_dense_q8_0),
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),

@@ -1,6 +1,9 @@
 // synth.c: random-weight qwen35 / qwen35moe GGUF writer (see synth.h). Calls gguf/, dtype/.
 #include "model/synth.h"
 
+#include "gguf/gguf.h"
+
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,6 +221,27 @@ static float draw(rng *r, fill how, int64_t fan_in) {
     return 0.0f;
 }
 
+// The tokenizer.* keys of another GGUF (its vocabulary must fit in the model's).
+static dspec_status copy_tokenizer(ds_gguf_writer *w, const ds_synth_params *p, dspec_err *err) {
+    ds_gguf *g = NULL;
+    dspec_status st = ds_gguf_open(&g, p->tokenizer_from, err);
+    if (st != DSPEC_OK) return st;
+    int64_t k = ds_gguf_find_key(g, "tokenizer.ggml.tokens");
+    uint64_t n_tok = k >= 0 ? ds_gguf_kv_arr_count(g, k) : 0;
+    if (k < 0) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "synth: %s has no tokenizer (tokenizer.ggml.tokens)",
+                        p->tokenizer_from);
+    } else if ((int64_t)n_tok > p->n_vocab) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "synth: the tokenizer of %s has %" PRIu64
+                        " tokens, more than the model's vocabulary of %" PRId64,
+                        p->tokenizer_from, n_tok, p->n_vocab);
+    } else {
+        st = ds_gguf_writer_copy_kv_prefix(w, g, "tokenizer.", NULL, err);
+    }
+    ds_gguf_close(g);
+    return st;
+}
+
 dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_err *err) {
     tlist l = {0};
     build_list(p, &l);
@@ -227,6 +251,7 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     dspec_status st = ds_gguf_writer_new(&w, err);
     if (st != DSPEC_OK) goto done;
     set_kv(w, p);
+    if (p->tokenizer_from) st = copy_tokenizer(w, p, err);
     int64_t max_row = 0;
     for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
         if (p->type_of) {
@@ -248,25 +273,28 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     // holds the same underlying weights), quantized once per (row length, type); rows are written
     // in batches of up to 64.
     enum { MAX_POOLS = 16, BATCH = 64 };
-    struct { int64_t ne0; float *f; struct { ds_type t; uint8_t *q; } qv[8]; int nq; } pools[MAX_POOLS];
+    struct { int64_t ne0; fill how; float *f; struct { ds_type t; uint8_t *q; } qv[8]; int nq; } pools[MAX_POOLS];
     int n_pools = 0;
     uint8_t *batch = NULL;
     for (int i = 0; i < l.n && st == DSPEC_OK; i++) {
         const tdesc *d = &l.t[i];
         int64_t rows = d->ne[1] * d->ne[2], ne0 = d->ne[0];
         size_t rb = ds_type_row_size(d->type, ne0);
-        bool pooled = p->pool_rows > 0 && rows > p->pool_rows && d->how == FILL_LINEAR;
+        // (matmul weights and the embedding table: the tensors with millions of rows)
+        bool pooled = p->pool_rows > 0 && rows > p->pool_rows &&
+                      (d->how == FILL_LINEAR || d->how == FILL_PLAIN);
         const uint8_t *pool = NULL;
         if (pooled) {
             int pi = 0;
-            while (pi < n_pools && pools[pi].ne0 != ne0) pi++;
-            if (pi == n_pools && n_pools < MAX_POOLS) { // new row length: draw its f32 rows
+            while (pi < n_pools && (pools[pi].ne0 != ne0 || pools[pi].how != d->how)) pi++;
+            if (pi == n_pools && n_pools < MAX_POOLS) { // new row kind: draw its f32 rows
                 pools[pi].ne0 = ne0;
+                pools[pi].how = d->how;
                 pools[pi].nq = 0;
                 pools[pi].f = malloc((size_t)(ne0 * p->pool_rows) * sizeof(float));
                 if (!pools[pi].f) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
                 for (int64_t k = 0; st == DSPEC_OK && k < ne0 * p->pool_rows; k++) {
-                    pools[pi].f[k] = draw(&r, FILL_LINEAR, ne0);
+                    pools[pi].f[k] = draw(&r, d->how, ne0);
                 }
                 n_pools++;
             }

@@ -32,6 +32,9 @@ typedef struct ds_synth_params {
     // Rows of each (type, row length) are drawn from a pool of this many distinct quantized rows
     // (0 = every row fresh). Makes multi-GB files fast to write while keeping real-looking blocks.
     int64_t pool_rows;
+    // Optional GGUF whose tokenizer.* keys are copied in (so `dspec run` can use the file); its
+    // token count must not exceed n_vocab. NULL: no tokenizer.
+    const char *tokenizer_from;
     // Optional progress callback: fraction done in [0, 1].
     void (*progress)(void *ctx, double done);
     void *progress_ctx;
