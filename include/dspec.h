@@ -85,6 +85,26 @@ dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, 
 
 typedef struct dspec_session dspec_session;
 
+// Log-probabilities of one generated token, handed to dspec_gen_params.logprob_fn. Definition:
+// logprob(t) = logits[t] - log(sum_v exp(logits[v])), the log-softmax of the TARGET model's raw
+// logits at the position that produced the token: before penalties, temperature, top-k, top-p and
+// min-p (the model's own distribution, what OpenAI and vLLM report by default), computed in double
+// and rounded to float. This holds for plain and speculative decoding alike: the loop keeps the
+// target logits of the verify row each emitted token came from (greedy speculative output equals
+// plain greedy, so `token` is then top_ids[0] up to ties). Views are valid during the call only.
+#define DSPEC_MAX_TOP_LOGPROBS 20
+typedef struct dspec_token_logprob {
+    int32_t token;              // the emitted token
+    float logprob;              // its log-probability (<= 0)
+    int n_top;                  // = dspec_gen_params.top_logprobs
+    const int32_t *top_ids;     // [n_top] most likely tokens, by decreasing logprob, ties by id
+    const float *top_logprobs;  // [n_top]
+} dspec_token_logprob;
+
+// Receives the log-probabilities of each generated token, in order, before the token's text goes
+// to the text callback (end-of-generation tokens that stop the run are not reported).
+typedef void (*dspec_logprob_fn)(const dspec_token_logprob *lp, void *user);
+
 typedef struct dspec_gen_params {
     int64_t max_tokens;      // generated tokens at most (0 = until end of generation / context)
     float temperature;       // <= 0: greedy
@@ -110,6 +130,11 @@ typedef struct dspec_gen_params {
                                 // is below this (0 = off)
     int parse_special;       // prompt control tokens are parsed (chat prompts)
     int ignore_eos;          // 1: end-of-generation tokens do not stop (benchmarks, tests)
+    // Optional per-token log-probabilities (NULL = off, and then they cost nothing). When set,
+    // every verify also returns the target's logits of all its rows to the host.
+    dspec_logprob_fn logprob_fn;
+    void *logprob_user;
+    int top_logprobs;        // alternatives per token, 0..DSPEC_MAX_TOP_LOGPROBS
 } dspec_gen_params;
 
 // Defaults: greedy, max_tokens 256, penalties off, speculative if a drafter is loaded.

@@ -87,6 +87,13 @@ dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err);
 void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats);
 // True while the run is still prefilling (no token generated yet).
 bool ds_gen_prefilling(const dspec_session *s);
+// Log-probabilities of one row of raw target logits (the definition of dspec_token_logprob):
+// *lp = log-softmax at `token`; top_ids/top_lp[0 .. min(n_top, n_vocab)) = the largest entries by
+// decreasing logit, ties by lower id, NaN last. log-sum-exp in double. 0 <= n_top <=
+// DSPEC_MAX_TOP_LOGPROBS, 0 <= token < n_vocab (asserted: callers pass emitted tokens).
+void ds_logprobs_row(const float *logits, int64_t n_vocab, int32_t token, int n_top,
+                     int32_t *top_ids, float *top_lp, float *lp);
+
 // The backend for a device string: NULL or "cpu" (n_threads CPU threads), "cuda", "cuda:N".
 // DSPEC_ERR_UNSUPPORTED when this build has no CUDA, DSPEC_ERR_DEVICE when the device is absent.
 dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend **out,

@@ -25,6 +25,9 @@ typedef struct emitter {
     dspec_session *s;
     dspec_text_fn fn;
     void *user;
+    dspec_logprob_fn lp_fn;  // per-token log-probabilities (optional)
+    void *lp_user;
+    int n_top;
     dspec_gen_stats *stats;
     double t_start;
     int64_t max_tokens;
@@ -206,7 +209,21 @@ static dspec_status snap_restore(dspec_session *s, const ds_snap *from, dspec_er
 
 // ---- emitting ----------------------------------------------------------------------------------
 
-static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, dspec_err *err) {
+// Reports the log-probabilities of token `tok` computed from its raw target logits row.
+static void emit_logprob(const emitter *em, const float *row, int32_t tok) {
+    int64_t V = ds_model_hparams_get(ds_engine_model(em->s->e))->n_vocab;
+    int32_t ids[DSPEC_MAX_TOP_LOGPROBS];
+    float lps[DSPEC_MAX_TOP_LOGPROBS];
+    dspec_token_logprob lp = {.token = tok, .n_top = (int)DS_MIN((int64_t)em->n_top, V),
+                              .top_ids = ids, .top_logprobs = lps};
+    ds_logprobs_row(row, V, tok, em->n_top, ids, lps, &lp.logprob);
+    em->lp_fn(&lp, em->lp_user);
+}
+
+// Emits toks[0..n). With a logprob callback, token i's logits row is ds_spec_token_logits(sp, i)
+// (speculative) or `logits` (plain decoding, n == 1).
+static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, const ds_spec *sp,
+                         const float *logits, dspec_err *err) {
     for (int64_t i = 0; i < n && !em->done; i++) {
         if (em->stats->n_gen == 0) em->stats->t_first_token = ds_time_now() - em->t_start;
         if (!em->ignore_eos && ds_tok_is_eog(ds_engine_tok(em->s->e), toks[i])) {
@@ -214,6 +231,7 @@ static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, dspec_err 
             em->done = true;
             break;
         }
+        if (em->lp_fn) emit_logprob(em, sp ? ds_spec_token_logits(sp, i) : logits, toks[i]);
         em->stats->n_gen++;
         ds_str piece;
         dspec_status st = ds_tok_stream_push(em->s->stream, toks[i], &piece, err);
@@ -307,6 +325,7 @@ static dspec_status new_spec(dspec_session *s, dspec_err *err) {
                         spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
     ds_spec_params params = {.n_slots = r->p.draft_block_size, .tree_budget = r->p.ddtree_budget,
                              .tree_topk = r->p.ddtree_topk, .tree_raw = r->p.ddtree_raw != 0,
+                             .keep_logits = r->p.logprob_fn != NULL,
                              .long_ctx_threshold = r->p.long_ctx_threshold,
                              .long_ctx_width = r->p.long_ctx_width,
                              .sampler = plain_greedy ? NULL : r->smp};
@@ -327,12 +346,17 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     r->ids = req->ids;
     r->n = req->n;
     r->spec = r->p.speculative && s->dctx;
-    r->em = (emitter){.s = s, .fn = req->fn, .user = req->user, .stats = &r->stats,
+    r->em = (emitter){.s = s, .fn = req->fn, .user = req->user, .lp_fn = r->p.logprob_fn,
+                      .lp_user = r->p.logprob_user, .n_top = r->p.top_logprobs,
+                      .stats = &r->stats,
                       .t_start = ds_time_now(), .max_tokens = r->p.max_tokens,
                       .ignore_eos = r->p.ignore_eos != 0};
     r->stats.n_prompt = req->n;
     dspec_status st = r->spec ? check_spec_params(s, &r->p, err) : DSPEC_OK;
-    if (st == DSPEC_OK && req->n <= 0) {
+    if (st == DSPEC_OK && (r->p.top_logprobs < 0 || r->p.top_logprobs > DSPEC_MAX_TOP_LOGPROBS)) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "top_logprobs %d outside [0, %d]",
+                        r->p.top_logprobs, DSPEC_MAX_TOP_LOGPROBS);
+    } else if (st == DSPEC_OK && req->n <= 0) {
         st = ds_err_set(err, DSPEC_ERR_INVALID, "empty prompt");
     } else if (st == DSPEC_OK && req->n >= ds_state_n_ctx(s->st)) {
         st = ds_err_set(err, DSPEC_ERR_INVALID, "prompt of %" PRId64 " tokens does not fit the "
@@ -419,7 +443,7 @@ static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
         st = ds_spec_prefill(r->sp, r->ids + r->cursor, r->n - r->cursor, &first, err);
         r->stats.t_load_prompt = ds_time_now() - r->em.t_start;
         r->t_dec = ds_time_now();
-        if (st == DSPEC_OK) st = emit(&r->em, &first, 1, err);
+        if (st == DSPEC_OK) st = emit(&r->em, &first, 1, r->sp, NULL, err);
     } else {
         ds_batch b = {.n = r->n - r->cursor, .tokens = r->ids + r->cursor, .n_logits = 1,
                       .logits = s->logits};
@@ -427,7 +451,7 @@ static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
         r->stats.t_load_prompt = ds_time_now() - r->em.t_start;
         if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
         r->t_dec = ds_time_now();
-        if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, err);
+        if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, s->logits, err);
     }
     r->cursor = r->n;
     r->phase = RUN_DECODE;
@@ -442,13 +466,13 @@ static dspec_status decode_step(dspec_session *s, dspec_err *err) {
         int32_t out[DS_SPEC_MAX_SLOTS];
         int64_t n_out;
         dspec_status st = ds_spec_step(r->sp, budget, out, &n_out, err);
-        return st == DSPEC_OK ? emit(&r->em, out, n_out, err) : st;
+        return st == DSPEC_OK ? emit(&r->em, out, n_out, r->sp, NULL, err) : st;
     }
     int64_t V = ds_model_hparams_get(m)->n_vocab;
     ds_batch one = {.n = 1, .tokens = &r->tok, .n_logits = 1, .logits = s->logits};
     dspec_status st = ds_model_forward(m, s->st, &one, err);
     if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
-    if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, err);
+    if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, s->logits, err);
     return st;
 }
 

@@ -1,7 +1,8 @@
 // oai_json.c: parsing and validation of OpenAI request bodies (/v1/chat/completions,
 // /v1/completions) into ds_oai_req: messages (string or text-part content, assistant tool_calls,
 // reasoning_content, tool results), tools / tool_choice, chat_template_kwargs.enable_thinking,
-// sampling fields, stop, stream / stream_options. Every refusal names the field. Calls jansson.
+// sampling fields, logprobs / top_logprobs, stop, stream / stream_options. Every refusal names
+// the field. Calls jansson.
 #include "server/server_impl.h"
 
 #include <math.h>
@@ -101,6 +102,29 @@ static bool get_bool(json_t *o, const char *k, bool *out, ds_http_err *e) {
     return true;
 }
 
+// Chat: logprobs (bool) + top_logprobs (0..20, needs logprobs). Completions: logprobs = N (0..5)
+// alternatives per token. Both: return_tokens_as_token_ids (vLLM extension).
+static bool parse_logprobs(ds_oai_req *r, ds_http_err *e) {
+    json_t *o = r->root;
+    if (r->kind == DS_OAI_COMPLETION) {
+        int64_t n = -1;
+        if (!get_int(o, "logprobs", 0, DS_OAI_MAX_COMPLETION_LOGPROBS, &n, e)) return false;
+        r->logprobs = n >= 0;
+        r->top_logprobs = n >= 0 ? (int)n : 0;
+        return get_bool(o, "return_tokens_as_token_ids", &r->tokens_as_ids, e);
+    }
+    bool lp = false;
+    int64_t top = 0;
+    if (!get_bool(o, "logprobs", &lp, e)) return false;
+    if (!get_int(o, "top_logprobs", 0, DSPEC_MAX_TOP_LOGPROBS, &top, e)) return false;
+    if (top > 0 && !lp) {
+        return bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    r->logprobs = lp;
+    r->top_logprobs = (int)top;
+    return get_bool(o, "return_tokens_as_token_ids", &r->tokens_as_ids, e);
+}
+
 static bool parse_sampling(ds_oai_req *r, ds_http_err *e) {
     json_t *o = r->root;
     dspec_gen_params *g = &r->gp;
@@ -140,9 +164,7 @@ static bool parse_sampling(ds_oai_req *r, ds_http_err *e) {
     bool ie = g->ignore_eos != 0;
     if (!get_bool(o, "ignore_eos", &ie, e)) return false;
     g->ignore_eos = ie;
-    bool lp = false;
-    if (!get_bool(o, "logprobs", &lp, e)) return false;
-    if (lp) return bad(e, "logprobs", "'logprobs' is not supported by this server");
+    if (!parse_logprobs(r, e)) return false;
     json_t *stop = json_object_get(o, "stop");
     if (stop && json_is_string(stop)) {
         if (json_string_length(stop)) r->stop[r->n_stop++] = json_string_value(stop);

@@ -1,10 +1,12 @@
 // oai_out.c: builds OpenAI responses from generated text: stop strings (held back while they may
 // still match), <think> split into reasoning_content, <tool_call> blocks parsed into tool_calls,
 // SSE chunks (role delta, content / reasoning / tool-call deltas, final chunk with finish_reason
-// and timings, usage chunk, [DONE]) or one JSON body. Pure: no threads, no I/O. Calls text/chat.h
-// and jansson.
-#include "server/server_impl.h"
+// and timings, usage chunk, [DONE]) or one JSON body; per-token logprobs (chat and completions
+// formats) attached to the chunks or the body. Pure: no threads, no I/O. Calls text/chat.h and
+// jansson.
+#include "server/http.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ void ds_oai_out_free(ds_oai_out *b) {
     ds_chat_buf_free(&b->content);
     ds_chat_buf_free(&b->sse);
     free(b->body);
+    json_decref(b->lp);
     memset(b, 0, sizeof(*b));
 }
 
@@ -36,6 +39,90 @@ static size_t utf8_cut(const char *s, size_t n) {
     size_t k = n;
     while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
     return k;
+}
+
+// ---- logprobs --------------------------------------------------------------------------------------
+
+static json_t *lp_value(float x) {
+    return json_real(isfinite(x) ? (double)x : -9999.0); // JSON has no -inf
+}
+
+// {"token", "logprob", "bytes"}
+static json_t *lp_entry(const ds_oai_out *b, int32_t id, ds_str piece, float logprob) {
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < piece.len; i++) {
+        json_array_append_new(bytes, json_integer((unsigned char)piece.ptr[i]));
+    }
+    char tid[32];
+    snprintf(tid, sizeof(tid), "token_id:%d", (int)id);
+    json_t *t = b->o.tokens_as_ids ? json_string(tid) : ds_json_string_lossy(piece.ptr, piece.len);
+    return json_pack("{s:o, s:o, s:o}", "token", t, "logprob", lp_value(logprob), "bytes", bytes);
+}
+
+dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_err *err) {
+    if (!b->lp && !(b->lp = json_array())) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (logprobs)");
+    }
+    json_t *e = lp_entry(b, lp->id, lp->piece, lp->logprob), *top = json_array();
+    for (int i = 0; top && i < lp->n_top; i++) {
+        if (json_array_append_new(top, lp_entry(b, lp->top_id[i], lp->top_piece[i],
+                                                lp->top_logprob[i]))) {
+            json_decref(top);
+            top = NULL;
+        }
+    }
+    bool ok = e && top;
+    if (!ok) {
+        json_decref(e);
+        json_decref(top);
+    } else if (json_object_set_new(e, "top_logprobs", top)) { // steals top even on failure
+        json_decref(e);
+        ok = false;
+    } else {
+        ok = json_array_append_new(b->lp, e) == 0; // steals e
+    }
+    return ok ? DSPEC_OK : ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (logprobs)");
+}
+
+static int64_t utf8_chars(const char *s, size_t n) {
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+// Legacy completions shape of the entries; advances b->lp_offset.
+static json_t *lp_completion(ds_oai_out *b, json_t *entries) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i, k;
+    json_t *e, *a;
+    json_array_foreach(entries, i, e) {
+        json_t *t = json_object_get(e, "token"), *lp = json_object_get(e, "logprob");
+        json_t *d = json_object();
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, a) {
+            json_object_set(d, json_string_value(json_object_get(a, "token")),
+                            json_object_get(a, "logprob"));
+        }
+        json_object_set(d, json_string_value(t), lp); // the chosen token is always listed
+        json_array_append(toks, t);
+        json_array_append(lps, lp);
+        json_array_append_new(tops, d);
+        json_array_append_new(offs, json_integer(b->lp_offset));
+        b->lp_offset += utf8_chars(json_string_value(t), json_string_length(t));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+// The "logprobs" value of a choice: the entries recorded since the last call (then dropped), or
+// null when logprobs are off (or, unless `always`, when there are none).
+static json_t *lp_take(ds_oai_out *b, bool always) {
+    if (!b->o.logprobs || (!always && json_array_size(b->lp) == 0)) return json_null();
+    json_t *entries = b->lp ? b->lp : json_array();
+    b->lp = NULL;
+    if (b->o.kind == DS_OAI_CHAT) return json_pack("{s:o}", "content", entries);
+    json_t *o = lp_completion(b, entries);
+    json_decref(entries);
+    return o;
 }
 
 // ---- chunk writing -----------------------------------------------------------------------------
@@ -60,10 +147,13 @@ static dspec_status sse_json(ds_oai_out *b, json_t *o, dspec_err *err) {
     return st;
 }
 
-// One chunk with a delta (chat) or text (completion); finish = NULL while streaming.
-static dspec_status sse_delta(ds_oai_out *b, json_t *delta, const char *finish, dspec_err *err) {
+// One chunk with a delta (chat) or text (completion); finish = NULL while streaming. with_lp: the
+// logprob entries recorded so far go with it.
+static dspec_status sse_delta(ds_oai_out *b, json_t *delta, const char *finish, bool with_lp,
+                              dspec_err *err) {
     json_t *c = chunk_base(b);
-    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", json_null(),
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs",
+                               with_lp ? lp_take(b, false) : json_null(),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!c || !choice || !delta) {
         json_decref(c);
@@ -85,7 +175,8 @@ dspec_status ds_oai_out_begin(ds_oai_out *b, dspec_err *err) {
     if (b->role_sent || !b->o.stream) return DSPEC_OK;
     b->role_sent = true;
     if (b->o.kind != DS_OAI_CHAT) return DSPEC_OK;
-    return sse_delta(b, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, err);
+    return sse_delta(b, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, false,
+                     err);
 }
 
 static dspec_status send_text(ds_oai_out *b, const char *key, const char *s, size_t n,
@@ -98,7 +189,7 @@ static dspec_status send_text(ds_oai_out *b, const char *key, const char *s, siz
     json_t *d = json_object();
     if (d) json_object_set_new(d, key, v);
     else json_decref(v);
-    return sse_delta(b, d, NULL, err);
+    return sse_delta(b, d, NULL, true, err);
 }
 
 // ---- the text pipeline: stop strings -> think split -> tool-call hold -> deltas ------------------
@@ -239,12 +330,12 @@ static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st,
     if (s == DSPEC_OK && p && p->n_calls) {
         json_t *d = json_object();
         if (d) json_object_set_new(d, "tool_calls", tool_calls_json(b, p, true));
-        s = sse_delta(b, d, NULL, err);
+        s = sse_delta(b, d, NULL, true, err);
     }
     json_t *c = NULL;
     if (s == DSPEC_OK) {
         json_t *delta = b->o.kind == DS_OAI_CHAT ? json_object() : json_pack("{s:s}", "text", "");
-        json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", json_null(),
+        json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp_take(b, false),
                                    "finish_reason", finish_reason(b, st, p));
         c = chunk_base(b);
         if (!delta || !choice || !c) {
@@ -278,7 +369,7 @@ static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st,
 static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, const ds_chat_parsed *p,
                                 dspec_err *err) {
     bool chat = b->o.kind == DS_OAI_CHAT;
-    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", json_null(),
+    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp_take(b, true),
                                "finish_reason", finish_reason(b, st, p));
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", b->o.id, "object",
                           chat ? "chat.completion" : "text_completion", "created",

@@ -136,7 +136,9 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
                           .include_usage = j->req.include_usage, .reasoning = kind == DS_OAI_CHAT,
                           .start_in_reasoning = kind == DS_OAI_CHAT && j->req.enable_thinking,
                           .tools_json = j->req.tools_json, .stop = j->req.stop,
-                          .n_stop = j->req.n_stop, .id = id, .model = srv->model_id,
+                          .n_stop = j->req.n_stop, .logprobs = j->req.logprobs,
+                          .tokens_as_ids = j->req.tokens_as_ids, .id = id,
+                          .model = srv->model_id,
                           .created = (int64_t)time(NULL)};
     dspec_err err = {0};
     if (ds_oai_out_init(&j->out, &oo, &err) != DSPEC_OK) {

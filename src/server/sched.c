@@ -74,6 +74,24 @@ static int on_text(const char *text, size_t len, void *user) {
     return j->out.stopped || atomic_load(&j->cancel);
 }
 
+// Per-token logprobs (requests with logprobs): resolves the pieces, hands them to the builder
+// before the token's text arrives through on_text.
+static void on_logprob(const dspec_token_logprob *lp, void *user) {
+    ds_job *j = user;
+    ds_oai_logprob x = {.id = lp->token, .piece = ds_tok_piece(j->tok, lp->token, true),
+                        .logprob = lp->logprob, .n_top = lp->n_top};
+    for (int i = 0; i < lp->n_top; i++) {
+        x.top_id[i] = lp->top_ids[i];
+        x.top_piece[i] = ds_tok_piece(j->tok, lp->top_ids[i], true);
+        x.top_logprob[i] = lp->top_logprobs[i];
+    }
+    dspec_err err;
+    if (ds_oai_out_logprob(&j->out, &x, &err) != DSPEC_OK) {
+        ds_log(DS_LOG_WARN, "server: %s", err.msg);
+        atomic_store(&j->cancel, 1);
+    }
+}
+
 static void on_snap(ds_snap *snap, void *user) {
     ds_prefix_cache_put(user, snap);
 }
@@ -86,6 +104,12 @@ static void running_done(ds_sched *s) {
 }
 
 static void admit(ds_sched *s, int i, ds_job *j) {
+    if (j->req.logprobs) {
+        j->tok = ds_engine_tok(s->e);
+        j->req.gp.logprob_fn = on_logprob;
+        j->req.gp.logprob_user = j;
+        j->req.gp.top_logprobs = j->req.top_logprobs;
+    }
     ds_gen_req r = {.ids = j->ids, .n = j->n_ids, .p = &j->req.gp, .fn = on_text, .user = j};
     if (s->cache) {
         r.from = ds_prefix_cache_match(s->cache, j->ids, j->n_ids);

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #define DS_OAI_MAX_STOP 8
+#define DS_OAI_MAX_COMPLETION_LOGPROBS 5 // legacy completions: logprobs = 0..5
 
 // ---- errors sent to clients ------------------------------------------------------------------------
 
@@ -54,6 +55,9 @@ typedef struct ds_oai_req {
     const char *stop[DS_OAI_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    bool logprobs;              // chat logprobs: true / completions logprobs: N given
+    int top_logprobs;           // alternatives per token (chat top_logprobs, completions N)
+    bool tokens_as_ids;         // vLLM's return_tokens_as_token_ids: "token_id:N" strings
 } ds_oai_req;
 
 // Parses and validates a request body. `defaults` are the server's generation defaults. On
@@ -73,6 +77,8 @@ typedef struct ds_oai_out_opts {
     const char *tools_json;   // non-NULL: parse <tool_call> blocks in the content
     const char *const *stop;  // stop strings (borrowed)
     int n_stop;
+    bool logprobs;            // responses carry per-token logprobs (ds_oai_out_logprob)
+    bool tokens_as_ids;       // logprob token strings are "token_id:N" (vLLM extension)
     const char *id;           // "chatcmpl-..." / "cmpl-..." (copied, at most 63 bytes)
     const char *model;        // borrowed for the builder's lifetime
     int64_t created;
@@ -91,7 +97,20 @@ typedef struct ds_oai_out {
     bool role_sent;
     ds_chat_buf sse;          // stream: SSE bytes ready for the client (caller drains)
     char *body;               // non-stream: the final JSON after ds_oai_out_finish
+    json_t *lp;               // logprob entries not yet written (stream: since the last chunk)
+    int64_t lp_offset;        // completions: text_offset of the next entry (code points)
 } ds_oai_out;
+
+// One generated token's log-probabilities with the pieces (token bytes) resolved.
+typedef struct ds_oai_logprob {
+    int32_t id;               // the emitted token
+    ds_str piece;             // its bytes
+    float logprob;
+    int n_top;
+    int32_t top_id[DSPEC_MAX_TOP_LOGPROBS];
+    ds_str top_piece[DSPEC_MAX_TOP_LOGPROBS];
+    float top_logprob[DSPEC_MAX_TOP_LOGPROBS];
+} ds_oai_logprob;
 
 dspec_status ds_oai_out_init(ds_oai_out *b, const ds_oai_out_opts *o, dspec_err *err);
 void ds_oai_out_free(ds_oai_out *b);
@@ -102,6 +121,15 @@ dspec_status ds_oai_out_feed(ds_oai_out *b, const char *text, size_t n, dspec_er
 // or b->body. finish_reason: "stop" on a stop string or end of generation, else "length";
 // "tool_calls" when calls were parsed.
 dspec_status ds_oai_out_finish(ds_oai_out *b, const dspec_gen_stats *st, dspec_err *err);
+// Records one generated token's logprobs (o.logprobs on; call before the token's text is fed).
+// Streaming: the entries go out with the next content / text chunk (or the final chunk); each
+// chunk carries the entries of the tokens generated since the previous one. Non-streaming: all
+// entries go into choices[0].logprobs. Entry format: chat {"token", "logprob", "bytes",
+// "top_logprobs": [{"token", "logprob", "bytes"}]}; completions {"tokens", "token_logprobs",
+// "top_logprobs": [{token: logprob} incl. the chosen one], "text_offset"}. Token strings are
+// the pieces with invalid UTF-8 replaced by U+FFFD ("token_id:N" with o.tokens_as_ids); "bytes"
+// keeps the raw bytes; a -inf logprob is written as -9999.
+dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_err *err);
 // The first SSE chunk (role delta for chat). Called by ds_oai_out_feed / finish when needed.
 dspec_status ds_oai_out_begin(ds_oai_out *b, dspec_err *err);
 // "usage" and "timings" objects of a finished generation (new references).
@@ -167,6 +195,7 @@ typedef struct ds_job {
     atomic_int cancel;        // client gone: the scheduler stops at the next step
     atomic_int refs;
     int fd;                   // client socket (disconnect checks), -1 unknown
+    const ds_tok *tok;        // scheduler side: token pieces for logprobs (set at admit)
 } ds_job;
 
 ds_job *ds_job_new(void);

@@ -1,7 +1,8 @@
 // server_test.c: the server's pure parts: the response builder (tool calls parsed from model text
 // into message.tool_calls and stream deltas, reasoning split, stop strings across chunks, UTF-8
 // hold-back, completions chunks, usage/timings) fed in every chunking, request validation
-// (oai_json.c) and error bodies, the lossy JSON string helper.
+// (oai_json.c) and error bodies, the lossy JSON string helper, per-token logprobs (request fields,
+// chat / completions shapes in bodies and stream chunks).
 #include "server/http.h"
 
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +340,19 @@ static void test_parse_errors(void **state) {
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"model\": 3}", "model", NULL},
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": "
                       "{\"enable_thinking\": \"no\"}}", "enable_thinking", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": 1}", "logprobs",
+         NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+                      "\"top_logprobs\": 21}", "top_logprobs", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+                      "\"top_logprobs\": -1}", "top_logprobs", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"top_logprobs\": 2}",
+         "top_logprobs", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+                      "\"return_tokens_as_token_ids\": 1}", "return_tokens_as_token_ids", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": -1}", "logprobs", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 6}", "logprobs", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": {}}", "prompt", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", NULL},
     };
@@ -355,6 +370,193 @@ static void test_parse_errors(void **state) {
                                                           "message")));
         json_decref(o);
         free(j);
+    }
+}
+
+static void test_parse_logprobs(void **state) {
+    (void)state;
+    ds_oai_req r;
+    ds_http_err e;
+    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", &r, &e));
+    assert_false(r.logprobs);
+    ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": "
+                      "true, \"top_logprobs\": 20, \"return_tokens_as_token_ids\": true}", &r,
+                      &e));
+    assert_true(r.logprobs && r.tokens_as_ids);
+    assert_int_equal(r.top_logprobs, 20);
+    ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": "
+                      "false, \"top_logprobs\": 0}", &r, &e));
+    assert_false(r.logprobs);
+    ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 0}", &r, &e));
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 0);
+    ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": null}", &r, &e));
+    assert_false(r.logprobs);
+    ds_oai_req_free(&r);
+}
+
+// Token i of k_lp_text: piece, logprob, and two alternatives (the first is the token itself).
+static const struct {
+    int32_t id;
+    const char *piece;
+    float lp;
+    int32_t alt;
+    const char *alt_piece;
+    float alt_lp;
+} k_lp[] = {{10, "He", -0.5f, 11, "Hi", -1.5f},
+            {12, "llo", -0.25f, 13, "\xE2", -2.0f},
+            {14, " \xE2\x82", -3.0f, 15, "x", -INFINITY}, // a split euro sign
+            {16, "\xAC!", -0.125f, 17, "?", -4.0f}};
+static const char k_lp_text[] = "Hello \xE2\x82\xAC!"; // what the detokenizer streams
+
+// Feeds k_lp as generation does: each token's logprobs, then its complete UTF-8 text.
+static void build_lp(ds_oai_out *b, const ds_oai_out_opts *o, int n_top) {
+    dspec_err err;
+    assert_int_equal(ds_oai_out_init(b, o, &err), DSPEC_OK);
+    assert_int_equal(ds_oai_out_begin(b, &err), DSPEC_OK);
+    const char *text[] = {"He", "llo", " ", "\xE2\x82\xAC!"};
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_lp); i++) {
+        ds_oai_logprob x = {.id = k_lp[i].id, .piece = {k_lp[i].piece, strlen(k_lp[i].piece)},
+                            .logprob = k_lp[i].lp, .n_top = n_top};
+        x.top_id[0] = k_lp[i].id;
+        x.top_piece[0] = x.piece;
+        x.top_logprob[0] = k_lp[i].lp;
+        x.top_id[1] = k_lp[i].alt;
+        x.top_piece[1] = (ds_str){k_lp[i].alt_piece, strlen(k_lp[i].alt_piece)};
+        x.top_logprob[1] = k_lp[i].alt_lp;
+        assert_int_equal(ds_oai_out_logprob(b, &x, &err), DSPEC_OK);
+        assert_int_equal(ds_oai_out_feed(b, text[i], strlen(text[i]), &err), DSPEC_OK);
+    }
+    dspec_gen_stats st = stats_of(3, 4, 0);
+    assert_int_equal(ds_oai_out_finish(b, &st, &err), DSPEC_OK);
+}
+
+// Chat entries {token, logprob, bytes, top_logprobs} against k_lp.
+static void check_chat_entries(json_t *content, int n_top, bool as_ids) {
+    assert_int_equal(json_array_size(content), DS_ARRAY_LEN(k_lp));
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_lp); i++) {
+        json_t *en = json_array_get(content, i);
+        const char *tok = json_string_value(json_object_get(en, "token"));
+        char want[32];
+        if (as_ids) snprintf(want, sizeof(want), "token_id:%d", k_lp[i].id);
+        const char *lossy = i == 2 ? " \xEF\xBF\xBD" : i == 3 ? "\xEF\xBF\xBD!" : k_lp[i].piece;
+        assert_string_equal(tok, as_ids ? want : lossy);
+        assert_true(json_real_value(json_object_get(en, "logprob")) == (double)k_lp[i].lp);
+        json_t *bytes = json_object_get(en, "bytes");
+        assert_int_equal(json_array_size(bytes), strlen(k_lp[i].piece));
+        for (size_t k = 0; k < strlen(k_lp[i].piece); k++) {
+            assert_int_equal(json_integer_value(json_array_get(bytes, k)),
+                             (unsigned char)k_lp[i].piece[k]);
+        }
+        json_t *top = json_object_get(en, "top_logprobs");
+        assert_int_equal(json_array_size(top), n_top);
+        if (n_top < 2) continue;
+        json_t *alt = json_array_get(top, 1);
+        double alt_lp = json_real_value(json_object_get(alt, "logprob"));
+        assert_true(alt_lp == (isinf(k_lp[i].alt_lp) ? -9999.0 : (double)k_lp[i].alt_lp));
+        assert_int_equal(json_array_size(json_object_get(alt, "bytes")),
+                         strlen(k_lp[i].alt_piece));
+    }
+}
+
+static void test_logprobs_chat(void **state) {
+    (void)state;
+    for (int stream = 0; stream < 2; stream++) {
+        for (int as_ids = 0; as_ids < 2; as_ids++) {
+            ds_oai_out_opts o = chat_opts(stream);
+            o.reasoning = false;
+            o.tools_json = NULL;
+            o.logprobs = true;
+            o.tokens_as_ids = as_ids;
+            ds_oai_out b;
+            build_lp(&b, &o, 2);
+            json_t *content = json_array();
+            if (!stream) {
+                json_t *r = json_loads(b.body, 0, NULL);
+                json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+                json_array_extend(content, json_object_get(json_object_get(c0, "logprobs"),
+                                                           "content"));
+                json_decref(r);
+            } else {
+                json_t *ev = sse_events(&b.sse);
+                size_t i;
+                json_t *c;
+                json_array_foreach(ev, i, c) {
+                    json_t *c0 = json_array_get(json_object_get(c, "choices"), 0);
+                    json_t *lp = json_object_get(c0, "logprobs");
+                    if (i == 0) assert_true(json_is_null(lp)); // the role chunk
+                    // every chunk with text carries the entries of its tokens
+                    const char *t = json_string_value(json_object_get(
+                        json_object_get(c0, "delta"), "content"));
+                    if (t && t[0]) assert_true(json_array_size(json_object_get(lp, "content")));
+                    if (json_is_object(lp)) {
+                        json_array_extend(content, json_object_get(lp, "content"));
+                    }
+                }
+                json_decref(ev);
+            }
+            check_chat_entries(content, 2, as_ids);
+            json_decref(content);
+            ds_oai_out_free(&b);
+        }
+    }
+    // off: logprobs null
+    ds_oai_out_opts o = chat_opts(false);
+    ds_oai_out b;
+    build(&b, &o, "hi", 0, &(dspec_gen_stats){0});
+    json_t *r = json_loads(b.body, 0, NULL);
+    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(r, "choices"), 0),
+                                             "logprobs")));
+    json_decref(r);
+    ds_oai_out_free(&b);
+}
+
+static void test_logprobs_completion(void **state) {
+    (void)state;
+    const int64_t want_off[] = {0, 2, 5, 7}; // "He" "llo" " \uFFFD" ... in code points
+    for (int stream = 0; stream < 2; stream++) {
+        ds_oai_out_opts o = {.kind = DS_OAI_COMPLETION, .stream = stream, .logprobs = true,
+                             .id = "cmpl-t", .model = "m", .created = 7};
+        ds_oai_out b;
+        build_lp(&b, &o, 1);
+        json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
+               *offs = json_array();
+        json_t *ev = stream ? sse_events(&b.sse) : json_pack("[o]", json_loads(b.body, 0, NULL));
+        size_t i;
+        json_t *c;
+        json_array_foreach(ev, i, c) {
+            json_t *c0 = json_array_get(json_object_get(c, "choices"), 0);
+            json_t *lp = json_object_get(c0, "logprobs");
+            if (!stream) {
+                assert_string_equal(json_string_value(json_object_get(c0, "text")), k_lp_text);
+            }
+            if (!json_is_object(lp)) continue;
+            json_array_extend(toks, json_object_get(lp, "tokens"));
+            json_array_extend(lps, json_object_get(lp, "token_logprobs"));
+            json_array_extend(tops, json_object_get(lp, "top_logprobs"));
+            json_array_extend(offs, json_object_get(lp, "text_offset"));
+        }
+        assert_int_equal(json_array_size(toks), DS_ARRAY_LEN(k_lp));
+        for (i = 0; i < DS_ARRAY_LEN(k_lp); i++) {
+            assert_true(json_real_value(json_array_get(lps, i)) == (double)k_lp[i].lp);
+            assert_int_equal(json_integer_value(json_array_get(offs, i)), want_off[i]);
+            // n_top 1 = the token itself: one key; the chosen token is always listed
+            json_t *d = json_array_get(tops, i);
+            assert_int_equal(json_object_size(d), 1);
+            const char *t = json_string_value(json_array_get(toks, i));
+            assert_true(json_real_value(json_object_get(d, t)) == (double)k_lp[i].lp);
+        }
+        assert_string_equal(json_string_value(json_array_get(toks, 0)), "He");
+        json_decref(ev);
+        json_decref(toks);
+        json_decref(lps);
+        json_decref(tops);
+        json_decref(offs);
+        ds_oai_out_free(&b);
     }
 }
 
@@ -376,6 +578,9 @@ int main(void) {
         cmocka_unit_test(test_parse_chat),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_lossy_string),
+        cmocka_unit_test(test_parse_logprobs),
+        cmocka_unit_test(test_logprobs_chat),
+        cmocka_unit_test(test_logprobs_completion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

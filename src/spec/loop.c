@@ -54,6 +54,12 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
         ds_spec_free(s);
         return err ? err->code : DSPEC_ERR_NOMEM;
     }
+    if (s->params.keep_logits && !s->target_logits &&
+        !(s->target_logits = malloc((size_t)(rows * hp->n_vocab) * sizeof(float)))) {
+        ds_spec_free(s);
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory (%" PRId64 " logits rows)",
+                          rows);
+    }
     if (budget && p->cands && !s->params.tree_raw) {
         s->node_cands = malloc(sizeof(*s->node_cands));
         if (!s->node_cands) {
@@ -91,6 +97,12 @@ const ds_spec_stats *ds_spec_stats_get(const ds_spec *s) {
     return &s->stats;
 }
 
+const float *ds_spec_token_logits(const ds_spec *s, int64_t i) {
+    if (!s->params.keep_logits || !s->ready) return NULL;
+    int64_t row = s->emit_path ? s->path[i] : i;
+    return s->target_logits + row * ds_model_hparams_get(s->m)->n_vocab;
+}
+
 double ds_spec_tau(const ds_spec_stats *st) {
     return st->steps ? (double)(st->accepted + st->steps) / (double)st->steps : 0.0;
 }
@@ -103,17 +115,19 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
     for (int64_t r0 = 0; r0 < n && st == DSPEC_OK; r0 += s->feat_rows) {
         int64_t cn = DS_MIN(s->feat_rows, n - r0);
         bool last = r0 + cn == n;
-        float *lg = s->params.sampler && last ? s->target_logits : NULL;
+        float *lg = (s->params.sampler || s->params.keep_logits) && last ? s->target_logits
+                                                                         : NULL;
         ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
                       .argmax = last ? next : NULL, .logits = lg, .n_taps = s->p.n_taps,
                       .tap_layers = s->p.tap_layers, .taps = s->feats};
         st = ds_model_forward(s->m, s->st, &b, err);
-        if (st == DSPEC_OK && lg) st = ds_spec_sample_token(s, lg, next, err);
+        if (st == DSPEC_OK && lg && s->params.sampler) st = ds_spec_sample_token(s, lg, next, err);
         if (st == DSPEC_OK) st = s->p.append(s->p.ctx, s->feats, cn, err);
     }
     if (st == DSPEC_OK) {
         s->anchor = *next;
         s->ready = true;
+        s->emit_path = false;
     }
     s->stats.t_prefill += ds_time_now() - t0;
     return st;
@@ -136,6 +150,7 @@ dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
     memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     int64_t n = n_prop + 1;
     ds_batch b = {.n = n, .tokens = s->verify_tok, .n_logits = n, .argmax = s->target_tok,
+                  .logits = s->params.keep_logits ? s->target_logits : NULL,
                   .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps = s->feats,
                   .speculative = true};
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
@@ -193,6 +208,7 @@ static dspec_status spec_step_spec(ds_spec *s, int64_t max_out, int32_t *out, in
     memcpy(out, s->draft.tokens, (size_t)k * sizeof(int32_t));
     out[k] = s->target_tok[k]; // bonus: the target's own token after the last accepted row
     s->anchor = out[k];
+    s->emit_path = false;
     *n_out = k + 1;
     ds_spec_count_step(s, n_prop, k);
     for (int64_t i = 0; i < n_prop; i++) {
@@ -223,8 +239,9 @@ static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, ds
     int32_t tok;
     size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
     ds_batch b = {.n = 1, .tokens = &s->anchor, .n_logits = 1, .argmax = &tok,
-                  .logits = s->params.sampler ? s->target_logits : NULL, .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps = s->feats + s->feat_pending * row};
+                  .logits = s->params.sampler || s->params.keep_logits ? s->target_logits : NULL,
+                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers,
+                  .taps = s->feats + s->feat_pending * row};
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
     if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_token(s, s->target_logits, &tok, err);
     s->stats.t_verify += ds_time_now() - t0;
@@ -232,6 +249,7 @@ static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, ds
     if (st != DSPEC_OK) return st;
     out[0] = tok;
     s->anchor = tok;
+    s->emit_path = false;
     *n_out = 1;
     s->stats.plain_steps++;
     s->stats.emitted++;

@@ -133,6 +133,7 @@ dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop,
     memcpy(out, s->draft.tokens, (size_t)k * sizeof(int32_t));
     out[k] = bonus;
     s->anchor = bonus;
+    s->emit_path = false;
     *n_out = k + 1;
     ds_spec_count_step(s, n_prop, k);
     for (int64_t i = 0; i < n_prop; i++) {

@@ -74,7 +74,9 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     double t0 = ds_time_now();
     ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
                   .n_logits = s->tree.n_nodes, .argmax = s->target_tok,
-                  .logits = s->params.sampler ? s->target_logits : NULL, .n_taps = s->p.n_taps,
+                  .logits = s->params.sampler || s->params.keep_logits ? s->target_logits
+                                                                         : NULL,
+                  .n_taps = s->p.n_taps,
                   .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
     st = ds_model_forward(s->m, s->st, &b, err);
     s->stats.t_verify += ds_time_now() - t0;
@@ -97,6 +99,7 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     for (int64_t i = 1; i < n_path; i++) out[i - 1] = s->tree.token[s->path[i]];
     out[n_path - 1] = bonus;
     s->anchor = bonus;
+    s->emit_path = true; // token i came from row path[i]
     *n_out = n_path;
     ds_spec_count_step(s, s->tree.n_nodes - 1, n_path - 1);
     for (int64_t i = 1; i < n_path; i++) s->stats.pos_accepted[i - 1]++;

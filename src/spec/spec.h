@@ -77,6 +77,9 @@ typedef struct ds_spec_params {
     ds_sampler *sampler;
     // Adaptive speculation (policy.h): zero-initialised = off (always speculate).
     ds_spec_policy_params policy;
+    // Keep the target's raw logits of every verify row on the host (ds_spec_token_logits), for
+    // per-token log-probabilities. Off: greedy verifies return only argmaxes (no logits copy).
+    bool keep_logits;
 } ds_spec_params;
 
 typedef struct ds_spec_stats {
@@ -107,6 +110,11 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
 // `max_out` caps the tokens the step may commit (>= 1; e.g. remaining budget or context).
 dspec_status ds_spec_step(ds_spec *s, int64_t max_out, int32_t *out, int64_t *n_out,
                           dspec_err *err);
+
+// With params.keep_logits: the target's raw logits [n_vocab] of the row that produced token i of
+// the last ds_spec_step's out[] (0 <= i < n_out), or, right after ds_spec_prefill, of the first
+// token (i = 0). Valid until the next step. NULL without keep_logits or before the prefill.
+const float *ds_spec_token_logits(const ds_spec *s, int64_t i);
 
 // Feeds the drafter the features of plain steps still held back (a policy burst batches them until
 // the next speculative step), so that its context covers every committed row.

@@ -22,7 +22,8 @@ struct ds_spec {
     int32_t path[DS_DDTREE_MAX_NODES + 1];
     ds_ddtree_node_cands *node_cands; // conditional tree expansion (proposer cands)
     // sampled verification (params.sampler != NULL)
-    float *target_logits;  // host [rows * n_vocab]
+    float *target_logits;  // host [rows * n_vocab] (sampled verification or keep_logits)
+    bool emit_path;        // the last step's token i came from row path[i] (tree), else row i
     ds_sample_probs *q;    // [n_slots] draft distributions
     ds_sample_probs pdist, resid;
     ds_sampler *qs;        // processes drafter logits into q (the target's params, no penalties)

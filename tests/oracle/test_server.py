@@ -6,7 +6,10 @@ max_tokens, thinking on/off, tool round trip on the request side, greedy determi
 server output == `dspec run` plain greedy), concurrent requests, queue full (503), client
 disconnect cancels, prefix reuse on a second turn (cached tokens, output == a cold server),
 tokenize/detokenize, metrics, every error case (400/401/404/405/413), /health 503 when the model
-is not loaded. Servers are always killed at the end; every wait is bounded."""
+is not loaded; logprobs / top_logprobs on a server with the bundled tiny target and DSpark drafter
+(models/, where speculation accepts): shape, greedy top-1 under speculation, values == `dspec
+logits` log-softmax, streaming == non-streaming, legacy completions shape, sampled runs. Servers
+are always killed at the end; every wait is bounded."""
 import argparse
 import http.client
 import json
@@ -18,6 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _tinytok  # noqa: E402
@@ -344,9 +349,19 @@ def error_checks(port):
     R.check("error: unknown route -> 404", st == 404 and err_of(d).get("message"))
     st, _, d = raw(port, "GET", post)
     R.check("error: wrong method -> 405", st == 405 and err_of(d).get("message"))
-    st, _, d = raw(port, "POST", post, dict(ok_body, logprobs=True))
-    R.check("error: logprobs unsupported -> 400", st == 400 and
-            err_of(d).get("param") == "logprobs")
+    for name, path, body, param in (
+            ("top_logprobs 21", post, dict(ok_body, logprobs=True, top_logprobs=21),
+             "top_logprobs"),
+            ("top_logprobs without logprobs", post, dict(ok_body, top_logprobs=2),
+             "top_logprobs"),
+            ("chat logprobs not a boolean", post, dict(ok_body, logprobs=3), "logprobs"),
+            ("completions logprobs -1", "/v1/completions",
+             {"prompt": "x", "max_tokens": 1, "logprobs": -1}, "logprobs"),
+            ("completions logprobs 6", "/v1/completions",
+             {"prompt": "x", "max_tokens": 1, "logprobs": 6}, "logprobs")):
+        st, _, d = raw(port, "POST", path, body)
+        R.check(f"error: {name} -> 400 naming {param}", st == 400 and
+                err_of(d).get("param") == param and err_of(d).get("message"), f"{st} {d[:160]!r}")
 
 
 def misc_checks(port):
@@ -396,6 +411,98 @@ def prefix_checks(client, cold, port):
                 f"{ref.model_extra['timings']['prompt_ms']:.2f} ms")
 
 
+def logprob_checks(client, port, dspec, tiny):
+    """Server on the bundled tiny target + DSpark drafter (greedy speculation accepts there)."""
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    msgs = [{"role": "user", "content": "Write a C program that prints hello."}]
+    kw = dict(model="m", messages=msgs, max_tokens=24, temperature=0, logprobs=True,
+              top_logprobs=3, extra_body=off)
+    r = client.chat.completions.create(**kw)
+    ents = r.choices[0].logprobs.content
+    lps = [e.logprob for e in ents] + [t.logprob for e in ents for t in e.top_logprobs]
+    R.check("chat logprobs: one entry per generated token, 3 alternatives, logprobs <= 0",
+            len(ents) == r.usage.completion_tokens == 24 and
+            all(len(e.top_logprobs) == 3 for e in ents) and all(x <= 0 for x in lps) and
+            b"".join(bytes(e.bytes) for e in ents).decode(errors="replace") ==
+            r.choices[0].message.content, f"{len(ents)} entries")
+    R.check("chat logprobs: top_logprobs sorted, the chosen token's entry agrees",
+            all(all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:]))
+                for e in ents) and
+            all(t.logprob == e.logprob for e in ents for t in e.top_logprobs
+                if t.bytes == e.bytes))
+    tm = r.model_extra["timings"]
+    R.check("greedy speculative: the emitted token is the top-1 at every position",
+            all(e.bytes == e.top_logprobs[0].bytes and e.logprob == e.top_logprobs[0].logprob
+                for e in ents) and tm.get("draft_n_accepted", 0) > 0,
+            f"accepted {tm.get('draft_n_accepted')} of {tm.get('draft_n')}")
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    sents = [e for c in chunks if c.choices and c.choices[0].logprobs
+             for e in c.choices[0].logprobs.content]
+    R.check("streaming logprobs == non-streaming",
+            [e.model_dump() for e in sents] == [e.model_dump() for e in ents],
+            f"{len(sents)} vs {len(ents)} entries")
+
+    # values == log-softmax of `dspec logits` rows for the same prefix (token ids: the vLLM
+    # return_tokens_as_token_ids extension)
+    prompt = "#include <stdio.h>\n#include <"
+    _, _, d = raw(port, "POST", "/tokenize", {"content": prompt})
+    ids = json.loads(d)["tokens"]
+    c = client.completions.create(model="m", prompt=ids, max_tokens=16, temperature=0,
+                                  logprobs=5, extra_body={"return_tokens_as_token_ids": True})
+    lp = c.choices[0].logprobs
+    gen = [int(t.split(":")[1]) for t in lp.tokens]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "l.bin")
+        run_dspec(dspec, "logits", "-m", tiny, "--tokens", ",".join(map(str, ids + gen[:-1])),
+                  "--out", out, "--kv-type", "f16", "-t", "2")
+        rows = np.fromfile(out, dtype=np.float32).astype(np.float64)
+    rows = rows.reshape(len(ids) + len(gen) - 1, -1)[len(ids) - 1:]
+    ls = rows - rows.max(axis=1, keepdims=True)
+    ls -= np.log(np.exp(ls).sum(axis=1, keepdims=True))
+    err = 0.0
+    top_ok = len(gen) == 16
+    for j, (g, top) in enumerate(zip(gen, lp.top_logprobs)):
+        err = max(err, abs(lp.token_logprobs[j] - ls[j, g]))
+        tids = [int(k.split(":")[1]) for k in top]
+        err = max([err] + [abs(v - ls[j, int(k.split(":")[1])]) for k, v in top.items()])
+        want = set(np.argsort(-ls[j], kind="stable")[:5].tolist())
+        top_ok &= len(top) in (5, 6) and want <= set(tids) and g in tids
+    R.check("completions logprobs == log-softmax of `dspec logits` (1e-4), top-5 == its top 5",
+            err < 1e-4 and top_ok and c.model_extra["timings"].get("draft_n_accepted", 0) > 0,
+            f"max error {err:.2e}")
+
+    # legacy completions shape, logprobs=2, streaming == non-streaming
+    c = client.completions.create(model="m", prompt=prompt, max_tokens=12, logprobs=2)
+    lp = c.choices[0].logprobs
+    n = c.usage.completion_tokens
+    R.check("completions logprobs=2: tokens, token_logprobs, top_logprobs, text_offset",
+            len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) ==
+            len(lp.text_offset) == n == 12 and
+            all(len(t) in (2, 3) and lp.tokens[i] in t and t[lp.tokens[i]] == lp.token_logprobs[i]
+                for i, t in enumerate(lp.top_logprobs)) and
+            lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(n)] and
+            "".join(lp.tokens) == c.choices[0].text, lp.tokens)
+    s = client.completions.create(model="m", prompt=prompt, max_tokens=12, logprobs=2,
+                                  stream=True)
+    parts = [ch.choices[0].logprobs for ch in s if ch.choices and ch.choices[0].logprobs]
+    R.check("completions streaming logprobs == non-streaming",
+            [t for p in parts for t in p.tokens] == lp.tokens and
+            [x for p in parts for x in p.token_logprobs] == lp.token_logprobs and
+            [x for p in parts for x in p.text_offset] == lp.text_offset)
+
+    # sampled speculative verification reports logprobs too (seeded: reproducible)
+    kw = dict(kw, temperature=0.8, seed=3, max_tokens=16)
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    ea = a.choices[0].logprobs.content
+    R.check("sampled: one entry per token, reproducible, chosen entry agrees",
+            len(ea) == a.usage.completion_tokens and
+            [e.model_dump() for e in ea] ==
+            [e.model_dump() for e in b.choices[0].logprobs.content] and
+            all(t.logprob == e.logprob for e in ea for t in e.top_logprobs
+                if t.bytes == e.bytes) and all(e.logprob <= 0 for e in ea))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dspec", required=True)
@@ -438,8 +545,17 @@ def main():
             cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0",
                           log=os.path.join(tmp, "c.log"))
             servers.append(cold)
+            tiny = os.path.join(here, "..", "..", "models", "tiny-target-q8_0.gguf")
+            lps = Server(a.dspec, "-m", tiny, "--draft",
+                         os.path.join(here, "..", "..", "models", "tiny-dspark-g7-q8_0.gguf"),
+                         "-t", "2", "--no-adaptive", "--alias", "m", "--cache-ram", "0",
+                         log=os.path.join(tmp, "lp.log"))
+            servers.append(lps)
             srv.wait_ready()
             cold.wait_ready()
+            lps.wait_ready()
+            lp_client = openai.OpenAI(base_url=f"http://127.0.0.1:{lps.port}/v1",
+                                      api_key="none", timeout=60, max_retries=0)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY,
                                    timeout=60, max_retries=0)
             client.port = srv.port
@@ -448,14 +564,17 @@ def main():
             for fn, args in ((sdk_checks, (client, a.dspec, model)),
                              (prefix_checks, (client, cold_client, srv.port)),
                              (concurrency_checks, (client, srv.port)),
-                             (error_checks, (srv.port,)), (misc_checks, (srv.port,))):
+                             (error_checks, (srv.port,)), (misc_checks, (srv.port,)),
+                             (logprob_checks, (lp_client, lps.port, a.dspec, tiny))):
                 if time.monotonic() > DEADLINE:
                     R.check("time budget", False, f"{fn.__name__} not run")
                     break
+                t_fn = time.monotonic()
                 try:
                     fn(*args)
                 except Exception as e:  # noqa: BLE001
                     R.check(f"{fn.__name__} raised", False, repr(e)[:300])
+                print(f"     {fn.__name__}: {time.monotonic() - t_fn:.2f} s", flush=True)
             R.check("server alive after the suite", srv.p.poll() is None,
                     srv.output()[-300:] if srv.p.poll() is not None else "")
         except Exception as e:  # noqa: BLE001
