@@ -200,7 +200,9 @@ def check_refusals(dspec, tmp):
              ("dflash_b4_mixed", "block_size", 1, "block_size"),
              ("dflash_b4_mixed", "mask_token_id", 100000, "mask_token_id"),
              ("dflash_b4_mixed", "target_layer_ids", [4, 1], "target_layer_ids"),
-             ("dflash_b4_mixed", "intermediate_size", 32, "mlp.gate_proj")]
+             ("dflash_b4_mixed", "intermediate_size", 32, "mlp.gate_proj"),
+             ("dflash_b4_mixed", "attention_bias", True, "attention_bias"),
+             ("dspark_b4_markov_conf", "markov_head_type", "gated", "markov_head_type")]
     for variant, key, val, want in cases:
         cfg = json.load(open(os.path.join(FIX, variant, "config.json")))
         sub = cfg.get("dflash_config") or {}
