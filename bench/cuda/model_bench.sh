@@ -3,7 +3,9 @@
 # writes synthetic Qwen3.5 files with the real shapes and quant mixes (`dspec synth`), and runs
 # `dspec bench --model --device cuda` (decode tok/s and verify-step time for N = 1..32 against the
 # copy-bandwidth roofline measured in the same run; prefill tok/s). Also checks CUDA logits
-# against the CPU on a converted fixture. Logs go to $OUT.
+# against the CPU on a converted fixture. SPEC_STEP=1 also times a speculative chain step (block
+# 16: draft + verify + commit; random weights accept nothing, so every step is one full step) with
+# synthetic DFlash / DFlash 2 / DSpark drafters of the preset's shapes. Logs go to $OUT.
 # Usage (repo root, on the GPU machine): bash bench/cuda/model_bench.sh [preset:mix ...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +41,17 @@ for spec in "${@:-27b:q4_k_m}"; do
   f=/tmp/synth_${preset}_${mix}.gguf
   LAY=(); [ -n "$layers" ] && LAY=(--layers "$layers")
   log "synth $preset $mix ${layers:+($layers layers)}"
-  $D synth --preset "$preset" --mix "$mix" "${LAY[@]}" "$f" 2>&1 | tail -1
+  # (the bundled tokenizer makes the file runnable by `dspec run`, for the speculative step below)
+  $D synth --preset "$preset" --mix "$mix" "${LAY[@]}" --tokenizer models/tiny-target-q8_0.gguf \
+     "$f" 2>&1 | tail -1
+  if [ -n "${SPEC_STEP:-}" ]; then # a full chain step (draft + verify + commit) per drafter kind
+    for kind in dflash dflash2 dspark; do
+      $D synth --draft $kind --target-preset "$preset" --block 16 /tmp/draft_$kind.gguf 2>&1 | tail -1
+      $D run -m "$f" --draft /tmp/draft_$kind.gguf --device cuda -p "hello" -n 64 --no-adaptive \
+         2>&1 | grep -E "decode|speculative:" | sed "s/^/  $kind: /" | tee -a "$OUT/spec_step_${preset}_${mix}.txt"
+      rm -f /tmp/draft_$kind.gguf
+    done
+  fi
   log "bench $preset $mix"
   $D bench --model "$f" --device cuda --prompt 512 --decode 32 --reps ${REPS:-7} \
      --verify ${VERIFY:-1,2,4,8,16,24,32} 2>&1 | tee "$OUT/bench_${preset}_${mix}.txt"
