@@ -46,7 +46,7 @@ for spec in "${@:-27b:q4_k_m}"; do
      "$f" 2>&1 | tail -1
   if [ -n "${SPEC_STEP:-}" ]; then # a full chain step (draft + verify + commit) per drafter kind
     for kind in dflash dflash2 dspark; do
-      $D synth --draft $kind --target-preset "$preset" --block 16 /tmp/draft_$kind.gguf 2>&1 | tail -1
+      $D synth --draft $kind --target "$f" --block 16 /tmp/draft_$kind.gguf 2>&1 | tail -1
       $D run -m "$f" --draft /tmp/draft_$kind.gguf --device cuda -p "hello" -n 64 --no-adaptive \
          2>&1 | grep -E "decode|speculative:" | sed "s/^/  $kind: /" | tee -a "$OUT/spec_step_${preset}_${mix}.txt"
       rm -f /tmp/draft_$kind.gguf
