@@ -119,6 +119,18 @@ void ds_pool_run(ds_pool *pool, ds_pool_fn fn, void *ctx, int64_t n_tasks);
 // Monotonic time in seconds.
 double ds_time_now(void);
 
+// ---- random numbers for synthetic data (not the sampler's RNG: sample/ has its own) ------------
+
+// splitmix64: a fixed stream for a seed on every platform.
+typedef struct ds_rng {
+    uint64_t s;
+} ds_rng;
+uint64_t ds_rng_next(ds_rng *r);
+// Uniform in (0, 1) with 24 random bits.
+float ds_rng_uniform(ds_rng *r);
+// Standard normal (Box-Muller on two uniforms, the cosine branch).
+float ds_rng_normal(ds_rng *r);
+
 // ---- CPU features (detected once, at first call) -----------------------------------------------
 
 typedef struct ds_cpu_features {

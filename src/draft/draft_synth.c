@@ -389,35 +389,18 @@ static void set_kv(ds_gguf_writer *w, const ds_draft_synth_params *p) {
 
 // ---- values ---------------------------------------------------------------------------------------
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { // splitmix64
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_normal(rng *r) {
-    float u = (float)((rng_next(r) >> 40) + 0.5) / (float)(1ull << 24);
-    float v = (float)((rng_next(r) >> 40) + 0.5) / (float)(1ull << 24);
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
 // Row `row` of tensor d into out[0 .. ne0).
-static void draw_row(rng *r, const tdesc *d, int64_t row, float *out) {
+static void draw_row(ds_rng *r, const tdesc *d, int64_t row, float *out) {
     const int64_t n = d->ne[0];
     const float lin = d->scale / sqrtf((float)n);
     for (int64_t c = 0; c < n; c++) {
         switch (d->how) {
-        case FILL_LINEAR: out[c] = lin * rng_normal(r); break;
-        case FILL_NORM: out[c] = 1.0f + 0.1f * rng_normal(r); break;
+        case FILL_LINEAR: out[c] = lin * ds_rng_normal(r); break;
+        case FILL_NORM: out[c] = 1.0f + 0.1f * ds_rng_normal(r); break;
         case FILL_CONV_BASE:
-            out[c] = (row % d->conv_k == 0 ? 1.0f : 0.0f) + d->scale * rng_normal(r);
+            out[c] = (row % d->conv_k == 0 ? 1.0f : 0.0f) + d->scale * ds_rng_normal(r);
             break;
-        case FILL_TABLE: out[c] = d->scale * rng_normal(r); break;
+        case FILL_TABLE: out[c] = d->scale * ds_rng_normal(r); break;
         case FILL_CONST: out[c] = d->scale; break;
         }
     }
@@ -434,7 +417,7 @@ typedef struct pool {
 
 enum { MAX_POOLS = 24, BATCH = 64 };
 
-static dspec_status get_pool(pool *pools, int *n_pools, const tdesc *d, int64_t n_rows, rng *r,
+static dspec_status get_pool(pool *pools, int *n_pools, const tdesc *d, int64_t n_rows, ds_rng *r,
                              float *row, const uint8_t **out, dspec_err *err) {
     *out = NULL;
     for (int i = 0; i < *n_pools; i++) {
@@ -480,7 +463,7 @@ static dspec_status write_data(ds_gguf_writer *w, const ds_draft_synth_params *p
     if (!row || !batch) {
         st = ds_err_set(err, DSPEC_ERR_NOMEM, "draft synth: out of memory");
     }
-    rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 0x5eed};
+    ds_rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 0x5eed};
     double total = 0.0, done = 0.0;
     for (int i = 0; i < l->n; i++) {
         total += (double)l->t[i].ne[1];
@@ -499,7 +482,7 @@ static dspec_status write_data(ds_gguf_writer *w, const ds_draft_synth_params *p
             for (int64_t b = 0; b < nb && st == DSPEC_OK; b++) {
                 uint8_t *dst = batch + (size_t)b * rb;
                 if (pl) {
-                    memcpy(dst, pl + (size_t)(rng_next(&r) % (uint64_t)p->pool_rows) * rb, rb);
+                    memcpy(dst, pl + (size_t)(ds_rng_next(&r) % (uint64_t)p->pool_rows) * rb, rb);
                 } else {
                     draw_row(&r, d, rr + b, row);
                     st = ds_quantize_row(d->type, dst, row, ne0, err);

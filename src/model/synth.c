@@ -9,26 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { // splitmix64
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(rng *r) {
-    return (float)((rng_next(r) >> 40) + 0.5) / (float)(1ull << 24);
-}
-
-static float rng_normal(rng *r) {
-    float u = rng_uniform(r), v = rng_uniform(r);
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
 ds_synth_params ds_synth_tiny(ds_arch arch, ds_type wtype, uint64_t seed) {
     ds_synth_params p = {
         .arch = arch, .n_vocab = 512, .n_embd = 256, .n_layer = 4, .interval = 4, .n_head = 4,
@@ -209,14 +189,14 @@ static void set_kv(ds_gguf_writer *w, const ds_synth_params *p) {
 #undef K
 }
 
-static float draw(rng *r, fill how, int64_t fan_in) {
+static float draw(ds_rng *r, fill how, int64_t fan_in) {
     switch (how) {
-    case FILL_LINEAR: return rng_normal(r) / sqrtf((float)fan_in);
-    case FILL_NORM: return 1.0f + 0.1f * rng_normal(r);
-    case FILL_SSM_A: return -expf(logf(0.5f) + rng_uniform(r) * (logf(8.0f) - logf(0.5f)));
-    case FILL_DT: return 0.5f * rng_normal(r);
-    case FILL_CONV: return 0.5f * rng_normal(r);
-    case FILL_PLAIN: return rng_normal(r);
+    case FILL_LINEAR: return ds_rng_normal(r) / sqrtf((float)fan_in);
+    case FILL_NORM: return 1.0f + 0.1f * ds_rng_normal(r);
+    case FILL_SSM_A: return -expf(logf(0.5f) + ds_rng_uniform(r) * (logf(8.0f) - logf(0.5f)));
+    case FILL_DT: return 0.5f * ds_rng_normal(r);
+    case FILL_CONV: return 0.5f * ds_rng_normal(r);
+    case FILL_PLAIN: return ds_rng_normal(r);
     }
     return 0.0f;
 }
@@ -266,7 +246,7 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
     row = malloc((size_t)max_row * sizeof(float));
     q = malloc((size_t)max_row * sizeof(float) + 64);
     if (st == DSPEC_OK && (!row || !q)) st = ds_err_set(err, DSPEC_ERR_NOMEM, "synth: OOM");
-    rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 1};
+    ds_rng r = {.s = p->seed * 0x2545f4914f6cdd1dull + 1};
     double total = 0.0, done_rows = 0.0;
     for (int i = 0; i < l.n; i++) total += (double)(l.t[i].ne[1] * l.t[i].ne[2]);
     // Pools: pool_rows f32 rows per row length (drawn once, so every quant mix of the same seed
@@ -327,7 +307,7 @@ dspec_status ds_synth_write(const char *path, const ds_synth_params *p, dspec_er
                 int64_t nb = DS_MIN((int64_t)BATCH, rows - rr);
                 for (int64_t b = 0; b < nb; b++) {
                     memcpy(batch + (size_t)b * rb,
-                           pool + (size_t)(rng_next(&r) % (uint64_t)p->pool_rows) * rb, rb);
+                           pool + (size_t)(ds_rng_next(&r) % (uint64_t)p->pool_rows) * rb, rb);
                 }
                 st = ds_gguf_writer_write_tensor_data(w, i, batch, rb * (size_t)nb, err);
                 rr += nb;
