@@ -315,34 +315,70 @@ static bool parse_messages(ds_oai_req *r, ds_http_err *e) {
     return true;
 }
 
+// tools, tool_choice ("none" | "auto" | "required" | {"type": "function", "function": {"name"}}),
+// parallel_tool_calls. A forced choice needs tools; a named function must be one of them.
 static bool parse_tools(ds_oai_req *r, ds_http_err *e) {
     json_t *tools = json_object_get(r->root, "tools");
     json_t *choice = json_object_get(r->root, "tool_choice");
-    if (choice && !json_is_null(choice) && !json_is_string(choice) && !json_is_object(choice)) {
-        return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
-    }
+    r->parallel_tool_calls = true;
+    if (!get_bool(r->root, "parallel_tool_calls", &r->parallel_tool_calls, e)) return false;
     if (json_is_string(choice)) {
         const char *c = json_string_value(choice);
-        if (strcmp(c, "none") && strcmp(c, "auto") && strcmp(c, "required")) {
-            return bad(e, "tool_choice", "'tool_choice' = '%s' (none, auto, required)", c);
+        if (!strcmp(c, "none")) {
+            r->tool_choice = DS_OAI_TOOLS_NONE;
+        } else if (!strcmp(c, "required")) {
+            r->tool_choice = DS_OAI_TOOLS_REQUIRED;
+        } else if (strcmp(c, "auto")) {
+            return bad(e, "tool_choice", "'tool_choice' = '%s' (none, auto, required, or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}})", c);
         }
-        if (!strcmp(c, "none")) return true; // tools are neither shown nor parsed
+    } else if (json_is_object(choice)) {
+        json_t *type = json_object_get(choice, "type");
+        json_t *name = json_object_get(json_object_get(choice, "function"), "name");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") ||
+            !json_is_string(name)) {
+            return bad(e, "tool_choice", "'tool_choice' object must be {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
+        }
+        r->tool_choice = DS_OAI_TOOLS_NAMED;
+        r->tool_name = json_string_value(name);
+    } else if (choice && !json_is_null(choice)) {
+        return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
-    if (!tools || json_is_null(tools)) return true;
-    if (!json_is_array(tools)) return bad(e, "tools", "'tools' must be an array");
-    size_t k;
+    if (r->tool_choice == DS_OAI_TOOLS_NONE) return true; // tools are neither shown nor parsed
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+        return bad(e, "tools", "'tools' must be an array");
+    }
+    size_t k, n_tools = json_is_array(tools) ? json_array_size(tools) : 0;
     json_t *t;
+    bool found = false;
     json_array_foreach(tools, k, t) {
         json_t *fn = json_object_get(t, "function");
         json_t *type = json_object_get(t, "type");
+        json_t *name = json_object_get(fn, "name");
         if (!json_is_object(t) || !json_is_string(type) ||
             strcmp(json_string_value(type), "function") || !json_is_object(fn) ||
-            !json_is_string(json_object_get(fn, "name"))) {
+            !json_is_string(name)) {
             return bad(e, "tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": "
                        "{\"name\": ...}}", k);
         }
+        const char *nm = json_string_value(name);
+        if (!nm[0] || strpbrk(nm, "<> \t\n\r\f\v")) { // the tool-call syntax needs that
+            return bad(e, "tools", "'tools[%zu].function.name' must be non-empty without '<', "
+                       "'>' or whitespace", k);
+        }
+        if (r->tool_name && !strcmp(nm, r->tool_name)) found = true;
+        if (r->tool_choice == DS_OAI_TOOLS_REQUIRED && n_tools == 1) r->tool_name = nm;
     }
-    if (json_array_size(tools) == 0) return true;
+    if (r->tool_choice >= DS_OAI_TOOLS_REQUIRED && n_tools == 0) {
+        return bad(e, "tool_choice", "'tool_choice' %s needs 'tools'",
+                   r->tool_choice == DS_OAI_TOOLS_NAMED ? "naming a function" : "'required'");
+    }
+    if (r->tool_choice == DS_OAI_TOOLS_NAMED && !found) {
+        return bad(e, "tool_choice", "'tool_choice' names function '%s', which is not in 'tools'",
+                   r->tool_name);
+    }
+    if (n_tools == 0) return true;
     r->tools_json = json_dumps(tools, JSON_COMPACT);
     if (!r->tools_json) return bad(e, "tools", "out of memory");
     return true;

@@ -1,6 +1,7 @@
 // oai_out.c: builds OpenAI responses from generated text: stop strings (held back while they may
-// still match), <think> split into reasoning_content, <tool_call> blocks parsed into tool_calls,
-// SSE chunks (role delta, content / reasoning / tool-call deltas, final chunk with finish_reason
+// still match), <think> split into reasoning_content, <tool_call> blocks parsed incrementally into
+// tool_calls (tool_stream.c; a forced call's opening counts as output), SSE chunks (role delta,
+// content / reasoning deltas, tool-call deltas as the calls grow, final chunk with finish_reason
 // and timings, usage chunk, [DONE]) or one JSON body; per-token logprobs (chat and completions
 // formats) attached to the chunks or the body. Pure: no threads, no I/O. Calls text/chat.h and
 // jansson.
@@ -13,15 +14,22 @@
 
 static const char k_tool_tag[] = "<tool_call>";
 
+static dspec_status on_content(ds_oai_out *b, const char *s, size_t n, dspec_err *err);
+
 dspec_status ds_oai_out_init(ds_oai_out *b, const ds_oai_out_opts *o, dspec_err *err) {
-    (void)err;
     memset(b, 0, sizeof(*b));
     b->o = *o;
     snprintf(b->id, sizeof(b->id), "%s", o->id ? o->id : "");
     b->o.id = b->id;
     for (int i = 0; i < o->n_stop; i++) b->max_stop = DS_MAX(b->max_stop, strlen(o->stop[i]));
     ds_chat_think_init(&b->think, o->start_in_reasoning);
-    return DSPEC_OK;
+    ds_tool_parser_init(&b->tp, o->tools_json, o->single_call ? 1 : 0);
+    if (!o->tool_prefix) return DSPEC_OK;
+    if (!o->tools_json || strncmp(o->tool_prefix, k_tool_tag, sizeof(k_tool_tag) - 1)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "server: a forced tool call needs tools and "
+                          "an opening that starts with %s", k_tool_tag);
+    }
+    return on_content(b, o->tool_prefix, strlen(o->tool_prefix), err);
 }
 
 void ds_oai_out_free(ds_oai_out *b) {
@@ -31,6 +39,7 @@ void ds_oai_out_free(ds_oai_out *b) {
     ds_chat_buf_free(&b->sse);
     free(b->body);
     json_decref(b->lp);
+    ds_tool_parser_free(&b->tp);
     memset(b, 0, sizeof(*b));
 }
 
@@ -204,17 +213,73 @@ static dspec_status send_content(ds_oai_out *b, size_t upto, dspec_err *err) {
     return st;
 }
 
+static json_t *tool_call_json(const ds_oai_out *b, int64_t i, bool with_args) {
+    const ds_tool_call_acc *c = &b->tp.calls[i];
+    char id[96];
+    snprintf(id, sizeof(id), "call_%s_%lld", b->o.id, (long long)i);
+    return json_pack("{s:s, s:s, s:{s:o, s:s}}", "id", id, "type", "function", "function", "name",
+                     ds_json_string_lossy(c->name.data, c->name.len), "arguments",
+                     with_args ? c->args.data : "");
+}
+
+// Stream: the deltas of what the calls gained since the last call of this (a new call: index,
+// id, type, name, arguments ""; then the arguments text not sent yet). Each chunk carries the
+// logprob entries recorded so far.
+static dspec_status send_tool_deltas(ds_oai_out *b, dspec_err *err) {
+    dspec_status st = DSPEC_OK;
+    for (int64_t i = 0; i < b->tp.n_calls; i++) {
+        ds_tool_call_acc *c = &b->tp.calls[i];
+        for (int part = 0; part < 2 && st == DSPEC_OK; part++) {
+            json_t *tc;
+            if (part == 0) {
+                if (c->header_sent) continue;
+                tc = tool_call_json(b, i, false);
+                c->header_sent = true;
+            } else {
+                if (c->args.len <= c->args_sent) continue;
+                tc = json_pack("{s:{s:s%}}", "function", "arguments", c->args.data + c->args_sent,
+                               c->args.len - c->args_sent);
+                c->args_sent = c->args.len;
+            }
+            if (tc) json_object_set_new(tc, "index", json_integer(i));
+            json_t *d = tc ? json_pack("{s:[o]}", "tool_calls", tc) : NULL;
+            st = ds_oai_out_begin(b, err);
+            if (st == DSPEC_OK) st = sse_delta(b, d, NULL, true, err);
+            else json_decref(d);
+        }
+    }
+    return st;
+}
+
+// Text went to the tool-call parser: stream what the calls gained; with single_call, the first
+// complete call ends the output.
+static dspec_status tools_progress(ds_oai_out *b, dspec_err *err) {
+    if (b->o.single_call && b->tp.n_closed > 0) b->stopped = true;
+    return b->o.stream ? send_tool_deltas(b, err) : DSPEC_OK;
+}
+
 static dspec_status on_content(ds_oai_out *b, const char *s, size_t n, dspec_err *err) {
     dspec_status st = ds_chat_buf_append(&b->content, s, n, err);
-    if (st != DSPEC_OK || !b->o.stream || b->in_tool) return st;
-    if (!b->o.tools_json) return send_content(b, b->content.len, err);
-    // hold back a possible start of "<tool_call>"; once it is complete, the rest waits for finish
-    const char *tag = strstr(b->content.data + b->content_sent, k_tool_tag);
+    if (st != DSPEC_OK) return st;
+    if (b->in_tool) {
+        st = ds_tool_parser_feed(&b->tp, s, n, err);
+        return st == DSPEC_OK ? tools_progress(b, err) : st;
+    }
+    if (!b->o.tools_json) return b->o.stream ? send_content(b, b->content.len, err) : DSPEC_OK;
+    // hold back a possible start of "<tool_call>"; from the tag on, the text goes to the parser
+    const char *tag = strstr(b->content.data + b->tool_scan, k_tool_tag);
     if (tag) {
         b->in_tool = true;
-        return send_content(b, (size_t)(tag - b->content.data), err);
+        b->tool_at = (size_t)(tag - b->content.data);
+        st = b->o.stream ? send_content(b, b->tool_at, err) : DSPEC_OK;
+        if (st == DSPEC_OK) {
+            st = ds_tool_parser_feed(&b->tp, tag, b->content.len - b->tool_at, err);
+        }
+        return st == DSPEC_OK ? tools_progress(b, err) : st;
     }
     size_t keep = sizeof(k_tool_tag) - 2, len = b->content.len;
+    b->tool_scan = len > keep ? len - keep : 0;
+    if (!b->o.stream) return DSPEC_OK;
     size_t safe = len > keep ? utf8_cut(b->content.data, len - keep) : 0;
     for (size_t k = safe; k < len; k++) { // only hold from a '<' that could begin the tag
         if (b->content.data[k] == '<' && !strncmp(b->content.data + k, k_tool_tag, len - k)) {
@@ -304,39 +369,20 @@ json_t *ds_oai_timings_json(const dspec_gen_stats *st) {
     return t;
 }
 
-static json_t *tool_calls_json(const ds_oai_out *b, const ds_chat_parsed *p, bool with_index) {
-    json_t *a = json_array();
-    for (int64_t i = 0; a && i < p->n_calls; i++) {
-        char id[96];
-        snprintf(id, sizeof(id), "call_%s_%lld", b->o.id, (long long)i);
-        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
-                              "function", "name", p->calls[i].name, "arguments",
-                              p->calls[i].arguments);
-        if (c && with_index) json_object_set_new(c, "index", json_integer(i));
-        json_array_append_new(a, c);
-    }
-    return a;
-}
-
-static const char *finish_reason(const ds_oai_out *b, const dspec_gen_stats *st,
-                                 const ds_chat_parsed *p) {
-    if (p && p->n_calls) return "tool_calls";
+static const char *finish_reason(const ds_oai_out *b, const dspec_gen_stats *st, bool calls) {
+    if (calls) return "tool_calls";
     return b->stopped || st->stop_eog ? "stop" : "length";
 }
 
-static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st,
-                                  const ds_chat_parsed *p, dspec_err *err) {
+static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st, bool calls,
+                                  dspec_err *err) {
     dspec_status s = ds_oai_out_begin(b, err);
-    if (s == DSPEC_OK && p && p->n_calls) {
-        json_t *d = json_object();
-        if (d) json_object_set_new(d, "tool_calls", tool_calls_json(b, p, true));
-        s = sse_delta(b, d, NULL, true, err);
-    }
+    if (s == DSPEC_OK && calls) s = send_tool_deltas(b, err);
     json_t *c = NULL;
     if (s == DSPEC_OK) {
         json_t *delta = b->o.kind == DS_OAI_CHAT ? json_object() : json_pack("{s:s}", "text", "");
         json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp_take(b, false),
-                                   "finish_reason", finish_reason(b, st, p));
+                                   "finish_reason", finish_reason(b, st, calls));
         c = chunk_base(b);
         if (!delta || !choice || !c) {
             json_decref(delta);
@@ -366,11 +412,11 @@ static dspec_status finish_stream(ds_oai_out *b, const dspec_gen_stats *st,
     return s;
 }
 
-static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, const ds_chat_parsed *p,
+static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, bool calls,
                                 dspec_err *err) {
     bool chat = b->o.kind == DS_OAI_CHAT;
     json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp_take(b, true),
-                               "finish_reason", finish_reason(b, st, p));
+                               "finish_reason", finish_reason(b, st, calls));
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", b->o.id, "object",
                           chat ? "chat.completion" : "text_completion", "created",
                           (json_int_t)b->o.created, "model", b->o.model, "system_fingerprint",
@@ -380,18 +426,28 @@ static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, const 
         json_decref(o);
         return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (response)");
     }
-    const char *text = p ? p->content : (b->content.data ? b->content.data : "");
+    const char *text = b->content.data ? b->content.data : "";
+    size_t tn = b->content.len;
+    if (calls) { // the text before the first call, trailing whitespace removed
+        tn = b->tool_at;
+        while (tn && (text[tn - 1] == ' ' || (text[tn - 1] >= '\t' && text[tn - 1] <= '\r'))) tn--;
+    }
     if (chat) {
         json_t *msg = json_pack("{s:s}", "role", "assistant");
-        bool calls = p && p->n_calls;
-        json_object_set_new(msg, "content", calls && !text[0] ? json_null() : json_string(text));
+        json_object_set_new(msg, "content", calls && !tn ? json_null() : json_stringn(text, tn));
         if (b->reasoning.len) {
             json_object_set_new(msg, "reasoning_content", json_string(b->reasoning.data));
         }
-        if (calls) json_object_set_new(msg, "tool_calls", tool_calls_json(b, p, false));
+        if (calls) {
+            json_t *a = json_array();
+            for (int64_t i = 0; a && i < b->tp.n_calls; i++) {
+                json_array_append_new(a, tool_call_json(b, i, true));
+            }
+            json_object_set_new(msg, "tool_calls", a);
+        }
         json_object_set_new(choice, "message", msg);
     } else {
-        json_object_set_new(choice, "text", json_string(text));
+        json_object_set_new(choice, "text", json_stringn(text, tn));
     }
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     json_object_set_new(o, "usage", ds_oai_usage_json(st));
@@ -416,22 +472,18 @@ dspec_status ds_oai_out_finish(ds_oai_out *b, const dspec_gen_stats *st, dspec_e
         ds_chat_buf_free(&r);
         ds_chat_buf_free(&c);
     }
+    if (s == DSPEC_OK && b->in_tool) s = ds_tool_parser_finish(&b->tp, err);
     if (s != DSPEC_OK) return s;
-    ds_chat_parsed parsed = {0};
-    bool have = false;
-    if (b->o.tools_json && b->content.len && strstr(b->content.data, k_tool_tag)) {
-        dspec_err perr = {0};
-        have = ds_chat_parse_tool_calls(b->content.data, b->content.len, b->o.tools_json, &parsed,
-                                        &perr) == DSPEC_OK;
-        if (!have) ds_log(DS_LOG_WARN, "server: unparsable tool call kept as text: %s", perr.msg);
+    bool calls = b->tp.n_calls > 0;
+    if (b->in_tool && !calls) {
+        ds_log(DS_LOG_DEBUG, "server: a <tool_call> block without <function=NAME> kept as text");
     }
     if (b->o.stream) {
-        // a tool call that did not parse goes out as the text it was
-        if (!have) s = send_content(b, b->content.len, err);
-        if (s == DSPEC_OK) s = finish_stream(b, st, have ? &parsed : NULL, err);
+        // text that did not become a call goes out as the text it was
+        if (!calls) s = send_content(b, b->content.len, err);
+        if (s == DSPEC_OK) s = finish_stream(b, st, calls, err);
     } else {
-        s = finish_body(b, st, have ? &parsed : NULL, err);
+        s = finish_body(b, st, calls, err);
     }
-    ds_chat_parsed_free(&parsed);
     return s;
 }

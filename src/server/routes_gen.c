@@ -1,13 +1,17 @@
 // routes_gen.c: POST /v1/chat/completions and POST /v1/completions: parse and validate, check the
 // model name, render the chat template, tokenize, check the context, choose the prefix snapshot
-// positions, queue the job (503 + Retry-After when full) and answer with one JSON body or an SSE
-// stream. Runs on HTTP threads; calls oai_json.c, oai_out.c, sched.c, text/.
+// positions (a forced tool call: thinking off and the call's opening appended), queue the job (503
+// + Retry-After when full) and answer with one JSON body or an SSE stream. Runs on HTTP threads; calls oai_json.c, oai_out.c, sched.c, text/.
 #include "server/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+// The opening of a forced tool call, as the chat template writes an assistant turn that is only
+// a call (after its empty think block); a named function adds "NAME>\n".
+static const char k_forced_open[] = "<tool_call>\n<function=";
 
 // Snapshot positions: the start of the last message header (<|im_start|>) — where the next turn
 // of the conversation diverges from this prompt — and the prompt minus its last token (a retry
@@ -100,7 +104,7 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     ds_job *j = ds_job_new();
     if (!j) return MHD_NO;
     enum MHD_Result res;
-    char *prompt = NULL;
+    char *prompt = NULL, *opening = NULL;
     size_t plen = 0;
     if (!ds_oai_parse(kind, body, len, &srv->p.gp, &j->req, &he)) goto fail;
     if (j->req.model && j->req.model[0] && strcmp(j->req.model, srv->model_id)) {
@@ -108,6 +112,22 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
                         "model '%s' does not exist; this server has '%s'", j->req.model,
                         srv->model_id);
         goto fail;
+    }
+    // A forced tool call (tool_choice "required" or a named function): the prompt is rendered
+    // with thinking off (the generation prompt then ends in an empty think block, as the template
+    // writes an assistant turn whose reasoning is empty) and continues with the opening of a call
+    // as the template writes it, so the model's output starts inside <function=...>.
+    bool forced = kind == DS_OAI_CHAT && j->req.tool_choice >= DS_OAI_TOOLS_REQUIRED;
+    if (forced) {
+        const char *nm = j->req.tool_name;
+        size_t on = strlen(k_forced_open) + (nm ? strlen(nm) + 2 : 0) + 1;
+        opening = malloc(on);
+        if (!opening) {
+            ds_http_err_set(&he, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        snprintf(opening, on, "%s%s%s", k_forced_open, nm ? nm : "", nm ? ">\n" : "");
+        j->req.enable_thinking = false;
     }
     if (kind == DS_OAI_CHAT) {
         ds_chat_opts co;
@@ -121,6 +141,17 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
                             "%s", err.msg);
             goto fail;
         }
+        if (opening) {
+            size_t on = strlen(opening);
+            char *p2 = realloc(prompt, plen + on + 1);
+            if (!p2) {
+                ds_http_err_set(&he, 500, "server_error", NULL, NULL, "out of memory");
+                goto fail;
+            }
+            prompt = p2;
+            memcpy(prompt + plen, opening, on + 1);
+            plen += on;
+        }
     }
     if (!prompt_ids(j, e, kind == DS_OAI_CHAT ? prompt : j->req.prompt,
                     kind == DS_OAI_CHAT ? plen : j->req.prompt_len, &he)) {
@@ -133,9 +164,14 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
              (unsigned long long)srv->created,
              (unsigned long long)atomic_fetch_add(&srv->next_id, 1));
     ds_oai_out_opts oo = {.kind = kind, .stream = j->req.stream,
-                          .include_usage = j->req.include_usage, .reasoning = kind == DS_OAI_CHAT,
+                          .include_usage = j->req.include_usage,
+                          .reasoning = kind == DS_OAI_CHAT && !forced,
                           .start_in_reasoning = kind == DS_OAI_CHAT && j->req.enable_thinking,
-                          .tools_json = j->req.tools_json, .stop = j->req.stop,
+                          .tools_json = j->req.tools_json, .tool_prefix = opening,
+                          .single_call = kind == DS_OAI_CHAT &&
+                                         (j->req.tool_choice == DS_OAI_TOOLS_NAMED ||
+                                          !j->req.parallel_tool_calls),
+                          .stop = j->req.stop,
                           .n_stop = j->req.n_stop, .logprobs = j->req.logprobs,
                           .tokens_as_ids = j->req.tokens_as_ids, .id = id,
                           .model = srv->model_id,
@@ -147,11 +183,13 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     }
     j->t_queued = ds_time_now();
     free(prompt);
+    free(opening);
     res = respond(srv, c, j);
     ds_job_unref(j);
     return res;
 fail:
     free(prompt);
+    free(opening);
     ds_job_unref(j);
     pthread_mutex_lock(&srv->metrics.mu);
     srv->metrics.requests_error++;

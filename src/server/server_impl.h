@@ -33,6 +33,16 @@ char *ds_http_err_json(const ds_http_err *e);
 
 typedef enum ds_oai_kind { DS_OAI_CHAT = 0, DS_OAI_COMPLETION = 1 } ds_oai_kind;
 
+// tool_choice: AUTO (also when absent), NONE (tools neither rendered nor parsed), REQUIRED and
+// NAMED ({"type": "function", "function": {"name": X}}) force the assistant turn to start with a
+// tool call (routes_gen.c renders the forced opening, see docs/server.md).
+typedef enum ds_oai_tool_choice {
+    DS_OAI_TOOLS_AUTO = 0,
+    DS_OAI_TOOLS_NONE = 1,
+    DS_OAI_TOOLS_REQUIRED = 2,
+    DS_OAI_TOOLS_NAMED = 3,
+} ds_oai_tool_choice;
+
 typedef struct ds_oai_req {
     ds_oai_kind kind;
     json_t *root;               // owns every string below
@@ -44,6 +54,10 @@ typedef struct ds_oai_req {
     char **owned;               // strings made here (dumped arguments, joined content parts)
     int64_t n_owned;
     char *tools_json;           // NULL = no tools (absent, empty or tool_choice "none")
+    ds_oai_tool_choice tool_choice;
+    const char *tool_name;      // the function a call is forced to (named choice, or "required"
+                                // with a single tool); NULL otherwise
+    bool parallel_tool_calls;   // default true; false: generation ends after the first call
     bool enable_thinking;
     // completions
     const char *prompt;
@@ -66,6 +80,48 @@ bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_ge
                   ds_oai_req *r, ds_http_err *e);
 void ds_oai_req_free(ds_oai_req *r);
 
+// ---- incremental tool-call parser (tool_stream.c) --------------------------------------------------
+
+// One tool call as far as it has been generated.
+typedef struct ds_tool_call_acc {
+    ds_chat_buf name;         // complete once the call exists (whitespace stripped)
+    ds_chat_buf args;         // arguments JSON decided so far; only ever appended to
+    bool closed;              // args complete ("}" written)
+    int n_params;
+    json_t *keys;             // parameter names seen (a duplicate is dropped: the first wins)
+    bool header_sent;         // builder: the {index, id, type, name} delta went out
+    size_t args_sent;         // builder: bytes of args streamed
+} ds_tool_call_acc;
+
+// Parses the Qwen3.5 XML tool calls of generated text incrementally and chunking-independently:
+//     <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>
+// Feed it the text from the first "<tool_call>" on. A call exists once "<function=NAME>" is
+// complete (NAME ends at '>' or a newline); its arguments grow by whole parameters: "{" + `"P": V`
+// on the first, ", " + `"P": V` on the next ones, "}" when "</function>" (or "</tool_call>", or
+// the end of the output) ends the call, "{}" for a call without parameters. Each value is typed as
+// ds_chat_parse_tool_calls types it (the tool schema). A value ends at the first "</parameter>",
+// "\n<parameter=", "</function>" or "</tool_call>" (one leading and one trailing newline dropped).
+// Lenient where the strict parser refuses, so the arguments are always a JSON object: text
+// outside blocks and junk between parameters is dropped, a repeated parameter is dropped, a block
+// without "<function=" is not a call, and at the end of the output an open name or value ends
+// there (a parameter whose name was cut off is dropped).
+typedef struct ds_tool_parser {
+    const char *tools_json;   // borrowed (schemas for typing values; may be NULL)
+    ds_chat_buf buf;          // text not consumed yet
+    int state;
+    ds_chat_buf pname;        // the current parameter's name
+    ds_tool_call_acc *calls;
+    int64_t n_calls, cap;
+    int64_t n_closed;         // calls whose arguments are complete
+    int64_t max_calls;        // > 0: text after that many complete calls is ignored
+} ds_tool_parser;
+
+void ds_tool_parser_init(ds_tool_parser *p, const char *tools_json, int64_t max_calls);
+void ds_tool_parser_free(ds_tool_parser *p);
+dspec_status ds_tool_parser_feed(ds_tool_parser *p, const char *s, size_t n, dspec_err *err);
+// End of the output: open pieces end here and every call is closed.
+dspec_status ds_tool_parser_finish(ds_tool_parser *p, dspec_err *err);
+
 // ---- response builder (oai_out.c) -----------------------------------------------------------------
 
 typedef struct ds_oai_out_opts {
@@ -75,6 +131,11 @@ typedef struct ds_oai_out_opts {
     bool reasoning;           // chat: split <think> blocks into reasoning_content
     bool start_in_reasoning;  // chat with thinking on: the prompt ended inside <think>
     const char *tools_json;   // non-NULL: parse <tool_call> blocks in the content
+    const char *tool_prefix;  // forced tool call: the opening the prompt ends with ("<tool_call>
+                              // \n<function=" [+ "NAME>\n"]); it counts as output text (parsed,
+                              // never sent as content); needs tools_json
+    bool single_call;         // one call at most: generation stops (b->stopped) once the first
+                              // call is complete, and text after it is ignored
     const char *const *stop;  // stop strings (borrowed)
     int n_stop;
     bool logprobs;            // responses carry per-token logprobs (ds_oai_out_logprob)
@@ -93,7 +154,10 @@ typedef struct ds_oai_out {
     ds_chat_think think;
     ds_chat_buf reasoning, content; // everything so far (after the think split)
     size_t content_sent;      // stream: content bytes already sent
-    bool in_tool;             // stream: "<tool_call>" seen; the rest waits for the parser
+    size_t tool_scan;         // content before this offset holds no "<tool_call>"
+    bool in_tool;             // "<tool_call>" seen: the content from tool_at on goes to tp
+    size_t tool_at;           // offset of the first "<tool_call>" in content
+    ds_tool_parser tp;        // the calls (streamed as they grow)
     bool role_sent;
     ds_chat_buf sse;          // stream: SSE bytes ready for the client (caller drains)
     char *body;               // non-stream: the final JSON after ds_oai_out_finish
@@ -112,14 +176,20 @@ typedef struct ds_oai_logprob {
     float top_logprob[DSPEC_MAX_TOP_LOGPROBS];
 } ds_oai_logprob;
 
+// Streaming with o->tool_prefix: writes the role chunk (and, when the prefix names the function,
+// the call's first delta) into b->sse already.
 dspec_status ds_oai_out_init(ds_oai_out *b, const ds_oai_out_opts *o, dspec_err *err);
 void ds_oai_out_free(ds_oai_out *b);
 // Feeds generated text. Sets b->stopped when a stop string ends the output (the text from the
 // stop string on is dropped); the caller then stops generation.
 dspec_status ds_oai_out_feed(ds_oai_out *b, const char *text, size_t n, dspec_err *err);
-// Ends the output: flushes held text, parses tool calls, writes the final chunks ("data: [DONE]")
+// Ends the output: flushes held text, ends the tool calls, writes the final chunks ("data: [DONE]")
 // or b->body. finish_reason: "stop" on a stop string or end of generation, else "length";
-// "tool_calls" when calls were parsed.
+// "tool_calls" when there are calls. With tools, the text from the first "<tool_call>" on is
+// parsed by ds_tool_parser (streaming: each call's first delta carries index, id, type and name
+// with arguments "", later deltas the arguments as they grow); when no call comes out of it, that
+// text is content after all. Non-streaming content is the text before the first "<tool_call>"
+// without trailing whitespace (null when empty and there are calls).
 dspec_status ds_oai_out_finish(ds_oai_out *b, const dspec_gen_stats *st, dspec_err *err);
 // Records one generated token's logprobs (o.logprobs on; call before the token's text is fed).
 // Streaming: the entries go out with the next content / text chunk (or the final chunk); each

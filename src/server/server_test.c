@@ -1,8 +1,10 @@
 // server_test.c: the server's pure parts: the response builder (tool calls parsed from model text
-// into message.tool_calls and stream deltas, reasoning split, stop strings across chunks, UTF-8
-// hold-back, completions chunks, usage/timings) fed in every chunking, request validation
-// (oai_json.c) and error bodies, the lossy JSON string helper, per-token logprobs (request fields,
-// chat / completions shapes in bodies and stream chunks).
+// into message.tool_calls and incremental stream deltas that reassemble to the body's for every
+// prefix and chunking, forced-call openings, logprobs riding with tool-call chunks, reasoning
+// split, stop strings across chunks, UTF-8 hold-back, completions chunks, usage/timings) fed in
+// every chunking, request validation (oai_json.c, tool_choice included) and error bodies, the
+// lossy JSON string helper, per-token logprobs (request fields, chat / completions shapes in
+// bodies and stream chunks).
 #include "server/http.h"
 
 #include <setjmp.h>
@@ -122,6 +124,84 @@ static void test_tool_call_body(void **state) {
     }
 }
 
+// A streamed chat response reassembled: content, reasoning, tool_calls (the first delta of each
+// call carries index, id, type, name and arguments ""; later ones only arguments fragments; new
+// calls come in index order), finish_reason, the number of tool-call chunks and the logprob
+// entries. Checks the OpenAI delta shapes on the way.
+typedef struct streamed {
+    ds_chat_buf content, reasoning;
+    json_t *calls;    // [{"id", "type", "function": {"name", "arguments"}}]
+    json_t *lp;       // logprob entries of every chunk
+    const char *finish;
+    int n_tool_chunks;
+    json_t *ev;
+} streamed;
+
+static void collect(const ds_oai_out *b, streamed *out) {
+    memset(out, 0, sizeof(*out));
+    out->ev = sse_events(&b->sse);
+    out->calls = json_array();
+    out->lp = json_array();
+    dspec_err err;
+    ds_chat_buf_append(&out->content, "", 0, &err);
+    ds_chat_buf_append(&out->reasoning, "", 0, &err);
+    size_t i;
+    json_t *e;
+    json_array_foreach(out->ev, i, e) {
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        if (!c) continue; // the usage chunk
+        json_t *d = json_object_get(c, "delta");
+        const char *ct = json_string_value(json_object_get(d, "content"));
+        const char *rt = json_string_value(json_object_get(d, "reasoning_content"));
+        if (ct) ds_chat_buf_append(&out->content, ct, strlen(ct), &err);
+        if (rt) ds_chat_buf_append(&out->reasoning, rt, strlen(rt), &err);
+        json_t *lp = json_object_get(json_object_get(c, "logprobs"), "content");
+        if (lp) json_array_extend(out->lp, lp);
+        const char *fr = json_string_value(json_object_get(c, "finish_reason"));
+        if (fr) {
+            assert_null(out->finish);
+            out->finish = fr;
+        }
+        json_t *tc = json_object_get(d, "tool_calls");
+        if (!tc) continue;
+        out->n_tool_chunks++;
+        assert_int_equal(json_array_size(tc), 1);
+        json_t *t = json_array_get(tc, 0);
+        json_int_t idx = json_integer_value(json_object_get(t, "index"));
+        json_t *fn = json_object_get(t, "function");
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        assert_non_null(args);
+        if (idx == (json_int_t)json_array_size(out->calls)) { // a new call
+            assert_string_equal(args, "");
+            assert_string_equal(json_string_value(json_object_get(t, "type")), "function");
+            assert_non_null(json_string_value(json_object_get(t, "id")));
+            assert_non_null(json_string_value(json_object_get(fn, "name")));
+            json_array_append_new(out->calls, json_pack(
+                "{s:O, s:s, s:{s:O, s:s}}", "id", json_object_get(t, "id"), "type", "function",
+                "function", "name", json_object_get(fn, "name"), "arguments", ""));
+        } else {
+            assert_true(idx >= 0 && idx < (json_int_t)json_array_size(out->calls));
+            assert_null(json_object_get(t, "id"));
+            assert_null(json_object_get(fn, "name"));
+            assert_true(args[0] != '\0');
+            json_t *f = json_object_get(json_array_get(out->calls, (size_t)idx), "function");
+            char *cat = NULL;
+            const char *prev = json_string_value(json_object_get(f, "arguments"));
+            assert_true(asprintf(&cat, "%s%s", prev, args) > 0);
+            json_object_set_new(f, "arguments", json_string(cat));
+            free(cat);
+        }
+    }
+}
+
+static void streamed_free(streamed *s) {
+    ds_chat_buf_free(&s->content);
+    ds_chat_buf_free(&s->reasoning);
+    json_decref(s->calls);
+    json_decref(s->lp);
+    json_decref(s->ev);
+}
+
 static void test_tool_call_stream(void **state) {
     (void)state;
     dspec_gen_stats st = stats_of(10, 40, 1);
@@ -130,53 +210,283 @@ static void test_tool_call_stream(void **state) {
     for (size_t s = 0; s < DS_ARRAY_LEN(steps); s++) {
         ds_oai_out b;
         build(&b, &o, k_tool_text, steps[s], &st);
-        json_t *ev = sse_events(&b.sse);
-        size_t n = json_array_size(ev);
-        assert_true(n >= 5);
-        json_t *d0 = json_object_get(json_array_get(json_object_get(json_array_get(ev, 0),
+        streamed r;
+        collect(&b, &r);
+        json_t *d0 = json_object_get(json_array_get(json_object_get(json_array_get(r.ev, 0),
                                                                     "choices"), 0), "delta");
         assert_string_equal(json_string_value(json_object_get(d0, "role")), "assistant");
-        ds_chat_buf content = {0}, reasoning = {0};
-        int n_calls = 0, n_finish = 0;
-        dspec_err err;
-        for (size_t i = 0; i + 1 < n; i++) {
-            json_t *c = json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0);
-            json_t *d = json_object_get(c, "delta");
-            const char *ct = json_string_value(json_object_get(d, "content"));
-            const char *rt = json_string_value(json_object_get(d, "reasoning_content"));
-            if (ct) ds_chat_buf_append(&content, ct, strlen(ct), &err);
-            if (rt) ds_chat_buf_append(&reasoning, rt, strlen(rt), &err);
-            json_t *tc = json_object_get(d, "tool_calls");
-            if (tc) {
-                n_calls++;
-                json_t *c0 = json_array_get(tc, 0);
-                assert_int_equal(json_integer_value(json_object_get(c0, "index")), 0);
-                json_t *fn = json_object_get(c0, "function");
-                assert_string_equal(json_string_value(json_object_get(fn, "name")),
-                                    "get_weather");
-                assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
-                                    "{\"city\": \"Paris\", \"days\": 3}");
-            }
-            const char *fr = json_string_value(json_object_get(c, "finish_reason"));
-            if (fr) {
-                n_finish++;
-                assert_string_equal(fr, "tool_calls");
-                assert_non_null(json_object_get(json_array_get(ev, i), "timings"));
-            }
-        }
-        assert_int_equal(n_calls, 1);
-        assert_int_equal(n_finish, 1);
-        assert_string_equal(reasoning.data, "plan it");
-        assert_string_equal(content.data, "Let me check.\n"); // no "<tool_call>" leaks out
-        json_t *last = json_array_get(ev, n - 1);                // usage chunk, empty choices
+        assert_int_equal(json_array_size(r.calls), 1);
+        json_t *fn = json_object_get(json_array_get(r.calls, 0), "function");
+        assert_string_equal(json_string_value(json_object_get(fn, "name")), "get_weather");
+        assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
+                            "{\"city\": \"Paris\", \"days\": 3}");
+        // fed whole, the header and the complete arguments; else the header, then one
+        // fragment per parameter and the closing brace ({"city": "Paris" / , "days": 3 / })
+        assert_int_equal(r.n_tool_chunks, steps[s] ? 4 : 2);
+        assert_string_equal(r.finish, "tool_calls");
+        assert_string_equal(r.reasoning.data, "plan it");
+        assert_string_equal(r.content.data, "Let me check.\n"); // no "<tool_call>" leaks out
+        size_t n = json_array_size(r.ev);
+        assert_non_null(json_object_get(json_array_get(r.ev, n - 2), "timings"));
+        json_t *last = json_array_get(r.ev, n - 1); // usage chunk, empty choices
         assert_int_equal(json_array_size(json_object_get(last, "choices")), 0);
         assert_int_equal(json_integer_value(json_object_get(json_object_get(last, "usage"),
                                                             "completion_tokens")), 40);
-        ds_chat_buf_free(&content);
-        ds_chat_buf_free(&reasoning);
-        json_decref(ev);
+        streamed_free(&r);
         ds_oai_out_free(&b);
     }
+}
+
+// The tool_calls of a non-streaming body (new reference; [] when none) and its content.
+static json_t *body_calls(const ds_oai_out *b, const char **finish, json_t **content) {
+    json_t *r = json_loads(b->body, 0, NULL);
+    assert_non_null(r);
+    json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+    json_t *m = json_object_get(c0, "message");
+    json_t *calls = json_object_get(m, "tool_calls");
+    json_t *out = calls ? json_deep_copy(calls) : json_array();
+    static char fr[32];
+    snprintf(fr, sizeof(fr), "%s", json_string_value(json_object_get(c0, "finish_reason")));
+    *finish = fr;
+    *content = json_incref(json_object_get(m, "content"));
+    json_decref(r);
+    return out;
+}
+
+// Outputs with several calls, junk, repeated parameters, missing end tags; every prefix of each
+// (a generation cut off anywhere) in several chunkings: the streamed deltas reassemble to the
+// body's tool_calls, the arguments are always a JSON object, and content never holds call text.
+static const char *k_multi[] = {
+    "Sure.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
+    "<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=search>"
+    "\n<parameter=q>\n\"quoted\" & <b>\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\njunk <parameter=city>\nA\n</parameter>\n<parameter=city>"
+    "\nB\n</parameter>\n<parameter=days>\nnot a number\n<parameter=x>\n{\"k\": [1, 2.5]}\n"
+    "</function>trailing<tool_call><function=a>",
+    "<tool_call>\n{\"name\": \"json_style\"}\n</tool_call> then <tool_call>\n<function=z>"
+    "</tool_call>",
+};
+
+static void test_tool_stream_equals_body(void **state) {
+    (void)state;
+    dspec_gen_stats st = stats_of(10, 40, 0);
+    const char *tools2 =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+        "{\"type\": \"integer\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": "
+        "\"search\"}}]";
+    for (size_t t = 0; t < DS_ARRAY_LEN(k_multi); t++) {
+        size_t len = strlen(k_multi[t]);
+        for (size_t cut = 0; cut <= len; cut++) {
+            char *text = strndup(k_multi[t], cut);
+            ds_oai_out_opts o = chat_opts(false);
+            o.reasoning = false;
+            o.tools_json = tools2;
+            ds_oai_out b;
+            build(&b, &o, text, 0, &st);
+            const char *fr;
+            json_t *content;
+            json_t *want = body_calls(&b, &fr, &content);
+            size_t i;
+            json_t *c;
+            json_array_foreach(want, i, c) {
+                const char *a = json_string_value(json_object_get(json_object_get(c, "function"),
+                                                                  "arguments"));
+                json_t *parsed = json_loads(a, 0, NULL);
+                if (!json_is_object(parsed)) fail_msg("arguments %s of cut %zu", a, cut);
+                json_decref(parsed);
+            }
+            const char *ct = json_string_value(content);
+            if (json_array_size(want)) {
+                assert_string_equal(fr, "tool_calls");
+                assert_true(!ct || !strstr(ct, "<tool_call>"));
+            }
+            ds_oai_out_free(&b);
+            const size_t steps[] = {1, 2, 5, 0};
+            for (size_t s = 0; s < DS_ARRAY_LEN(steps); s++) {
+                o.stream = true;
+                build(&b, &o, text, steps[s], &st);
+                streamed r;
+                collect(&b, &r);
+                if (!json_equal(r.calls, want)) {
+                    char *x = json_dumps(r.calls, 0), *y = json_dumps(want, 0);
+                    fail_msg("text %zu cut %zu step %zu: stream %s != body %s", t, cut, steps[s],
+                             x, y);
+                }
+                if (json_array_size(want)) {
+                    assert_null(strstr(r.content.data, "<tool_call>"));
+                    assert_string_equal(r.finish, "tool_calls");
+                } else { // no call: the text is content, as it was
+                    assert_string_equal(r.content.data, text);
+                    assert_string_equal(ct, text);
+                }
+                streamed_free(&r);
+                ds_oai_out_free(&b);
+            }
+            json_decref(want);
+            json_decref(content);
+            free(text);
+        }
+    }
+    // the whole first text: two calls, typed by the schemas; content before the calls
+    ds_oai_out_opts o = chat_opts(false);
+    o.tools_json = tools2;
+    ds_oai_out b;
+    build(&b, &o, k_multi[0], 3, &st);
+    const char *fr;
+    json_t *content, *calls = body_calls(&b, &fr, &content);
+    assert_string_equal(json_string_value(content), "Sure.");
+    assert_int_equal(json_array_size(calls), 2);
+    json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+    json_t *f1 = json_object_get(json_array_get(calls, 1), "function");
+    assert_string_equal(json_string_value(json_object_get(f0, "arguments")),
+                        "{\"city\": \"New\\nYork\", \"days\": 5}");
+    assert_string_equal(json_string_value(json_object_get(f1, "name")), "search");
+    assert_string_equal(json_string_value(json_object_get(f1, "arguments")),
+                        "{\"q\": \"\\\"quoted\\\" & <b>\"}");
+    assert_string_not_equal(json_string_value(json_object_get(json_array_get(calls, 0), "id")),
+                            json_string_value(json_object_get(json_array_get(calls, 1), "id")));
+    json_decref(calls);
+    json_decref(content);
+    ds_oai_out_free(&b);
+    // the lenient cases: junk skipped, the first of a repeated parameter wins, a value ends at
+    // the next parameter, an untyped value that is JSON keeps its type, a call cut off at the end
+    build(&b, &o, k_multi[1], 0, &st);
+    calls = body_calls(&b, &fr, &content);
+    assert_true(json_is_null(content));
+    assert_int_equal(json_array_size(calls), 2);
+    f0 = json_object_get(json_array_get(calls, 0), "function");
+    f1 = json_object_get(json_array_get(calls, 1), "function");
+    assert_string_equal(json_string_value(json_object_get(f0, "arguments")),
+                        "{\"city\": \"A\", \"days\": \"not a number\", \"x\": {\"k\": [1, 2.5]}}");
+    assert_string_equal(json_string_value(json_object_get(f1, "name")), "a");
+    assert_string_equal(json_string_value(json_object_get(f1, "arguments")), "{}");
+    json_decref(calls);
+    json_decref(content);
+    ds_oai_out_free(&b);
+    // a block that is not an XML call is not a call; a later one is
+    build(&b, &o, k_multi[2], 0, &st);
+    calls = body_calls(&b, &fr, &content);
+    assert_int_equal(json_array_size(calls), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(calls, 0), "function"), "name")), "z");
+    json_decref(calls);
+    json_decref(content);
+    ds_oai_out_free(&b);
+}
+
+// A forced call: the opening counts as output (never as content), a named opening sends the
+// call's first delta at once (after the role chunk), single_call stops after the first call.
+static void test_forced_tool_call(void **state) {
+    (void)state;
+    dspec_gen_stats st = stats_of(10, 6, 0);
+    dspec_err err;
+    for (int named = 0; named < 2; named++) {
+        ds_oai_out_opts o = chat_opts(true);
+        o.reasoning = false;
+        o.tool_prefix = named ? "<tool_call>\n<function=get_weather>\n" : "<tool_call>\n<function=";
+        o.single_call = named;
+        ds_oai_out b;
+        assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_OK);
+        if (named) { // role chunk + the call's header are ready before any token
+            assert_non_null(b.sse.data);
+            assert_non_null(strstr(b.sse.data, "\"role\":\"assistant\""));
+            assert_non_null(strstr(b.sse.data, "\"name\":\"get_weather\""));
+        }
+        const char *gen = named ? "<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"
+                                  "<tool_call>\n<function=search>\n</function>"
+                                : "get_weather>\n<parameter=days>\n2\n</parameter>\n</function>"
+                                  "\n</tool_call>\n<tool_call>\n<function=search>\n</function>";
+        for (size_t i = 0; gen[i] && !b.stopped; i++) {
+            assert_int_equal(ds_oai_out_feed(&b, gen + i, 1, &err), DSPEC_OK);
+        }
+        assert_int_equal(b.stopped, named); // named: stops at the first "</function>"
+        assert_int_equal(ds_oai_out_finish(&b, &st, &err), DSPEC_OK);
+        streamed r;
+        collect(&b, &r);
+        assert_string_equal(r.content.data, "");
+        assert_string_equal(r.finish, "tool_calls");
+        assert_int_equal(json_array_size(r.calls), named ? 1 : 2);
+        json_t *f0 = json_object_get(json_array_get(r.calls, 0), "function");
+        assert_string_equal(json_string_value(json_object_get(f0, "name")), "get_weather");
+        assert_string_equal(json_string_value(json_object_get(f0, "arguments")),
+                            named ? "{\"city\": \"Rome\"}" : "{\"days\": 2}");
+        streamed_free(&r);
+        ds_oai_out_free(&b);
+        // non-streaming: content null
+        o.stream = false;
+        ds_oai_out_opts o2 = o;
+        build(&b, &o2, gen, 0, &st);
+        const char *fr;
+        json_t *content, *calls = body_calls(&b, &fr, &content);
+        assert_true(json_is_null(content));
+        assert_int_equal(json_array_size(calls), named ? 1 : 2);
+        json_decref(calls);
+        json_decref(content);
+        ds_oai_out_free(&b);
+    }
+    // the opening must be a tool call and needs tools
+    ds_oai_out_opts o = chat_opts(false);
+    o.tool_prefix = "hello";
+    ds_oai_out b;
+    assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_ERR_INVALID);
+    ds_oai_out_free(&b);
+}
+
+// Logprob entries of tokens inside a call ride with the tool-call chunks; together they are one
+// per token, like the body's.
+static void test_tool_call_logprobs(void **state) {
+    (void)state;
+    const char *toks[] = {"Ok", " <tool", "_call>\n<function=", "search>\n<parameter=q>\n",
+                          "cats", "\n</parameter>\n", "</function>\n</tool_call>"};
+    dspec_err err;
+    json_t *body_lp = NULL;
+    for (int stream = 0; stream < 2; stream++) {
+        ds_oai_out_opts o = chat_opts(stream);
+        o.reasoning = false;
+        o.logprobs = true;
+        ds_oai_out b;
+        assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_OK);
+        assert_int_equal(ds_oai_out_begin(&b, &err), DSPEC_OK);
+        for (size_t i = 0; i < DS_ARRAY_LEN(toks); i++) {
+            ds_oai_logprob x = {.id = (int32_t)i, .piece = {toks[i], strlen(toks[i])},
+                                .logprob = -(float)i};
+            assert_int_equal(ds_oai_out_logprob(&b, &x, &err), DSPEC_OK);
+            assert_int_equal(ds_oai_out_feed(&b, toks[i], strlen(toks[i]), &err), DSPEC_OK);
+        }
+        dspec_gen_stats st = stats_of(3, (int64_t)DS_ARRAY_LEN(toks), 1);
+        assert_int_equal(ds_oai_out_finish(&b, &st, &err), DSPEC_OK);
+        if (!stream) {
+            json_t *r = json_loads(b.body, 0, NULL);
+            json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+            body_lp = json_deep_copy(json_object_get(json_object_get(c0, "logprobs"), "content"));
+            json_decref(r);
+            assert_int_equal(json_array_size(body_lp), DS_ARRAY_LEN(toks));
+        } else {
+            streamed r;
+            collect(&b, &r);
+            assert_true(json_equal(r.lp, body_lp));
+            assert_string_equal(r.content.data, "Ok ");
+            assert_int_equal(json_array_size(r.calls), 1);
+            // every tool-call chunk carries the entries of the tokens since the previous chunk:
+            // the header tokens 2-3 (token 1 went with the content " "), {"q": "cats" tokens
+            // 4-5 (the value is held until complete), "}" token 6
+            size_t i, k = 0;
+            json_t *e;
+            const size_t want[] = {2, 2, 1};
+            json_array_foreach(r.ev, i, e) {
+                json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+                if (!json_object_get(json_object_get(c, "delta"), "tool_calls")) continue;
+                assert_true(k < DS_ARRAY_LEN(want));
+                assert_int_equal(json_array_size(json_object_get(json_object_get(c, "logprobs"),
+                                                                 "content")), want[k++]);
+            }
+            assert_int_equal(k, DS_ARRAY_LEN(want));
+            streamed_free(&r);
+        }
+        ds_oai_out_free(&b);
+    }
+    json_decref(body_lp);
 }
 
 static void test_unparsable_tool_call_is_text(void **state) {
@@ -304,6 +614,30 @@ static void test_parse_chat(void **state) {
                       "\"tool_choice\": \"none\"}", &r, &e));
     assert_null(r.tools_json);
     ds_oai_req_free(&r);
+    // tool_choice: a named function (must be a tool), "required" (with one tool: that one)
+    const char *two = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+                      "{\"type\": \"function\", \"function\": {\"name\": \"g\"}}]";
+    char buf[512];
+    snprintf(buf, sizeof(buf), "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+             "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}, "
+             "\"parallel_tool_calls\": false}", two);
+    assert_true(parse(DS_OAI_CHAT, buf, &r, &e));
+    assert_int_equal(r.tool_choice, DS_OAI_TOOLS_NAMED);
+    assert_string_equal(r.tool_name, "g");
+    assert_false(r.parallel_tool_calls);
+    ds_oai_req_free(&r);
+    snprintf(buf, sizeof(buf), "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+             "\"tool_choice\": \"required\"}", two);
+    assert_true(parse(DS_OAI_CHAT, buf, &r, &e));
+    assert_int_equal(r.tool_choice, DS_OAI_TOOLS_REQUIRED);
+    assert_null(r.tool_name); // the model picks
+    assert_true(r.parallel_tool_calls);
+    ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                      "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                      "\"tool_choice\": \"required\"}", &r, &e));
+    assert_string_equal(r.tool_name, "f");
+    ds_oai_req_free(&r);
     assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": [1, 2, 3]}", &r, &e));
     assert_int_equal(r.n_prompt_ids, 3);
     ds_oai_req_free(&r);
@@ -337,6 +671,27 @@ static void test_parse_errors(void **state) {
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", "tools", NULL},
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": \"maybe\"}",
          "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": \"required\"}",
+         "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": {\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\"}}}", "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
+                      "\"function\", \"function\": {\"name\": \"g\"}}}", "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
+                      "\"tool\", \"function\": {\"name\": \"f\"}}}", "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
+                      "\"function\"}}", "tool_choice", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": 1}", "tool_choice",
+         NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"a>b\"}}]}", "tools", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"\"}}]}", "tools", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"parallel_tool_calls\": 0}",
+         "parallel_tool_calls", NULL},
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"model\": 3}", "model", NULL},
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": "
                       "{\"enable_thinking\": \"no\"}}", "enable_thinking", NULL},
@@ -571,6 +926,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tool_call_body),
         cmocka_unit_test(test_tool_call_stream),
+        cmocka_unit_test(test_tool_stream_equals_body),
+        cmocka_unit_test(test_forced_tool_call),
+        cmocka_unit_test(test_tool_call_logprobs),
         cmocka_unit_test(test_unparsable_tool_call_is_text),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_no_stop_keeps_everything),

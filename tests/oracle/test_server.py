@@ -8,8 +8,10 @@ disconnect cancels, prefix reuse on a second turn (cached tokens, output == a co
 tokenize/detokenize, metrics, every error case (400/401/404/405/413), /health 503 when the model
 is not loaded; logprobs / top_logprobs on a server with the bundled tiny target and DSpark drafter
 (models/, where speculation accepts): shape, greedy top-1 under speculation, values == `dspec
-logits` log-softmax, streaming == non-streaming, legacy completions shape, sampled runs. Servers
-are always killed at the end; every wait is bounded."""
+logits` log-softmax, streaming == non-streaming, legacy completions shape, sampled runs; forced
+tool calls (tool_choice "required" / a named function) on the tiny target: a well-formed call,
+streamed tool-call deltas reassemble to the body's, logprobs ride with them, no call markup in
+content, tool_choice errors. Servers are always killed at the end; every wait is bounded."""
 import argparse
 import http.client
 import json
@@ -503,6 +505,113 @@ def logprob_checks(client, port, dspec, tiny):
                 if t.bytes == e.bytes) and all(e.logprob <= 0 for e in ea))
 
 
+def reassemble(chunks):
+    """Tool calls of a streamed chat response, checking the OpenAI delta shapes: the first delta
+    of a call (new index, in order) has id, type, name and arguments ""; later ones only
+    arguments fragments. Returns (calls, content, logprob entries, finish reasons, problems)."""
+    calls, content, ents, fins, bad = [], "", [], [], []
+    for c in chunks:
+        if not c.choices:
+            continue
+        ch = c.choices[0]
+        content += ch.delta.content or ""
+        if ch.logprobs and ch.logprobs.content:
+            ents += ch.logprobs.content
+        if ch.finish_reason:
+            fins.append(ch.finish_reason)
+        for t in ch.delta.tool_calls or []:
+            if t.index == len(calls):
+                if not (t.id and t.type == "function" and t.function.name is not None and
+                        t.function.arguments == ""):
+                    bad.append(f"first delta {t}")
+                calls.append({"id": t.id, "name": t.function.name, "arguments": ""})
+            elif 0 <= t.index < len(calls) and t.id is None and t.function.name is None and \
+                    t.function.arguments:
+                calls[t.index]["arguments"] += t.function.arguments
+            else:
+                bad.append(f"delta {t}")
+    return calls, content, ents, fins, bad
+
+
+def tool_checks(client, port):
+    """tool_choice "required" / a named function on the tiny target (which does not call tools
+    on its own): the response must hold a well-formed call; streamed deltas == the body."""
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+        {"type": "function", "function": {
+            "name": "search", "parameters": {"type": "object", "properties": {
+                "q": {"type": "string"}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris for 3 days?"}]
+    named = {"type": "function", "function": {"name": "search"}}
+
+    def calls_of(m):
+        return [{"name": t.function.name, "arguments": t.function.arguments,
+                 "id": t.id, "type": t.type} for t in m.tool_calls or []]
+
+    def well_formed(cs):
+        try:
+            return len(cs) >= 1 and all(
+                c["type"] == "function" and c["id"].startswith("call_") and
+                isinstance(c["name"], str) and isinstance(json.loads(c["arguments"]), dict)
+                for c in cs) and len({c["id"] for c in cs}) == len(cs)
+        except (ValueError, TypeError):
+            return False
+
+    for label, choice, extra in (("required", "required", {}),  # thinking on by default
+                                 ("named function", named, {"logprobs": True, "top_logprobs": 1}),
+                                 ("required, no parallel calls", "required",
+                                  {"parallel_tool_calls": False})):
+        kw = dict(model="m", messages=msgs, tools=tools, tool_choice=choice, max_tokens=16,
+                  temperature=0, **extra)
+        r = client.chat.completions.create(**kw)
+        m = r.choices[0].message
+        cs = calls_of(m)
+        R.check(f"tool_choice {label}: finish tool_calls, a well-formed call, no call text in "
+                f"content, no reasoning", r.choices[0].finish_reason == "tool_calls" and
+                well_formed(cs) and (choice == "required" or
+                                     [c["name"] for c in cs] == ["search"]) and
+                (len(cs) == 1 or (choice == "required" and "parallel_tool_calls" not in extra)) and
+                m.content is None and not (m.model_extra or {}).get("reasoning_content"),
+                f"{cs} content {m.content!r}")
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+        scs, content, ents, fins, bad = reassemble(chunks)
+        R.check(f"tool_choice {label} streamed: deltas reassemble to the body's calls",
+                not bad and fins == ["tool_calls"] and content == "" and
+                [(c["name"], c["arguments"]) for c in scs] ==
+                [(c["name"], c["arguments"]) for c in cs] and
+                all(c["id"].startswith("call_") for c in scs),
+                f"{bad[:2]} {fins} {scs} vs {cs}")
+        if extra.get("logprobs"):
+            R.check("tool_choice named + logprobs: entries ride with the tool-call chunks, "
+                    "stream == body", len(ents) == r.usage.completion_tokens and
+                    [e.model_dump() for e in ents] ==
+                    [e.model_dump() for e in r.choices[0].logprobs.content],
+                    f"{len(ents)} entries, {r.usage.completion_tokens} tokens")
+        if label == "required":  # a few-token budget still ends in a call
+            r = client.chat.completions.create(**dict(kw, max_tokens=1))
+            R.check("tool_choice required, max_tokens 1: still a well-formed call",
+                    r.choices[0].finish_reason == "tool_calls" and
+                    well_formed(calls_of(r.choices[0].message)), calls_of(r.choices[0].message))
+    # raw SSE: no tool-call markup in any content delta
+    st, _, d = raw(port, "POST", "/v1/chat/completions", {
+        "messages": msgs, "tools": tools, "tool_choice": named, "max_tokens": 12,
+        "stream": True}, key=None)
+    R.check("tool_choice named (raw SSE): no <tool_call>/<function= text in the stream",
+            st == 200 and b"<tool_call>" not in d and b"<function=" not in d and
+            b'"finish_reason":"tool_calls"' in d, d[-200:])
+    for name, body in (
+            ("named function not in tools", {"tools": tools, "tool_choice": {
+                "type": "function", "function": {"name": "nope"}}}),
+            ("required without tools", {"tool_choice": "required"}),
+            ("tool_choice object without function.name",
+             {"tools": tools, "tool_choice": {"type": "function"}})):
+        st, _, d = raw(port, "POST", "/v1/chat/completions",
+                       dict(body, messages=msgs, max_tokens=1), key=None)
+        R.check(f"error: {name} -> 400 naming tool_choice", st == 400 and
+                err_of(d).get("param") == "tool_choice", f"{st} {d[:160]!r}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dspec", required=True)
@@ -565,7 +674,8 @@ def main():
                              (prefix_checks, (client, cold_client, srv.port)),
                              (concurrency_checks, (client, srv.port)),
                              (error_checks, (srv.port,)), (misc_checks, (srv.port,)),
-                             (logprob_checks, (lp_client, lps.port, a.dspec, tiny))):
+                             (logprob_checks, (lp_client, lps.port, a.dspec, tiny)),
+                             (tool_checks, (lp_client, lps.port))):
                 if time.monotonic() > DEADLINE:
                     R.check("time budget", False, f"{fn.__name__} not run")
                     break
