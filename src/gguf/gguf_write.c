@@ -278,26 +278,10 @@ dspec_status ds_gguf_writer_set_arr_arr(ds_gguf_writer *w, const char *key, ds_g
     return s;
 }
 
-dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err) {
-    for (int64_t i = 0; i < src->n_kv; i++) {
-        const ds_gguf_kv *kv = &src->kv[i];
-        char *key = strndup(kv->key.ptr, kv->key.len);
-        if (!key) {
-            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory copying keys");
-        }
-        bool skip = is_alignment_key(key) || strncmp(key, "split.", 6) == 0;
-        dspec_status s = skip ? DSPEC_OK : put_kv(w, key, kv->type, kv->raw, kv->raw_size);
-        free(key);
-        if (s != DSPEC_OK) {
-            return ds_err_set(err, s, "%s", w->sticky.msg);
-        }
-    }
-    return DSPEC_OK;
-}
-
-dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
-                                           const char *prefix, int64_t *n_copied,
-                                           dspec_err *err) {
+// Copies the KVs of src whose key starts with `prefix` ("" = all), except the source file's
+// layout keys (`general.alignment`, `split.*`) when skip_layout; counts them in *n_copied.
+static dspec_status copy_kv_where(ds_gguf_writer *w, const ds_gguf *src, const char *prefix,
+                                  bool skip_layout, int64_t *n_copied, dspec_err *err) {
     const size_t pl = strlen(prefix);
     int64_t n = 0;
     for (int64_t i = 0; i < src->n_kv; i++) {
@@ -307,15 +291,26 @@ dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src
         if (!key) {
             return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory copying keys");
         }
-        dspec_status s = put_kv(w, key, kv->type, kv->raw, kv->raw_size);
+        bool skip = skip_layout && (is_alignment_key(key) || strncmp(key, "split.", 6) == 0);
+        dspec_status s = skip ? DSPEC_OK : put_kv(w, key, kv->type, kv->raw, kv->raw_size);
         free(key);
         if (s != DSPEC_OK) {
             return ds_err_set(err, s, "%s", w->sticky.msg);
         }
-        n++;
+        n += !skip;
     }
     if (n_copied) *n_copied = n;
     return DSPEC_OK;
+}
+
+dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err) {
+    return copy_kv_where(w, src, "", true, NULL, err);
+}
+
+dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
+                                           const char *prefix, int64_t *n_copied,
+                                           dspec_err *err) {
+    return copy_kv_where(w, src, prefix, false, n_copied, err);
 }
 
 // ---- tensors ------------------------------------------------------------------------------------
