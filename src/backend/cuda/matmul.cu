@@ -862,13 +862,8 @@ static int mmq_warps(const ds_cuda_ctx *c, const mm_args &a, int n_z) {
 
 template <int QT, int NT>
 static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
-    static bool attr_set = false; // up to 32 splits x NT x 32 lanes x 4 floats (64 KiB at NT=4)
-    if (!attr_set) {
-        DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_kernel<QT, NT>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            32 * NT * 32 * 4 * (int)sizeof(float)));
-        attr_set = true;
-    }
+    // split partials: up to 32 splits x NT x 32 lanes x 4 floats, within the default 48 KiB
+    static_assert(32 * NT * 32 * 4 * sizeof(float) <= 48 * 1024, "mmq_kernel: NT <= 2");
     const size_t smem = a.ks > 1 ? (size_t)a.ks * NT * 32 * 4 * sizeof(float) : 0;
     dim3 grid((unsigned)((a.n_out + 15) / 16), (unsigned)n_z);
     mmq_kernel<QT, NT><<<grid, 32 * mmq_warps(c, a, n_z), smem, c->stream>>>(a);
