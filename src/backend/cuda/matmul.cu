@@ -912,6 +912,33 @@ static bool prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_
     return same;
 }
 
+// Scratch xq | xd | xb (| `extra` bytes, at a.part) for ncx columns of xs, and the activations
+// quantized into it for weight type qt, unless the previous matmul already did (prep_reuse).
+// Sets a.xq, a.xd, a.xb, a.part; a.n_in must be set. False when the scratch cannot be had.
+static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size_t extra,
+                       mm_args &a) {
+    const int64_t n_in = a.n_in;
+    const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
+    const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d + extra);
+    if (!s) return false;
+    int8_t *xq = (int8_t *)s;
+    float *xd = (float *)(s + sz_q);
+    int32_t *xb = (int32_t *)(s + sz_q + sz_d);
+    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + 2 * sz_d);
+    const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
+    if (prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
+    dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
+    if (qt == QT_Q8_0) {
+        prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
+    } else if (qt == QT_IQ4_XS) {
+        prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+    } else {
+        prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+    }
+    return true;
+}
+
 // Shared body of matmul and matmul_id. x: ncx activation columns (xs); a: everything else.
 static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const xsrc &xs,
                    int64_t ncx) {
@@ -950,30 +977,10 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     a.n_units = (int)(n_in / UNIT);
     a.ks = mmq_splits(c, a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
-    // scratch: xq | xd | xb | split partials of the staged kernel (N > 8)
-    const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
-    const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
-    const size_t sz_b = sz_d;
-    const bool staged = !moe && a.ncols > 8;
+    const bool staged = !moe && a.ncols > 8; // its split partials follow xq | xd | xb
     const size_t sz_p =
         staged && a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + sz_d + sz_b + sz_p);
-    if (!s) return;
-    int8_t *xq = (int8_t *)s;
-    float *xd = (float *)(s + sz_q);
-    int32_t *xb = (int32_t *)(s + sz_q + sz_d);
-    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + sz_d + sz_b);
-    dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
-    const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
-    if (prep_reuse(c, s, xs, n_in, ncx, kind)) {
-        // the same activations were quantized for the previous matmul
-    } else if (qt == QT_Q8_0) {
-        prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
-    } else if (qt == QT_IQ4_XS) {
-        prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
-    } else {
-        prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
-    }
+    if (!prep_quant(c, qt, xs, ncx, sz_p, a)) return;
     if (vec) {
         mmv_group g;
         memset(&g, 0, sizeof(g));
@@ -1064,25 +1071,7 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
             blk += (n_out + 7) / 8;
             done[j] = true;
         }
-        const size_t sz_q = ds_cuda_align((size_t)n * (size_t)n_in, 256);
-        const size_t sz_d = ds_cuda_align((size_t)n * (size_t)(n_in / 32) * 4, 256);
-        uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d);
-        if (!s) return;
-        int8_t *xq = (int8_t *)s;
-        float *xd = (float *)(s + sz_q);
-        int32_t *xb = (int32_t *)(s + sz_q + sz_d);
-        a.xq = xq, a.xd = xd, a.xb = xb;
-        dim3 pg((unsigned)(n_in / UNIT), (unsigned)n);
-        const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2;
-        if (prep_reuse(c, s, xs, n_in, n, kind)) {
-            // prepared by the previous launch
-        } else if (qt == QT_Q8_0) {
-            prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
-        } else if (qt == QT_IQ4_XS) {
-            prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
-        } else {
-            prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
-        }
+        if (!prep_quant(c, qt, xs, n, 0, a)) return;
         g.a = a;
         ds_cuda_mmv_launch(c, qt, g);
         ds_cuda_launched(c, "matmul");
