@@ -226,6 +226,19 @@ static void fill_weights(env *e, ds_type t, uint8_t *w, int64_t n_out, int64_t n
     }
 }
 
+// Random weights of type t {n_in, n_out} on the device; *wg views them. Returns the device
+// pointer (dfree it).
+static void *up_weights(env *e, ds_type t, int64_t n_in, int64_t n_out, ds_tensor *wg) {
+    size_t wb = ds_type_row_size(t, n_in) * (size_t)n_out;
+    uint8_t *w = xmalloc(wb);
+    fill_weights(e, t, w, n_out, n_in);
+    void *wd = up(e, w, wb);
+    ds_tensor wt = ds_tensor_2d(w, t, n_in, n_out);
+    *wg = with_data(&wt, wd);
+    free(w);
+    return wd;
+}
+
 typedef struct mm_case {
     ds_type t;
     int64_t n_in, n_out;
@@ -329,15 +342,7 @@ static void test_matmul_prep_reuse(void **state) {
     enum { NW = 4 };
     void *wd[NW];
     ds_tensor wg[NW];
-    for (int i = 0; i < NW; i++) {
-        size_t wb = ds_type_row_size(types[i], n_in) * (size_t)outs[i];
-        uint8_t *w = xmalloc(wb);
-        fill_weights(e, types[i], w, outs[i], n_in);
-        wd[i] = up(e, w, wb);
-        ds_tensor wt = ds_tensor_2d(w, types[i], n_in, outs[i]);
-        wg[i] = with_data(&wt, wd[i]);
-        free(w);
-    }
+    for (int i = 0; i < NW; i++) wd[i] = up_weights(e, types[i], n_in, outs[i], &wg[i]);
     float *x = xmalloc((size_t)(n_in * n) * 4), *x2 = xmalloc((size_t)(n_in * n) * 4);
     fill_u(e, x, n_in * n, 1.0f);
     for (int64_t i = 0; i < n_in * n; i++) x2[i] = x[i] + x[i]; // exact
@@ -382,14 +387,8 @@ static void test_matmul_multi(void **state) {
     ds_tensor wg[NW], yg[NW];
     float *yd[NW];
     for (int i = 0; i < NW; i++) {
-        size_t wb = ds_type_row_size(types[i], n_in) * (size_t)outs[i];
-        uint8_t *w = xmalloc(wb);
-        fill_weights(e, types[i], w, outs[i], n_in);
-        wd[i] = up(e, w, wb);
-        ds_tensor wt = ds_tensor_2d(w, types[i], n_in, outs[i]);
-        wg[i] = with_data(&wt, wd[i]);
+        wd[i] = up_weights(e, types[i], n_in, outs[i], &wg[i]);
         yd[i] = e->gpu->ops.alloc(e->gpu, (size_t)(outs[i] * NMAX) * 4);
-        free(w);
     }
     float *x = xmalloc((size_t)(n_in * NMAX) * 4);
     fill_u(e, x, n_in * NMAX, 1.0f);
