@@ -53,6 +53,35 @@ __device__ __forceinline__ uint32_t q6_minus32(uint32_t v) {
 // dot<NC>() gives, per column, this lane's share of the unit's isum (sum of scale * dot) and msum
 // (sum of min * activation group sum), and the unit's float scales dw, dmw.
 
+// Q4_K / Q5_K, lane t: groups 2t (vl: the low nibbles) and 2t+1 (vh) of the unit, as int8 words
+// (8 per group), dotted with each column's activations, scaled and min-weighted as the CPU does.
+template <int NC>
+__device__ __forceinline__ void k45_dot(const mm_args &a, int u, int t, const uint4 &h,
+                                        const uint32_t (&vl)[8], const uint32_t (&vh)[8],
+                                        int (&is)[NC], int (&ms)[NC], float &dw, float &dmw) {
+    int sc0, m0, sc1, m1;
+    k4_scale_min(h, 2 * t, sc0, m0);
+    k4_scale_min(h, 2 * t + 1, sc1, m1);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
+        const uint4 l0 = __ldg(x), l1 = __ldg(x + 1), h0 = __ldg(x + 2), h1 = __ldg(x + 3);
+        const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        int dl = 0, dh = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            dl = __dp4a((int)vl[i], (int)xl[i], dl);
+            dh = __dp4a((int)vh[i], (int)xh[i], dh);
+        }
+        const int2 bs = __ldg((const int2 *)(a.xb + c * (a.n_in / 32) + (int64_t)u * 8 + 2 * t));
+        is[c] = sc0 * dl + sc1 * dh;
+        ms[c] = m0 * bs.x + m1 * bs.y;
+    }
+    dw = ds_cu_h2f(h.x);
+    dmw = ds_cu_h2f(h.x >> 16);
+}
+
 struct wv_q4_k {
     uint4 h, q0, q1; // d, dmin, scales[12] | qs bytes 32t .. 32t+31 (groups 2t low, 2t+1 high)
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
@@ -63,28 +92,14 @@ struct wv_q4_k {
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
-        int sc0, m0, sc1, m1;
-        k4_scale_min(h, 2 * t, sc0, m0);
-        k4_scale_min(h, 2 * t + 1, sc1, m1);
         const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        uint32_t vl[8], vh[8];
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
-            const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
-            const uint4 l0 = __ldg(x), l1 = __ldg(x + 1), h0 = __ldg(x + 2), h1 = __ldg(x + 3);
-            const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-            const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-            int dl = 0, dh = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                dl = __dp4a((int)(q[i] & M4), (int)xl[i], dl);
-                dh = __dp4a((int)((q[i] >> 4) & M4), (int)xh[i], dh);
-            }
-            const int2 bs = __ldg((const int2 *)(a.xb + c * (a.n_in / 32) + (int64_t)u * 8 + 2 * t));
-            is[c] = sc0 * dl + sc1 * dh;
-            ms[c] = m0 * bs.x + m1 * bs.y;
+        for (int i = 0; i < 8; i++) {
+            vl[i] = q[i] & M4;
+            vh[i] = (q[i] >> 4) & M4;
         }
-        dw = ds_cu_h2f(h.x);
-        dmw = ds_cu_h2f(h.x >> 16);
+        k45_dot<NC>(a, u, t, h, vl, vh, is, ms, dw, dmw);
     }
 };
 
@@ -100,35 +115,15 @@ struct wv_q5_k {
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
-        int sc0, m0, sc1, m1;
-        k4_scale_min(h, 2 * t, sc0, m0);
-        k4_scale_min(h, 2 * t + 1, sc1, m1);
         const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t qh[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
         uint32_t vl[8], vh[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < 8; i++) { // + the fifth bit of group 2t / 2t+1
             vl[i] = (q[i] & M4) | (((qh[i] >> (2 * t)) & 0x01010101u) << 4);
             vh[i] = ((q[i] >> 4) & M4) | (((qh[i] >> (2 * t + 1)) & 0x01010101u) << 4);
         }
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
-            const uint4 l0 = __ldg(x), l1 = __ldg(x + 1), h0 = __ldg(x + 2), h1 = __ldg(x + 3);
-            const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-            const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-            int dl = 0, dh = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                dl = __dp4a((int)vl[i], (int)xl[i], dl);
-                dh = __dp4a((int)vh[i], (int)xh[i], dh);
-            }
-            const int2 bs = __ldg((const int2 *)(a.xb + c * (a.n_in / 32) + (int64_t)u * 8 + 2 * t));
-            is[c] = sc0 * dl + sc1 * dh;
-            ms[c] = m0 * bs.x + m1 * bs.y;
-        }
-        dw = ds_cu_h2f(h.x);
-        dmw = ds_cu_h2f(h.x >> 16);
+        k45_dot<NC>(a, u, t, h, vl, vh, is, ms, dw, dmw);
     }
 };
 
