@@ -72,6 +72,8 @@ typedef struct dspec_engine_params {
     int64_t n_ctx;           // context per session in tokens (0 = 4096)
     int64_t n_batch;         // prefill chunk (0 = 256)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
+    int no_cuda_graphs;      // 1: CUDA launches every kernel of every step (no step graphs;
+                             // same results, slower: for comparison and debugging)
 } dspec_engine_params;
 
 // Loads the model (and drafter), validating every tensor and field. Thread-safe to share.

@@ -163,6 +163,16 @@ typedef struct ds_backend_ops {
     // DS_BE_CAP_ATTN (a = head dim, b = query heads per kv head). Model loaders ask at load time
     // so an unsupported file is refused with a message, never an assert in the middle of a step.
     bool (*supports)(ds_backend *be, int kind, int64_t a, int64_t b);
+    // (optional; NULL: every op runs eagerly) A model step: step_begin(key, kv_len), the step's
+    // ops, step_end(). The backend may record the ops once and replay them as one unit (CUDA
+    // graphs). key names the step's shape: two steps with one key issue the same ops on the same
+    // buffers with the same sizes; only host-array contents (ids, positions, parents) and the
+    // context length kv_len (= n_past + rows) differ. Between the two calls read and argmax
+    // results reach their host arrays only at step_end, and alloc, free and write are not allowed.
+    // step_end returns false when the ops did not run (a recording that could not complete, or a
+    // step that differs from its recording): the caller runs them again without step_begin.
+    void (*step_begin)(ds_backend *be, uint64_t key, int64_t kv_len);
+    bool (*step_end)(ds_backend *be);
 } ds_backend_ops;
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
@@ -195,3 +205,14 @@ void ds_backend_free(ds_backend *be);
 dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_err *err);
 // Number of visible CUDA devices (0 when there is none or no driver).
 int ds_cuda_device_count(void);
+// Step graphs (docs/cuda.md): on by default; off launches every kernel of every step (for
+// comparison and debugging; results are bitwise the same). Off while DSPEC_CUDA_PROFILE is set.
+void ds_cuda_set_graphs(ds_backend *be, bool on);
+// Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not
+// use a graph); for replays, the host time of the op pass (step_begin to step_end: the model's
+// host code and the signature checks, the GPU idle) and of the graph run (launch to done).
+typedef struct ds_cuda_graph_stats {
+    int64_t captures, replays, reruns;
+    double replay_host_s, replay_run_s;
+} ds_cuda_graph_stats;
+void ds_cuda_graph_stats_get(ds_backend *be, ds_cuda_graph_stats *out);

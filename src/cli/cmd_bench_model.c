@@ -12,7 +12,7 @@
 typedef struct bm_opts {
     const char *model, *device;
     int64_t prompt, decode, reps;
-    int threads;
+    int threads, no_graphs;
     int64_t verify[16];
     int n_verify;
     ds_type kv;
@@ -27,7 +27,9 @@ static void usage(FILE *f) {
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
             "  --kv-type T      f16 (default) or f32\n"
             "  -t, --threads N  CPU threads (default: all)\n"
-            "  --device D       cpu (default), cuda or cuda:N\n");
+            "  --device D       cpu (default), cuda or cuda:N\n"
+            "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"
+            "                   is timed again without them, side by side)\n");
 }
 
 // Copy bandwidth of the backend's memory in GB/s (bytes read + written), the decode roofline's
@@ -66,6 +68,8 @@ static int run_bench(const bm_opts *o) {
         fprintf(stderr, "dspec bench: %s\n", err.msg);
         goto done;
     }
+    const bool graphs = !o->no_graphs && !strcmp(be->name, "cuda");
+    ds_engine_backend_graphs(be, graphs);
     const ds_model_hparams *hp = ds_model_hparams_get(m);
     int64_t max_v = 1;
     for (int i = 0; i < o->n_verify; i++) max_v = DS_MAX(max_v, o->verify[i]);
@@ -99,8 +103,32 @@ static int run_bench(const bm_opts *o) {
         if (ds_model_forward(m, st, &one, &err)) goto fail;
     }
     double t_dec = (ds_time_now() - t0) / (double)o->decode;
-    printf("decode: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
-           t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
+    printf("decode%s: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
+           graphs ? " (step graphs)" : "", t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
+    if (graphs) { // the same steps launched kernel by kernel, for the side-by-side ratio
+#ifdef DSPEC_HAVE_CUDA
+        ds_cuda_graph_stats gs;
+        ds_cuda_graph_stats_get(be, &gs);
+        if (gs.replays > 0) {
+            printf("  step graphs: %" PRId64 " captured, %" PRId64 " replayed, %" PRId64
+                   " re-run; per replay: host pass %.3f ms (GPU idle), graph %.3f ms\n",
+                   gs.captures, gs.replays, gs.reruns, gs.replay_host_s * 1e3 / gs.replays,
+                   gs.replay_run_s * 1e3 / gs.replays);
+        }
+#endif
+        ds_engine_backend_graphs(be, false);
+        ds_state_reset(st);
+        if (ds_model_forward(m, st, &pre, &err)) goto fail;
+        t0 = ds_time_now();
+        for (int64_t i = 0; i < o->decode; i++) {
+            ds_batch one = {.n = 1, .tokens = toks + o->prompt + i, .n_logits = 1, .argmax = &am};
+            if (ds_model_forward(m, st, &one, &err)) goto fail;
+        }
+        double t_eager = (ds_time_now() - t0) / (double)o->decode;
+        printf("decode (no graphs): %.3f ms/token, %.1f tok/s; graphs %.2fx faster\n",
+               t_eager * 1e3, 1.0 / t_eager, t_eager / t_dec);
+        ds_engine_backend_graphs(be, true);
+    }
     printf("verify step (speculative batch + commit of 0 rows), median of %" PRId64 ":\n",
            o->reps);
     double t1 = 0.0;
@@ -146,6 +174,8 @@ int ds_cli_bench_model(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            o.no_graphs = 1;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
         } else if (!strcmp(a, "--prompt") && v && atoll(v) > 0) {

@@ -11,6 +11,7 @@
 
 typedef struct bs_opts {
     const char *model, *draft, *prompts, *device;
+    int no_graphs;
     int blocks[8], n_blocks, threads, ddtree;
     int64_t n_new, max_prompts;
     float temp;
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
                "  --max-prompts N  prompts per domain at most (default all)\n"
                "  --ddtree-budget N  verify DDTrees instead of chains\n"
                "  --temp T --seed S  sampled speculative decoding (default greedy)\n"
-               "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n");
+               "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n"
+               "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n");
 }
 
 typedef struct run_stats {
@@ -88,7 +90,8 @@ static int bench_spec(const bs_opts *o) {
         return 2;
     }
     dspec_engine_params ep = {.model_path = o->model, .draft_path = o->draft,
-                              .n_threads = o->threads, .device = o->device, .kv_f16 = 1};
+                              .n_threads = o->threads, .device = o->device, .kv_f16 = 1,
+                              .no_cuda_graphs = o->no_graphs};
     dspec_engine *e = NULL;
     dspec_session *s = NULL;
     dspec_err err = {0};
@@ -136,6 +139,8 @@ int ds_cli_bench_spec(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            o.no_graphs = 1;
         } else if (!strcmp(a, "--spec")) {
             continue;
         } else if (!strcmp(a, "--model") && v) {

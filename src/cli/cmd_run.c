@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
+            "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
             "  --special                 parse control tokens in a raw prompt (<|im_start|>, ...)\n");
 }
 
@@ -99,6 +100,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--no-spec")) { o->no_spec = true; continue; }
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
         if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
+        if (IS("--no-cuda-graphs")) { o->ep.no_cuda_graphs = 1; continue; }
         if (IS("--ddtree-raw")) { o->gp.ddtree_raw = 1; continue; }
         if (!v) {
             fprintf(stderr, "dspec run: unknown option or missing value: %s\n", a);

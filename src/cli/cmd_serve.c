@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
+            "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
             "  -v, --verbose             log requests and debug detail\n");
 }
 
@@ -69,6 +70,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("-h") || IS("--help")) return -1;
         if (IS("--no-spec")) { p->gp.speculative = 0; continue; }
         if (IS("--no-adaptive")) { p->gp.adaptive = 0; continue; }
+        if (IS("--no-cuda-graphs")) { p->ep.no_cuda_graphs = 1; continue; }
         if (IS("--ddtree-raw")) { p->gp.ddtree_raw = 1; continue; }
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }
         if (!v) {

@@ -21,6 +21,7 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
     if (!e) return ds_err_set(err, DSPEC_ERR_NOMEM, "engine: out of memory");
     e->p = *p;
     dspec_status st = ds_engine_backend_new(p->device, p->n_threads, &e->be, err);
+    if (st == DSPEC_OK) ds_engine_backend_graphs(e->be, !p->no_cuda_graphs);
     if (st == DSPEC_OK) st = ds_model_load(&e->m, p->model_path, e->be, err);
     if (st == DSPEC_OK) {
         st = ds_tok_load_gguf(&e->tok, ds_model_gguf(e->m), err);

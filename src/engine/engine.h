@@ -98,3 +98,5 @@ void ds_logprobs_row(const float *logits, int64_t n_vocab, int32_t token, int n_
 // DSPEC_ERR_UNSUPPORTED when this build has no CUDA, DSPEC_ERR_DEVICE when the device is absent.
 dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend **out,
                                    dspec_err *err);
+// Step graphs on or off (CUDA: docs/cuda.md "Step graphs"; other backends have none: no-op).
+void ds_engine_backend_graphs(ds_backend *be, bool on);

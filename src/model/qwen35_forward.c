@@ -167,9 +167,17 @@ static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, c
         }
     }
     if (b->argmax) {
-        int32_t *am = st->logit_rows;
-        be->ops.argmax(be, am, &lg);
-        for (int64_t i = 0; i < nl; i++) b->argmax[out_idx[i]] = am[i];
+        // straight into the caller's array when its rows are consecutive (always in a single-chunk
+        // step: inside a step graph the ids arrive at step_end)
+        bool consecutive = true;
+        for (int64_t i = 1; i < nl; i++) consecutive = consecutive && out_idx[i] == out_idx[0] + i;
+        if (consecutive) {
+            be->ops.argmax(be, b->argmax + out_idx[0], &lg);
+        } else {
+            int32_t *am = st->logit_rows;
+            be->ops.argmax(be, am, &lg);
+            for (int64_t i = 0; i < nl; i++) b->argmax[out_idx[i]] = am[i];
+        }
     }
 }
 
@@ -279,12 +287,49 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
     return DSPEC_OK;
 }
 
+// The shape of a single-chunk step, for the backend's step graphs: everything that decides which
+// ops run on which buffers (the state, rows, tree or chain, logits rows, taps, outputs).
+static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) h = (h ^ (uint64_t)(v)) * 1099511628211ull
+    MIX((uintptr_t)st);
+    MIX(c->n);
+    MIX(c->spec);
+    MIX(c->parent != NULL);
+    MIX(b->n_logits);
+    MIX(b->logits != NULL);
+    MIX(b->argmax != NULL);
+    MIX(b->logits_rows != NULL);
+    for (int64_t j = 0; b->logits_rows && j < b->n_logits; j++) MIX(b->logits_rows[j]);
+    MIX(b->n_taps);
+    for (int t = 0; t < b->n_taps; t++) MIX(b->tap_layers[t]);
+#undef MIX
+    return h;
+}
+
+// Rows up to which a step may be recorded as a graph (decode and verify widths; prefill chunks
+// run eagerly: their shapes rarely repeat).
+enum { GRAPH_MAX_ROWS = 64 };
+
+// One chunk, as a backend step graph where the backend has them. The MoE FFN routes on the host
+// (it reads the router's output mid-step), so it never runs as a graph.
+static void forward_step(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
+    ds_backend *be = m->be;
+    if (!be->ops.step_begin || c->n > GRAPH_MAX_ROWS || m->hp.arch == DS_ARCH_QWEN35MOE) {
+        forward_chunk(m, st, b, c);
+        return;
+    }
+    be->ops.step_begin(be, step_key(st, b, c), st->n_past + c->n);
+    forward_chunk(m, st, b, c);
+    if (!be->ops.step_end(be)) forward_chunk(m, st, b, c); // not run: run it eagerly
+}
+
 dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err) {
     dspec_status s = validate_batch(m, st, b, err);
     if (s != DSPEC_OK) return s;
     if (b->speculative) {
         chunk c = {.tokens = b->tokens, .parent = b->parent, .n = b->n, .row0 = 0, .spec = true};
-        forward_chunk(m, st, b, &c);
+        forward_step(m, st, b, &c);
         st->pending_n = b->n;
         st->pending_tree = b->parent != NULL;
         if (b->parent) memcpy(st->pending_parent, b->parent, (size_t)b->n * sizeof(int32_t));
@@ -292,7 +337,11 @@ dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b
     }
     for (int64_t r0 = 0; r0 < b->n; r0 += st->p.n_batch) {
         chunk c = {.tokens = b->tokens + r0, .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
-        forward_chunk(m, st, b, &c);
+        if (c.n == b->n) {
+            forward_step(m, st, b, &c);
+        } else {
+            forward_chunk(m, st, b, &c);
+        }
         st->n_past += c.n;
     }
     return DSPEC_OK;

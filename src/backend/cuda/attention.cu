@@ -26,7 +26,8 @@ struct attn_args {
     int64_t k_nb1, v_nb1;   // bytes per cache row
     int hd, n_head, group;
     float scale;
-    int64_t n_past;
+    int n_all;              // rows of the whole call: nvis[n_all] holds n_past (staged, so a
+                            // step graph replays with the step's own n_past)
     const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
     int vis_stride;
     const int32_t *lo;      // rows mode: first visible cache row per batch row
@@ -38,11 +39,11 @@ struct attn_args {
     int64_t t0;             // first batch row of this launch
 };
 
-__device__ __forceinline__ int64_t key_row(const attn_args &a, int64_t t, int64_t i) {
+// Cache row of the i-th visible key of row t (np: n_past; chains see cache rows 0..).
+__device__ __forceinline__ int64_t key_row(const attn_args &a, int64_t np, int64_t t, int64_t i) {
     if (a.lo) return a.lo[t] + i;
-    if (i < a.n_past) return i;
-    const int64_t j = i - a.n_past;
-    return a.n_past + (a.vis ? a.vis[t * a.vis_stride + j] : j);
+    if (!a.vis || i < np) return i;
+    return np + a.vis[t * a.vis_stride + (i - np)];
 }
 
 template <typename KV>
@@ -64,6 +65,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     const int64_t nv = a.nvis[t], i0 = (int64_t)s * ATT_CH;
     if (i0 >= nv) return; // whole block: uniform
     const int cnt = (int)min((int64_t)ATT_CH, nv - i0);
+    const int64_t np = a.vis ? a.nvis[a.n_all] : 0;
     const int G = a.group, hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float *qs = sh;               // [G][hd]
     float *sc = sh + GM * hd;     // [G][ATT_CH]
@@ -77,7 +79,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     const int R = hd / 32;
     float kn[8]; // the warp's next key, loaded while this one is reduced
     if (warp < cnt) {
-        const char *kp = a.k + key_row(a, t, i0 + warp) * a.k_nb1;
+        const char *kp = a.k + key_row(a, np, t, i0 + warp) * a.k_nb1;
 #pragma unroll
         for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
     }
@@ -87,7 +89,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
         for (int r = 0; r < 8; r++) kv[r] = kn[r];
         const int jn = j + ATT_THREADS / 32;
         if (jn < cnt) {
-            const char *kp = a.k + key_row(a, t, i0 + jn) * a.k_nb1;
+            const char *kp = a.k + key_row(a, np, t, i0 + jn) * a.k_nb1;
 #pragma unroll
             for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
         }
@@ -135,7 +137,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
 #pragma unroll
             for (int jj = 0; jj < 8; jj++) {
                 vv[jj] = j0 + jj < cnt
-                             ? kv_ld<KV>(a.v + key_row(a, t, i0 + j0 + jj) * a.v_nb1,
+                             ? kv_ld<KV>(a.v + key_row(a, np, t, i0 + j0 + jj) * a.v_nb1,
                                          (int64_t)kvh * hd + tid)
                              : 0.0f;
             }
@@ -177,21 +179,24 @@ static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t ro
     const size_t smem = (size_t)gm * (size_t)(a.hd + ATT_CH) * sizeof(float);
     dim3 grid((unsigned)n_kv, (unsigned)rows, (unsigned)a.s_max);
     switch (gm) {
-    case 1: attn_chunk_kernel<KV, 1><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
-    case 2: attn_chunk_kernel<KV, 2><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
-    case 4: attn_chunk_kernel<KV, 4><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
-    case 8: attn_chunk_kernel<KV, 8><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
-    default: attn_chunk_kernel<KV, 16><<<grid, ATT_THREADS, smem, c->stream>>>(a); break;
+    case 1: ds_cu_launch(c, attn_chunk_kernel<KV, 1>, grid, ATT_THREADS, smem, a); break;
+    case 2: ds_cu_launch(c, attn_chunk_kernel<KV, 2>, grid, ATT_THREADS, smem, a); break;
+    case 4: ds_cu_launch(c, attn_chunk_kernel<KV, 4>, grid, ATT_THREADS, smem, a); break;
+    case 8: ds_cu_launch(c, attn_chunk_kernel<KV, 8>, grid, ATT_THREADS, smem, a); break;
+    default: ds_cu_launch(c, attn_chunk_kernel<KV, 16>, grid, ATT_THREADS, smem, a); break;
     }
 }
 
-// Shared body: nvis_h[t] visible keys per row (host); the rest of `a` set by the caller.
+static_assert((int)ATT_CH == (int)DS_CU_KV_BUCKET, "step graphs are keyed by attention chunk count");
+
+// Shared body: nvis_h[t] visible keys per row (host), nvis_h[n] = n_past; max_vis bounds them
+// (it sizes the grid and the partials, so it depends on the step's shape, never its tree); the
+// rest of `a` set by the caller.
 static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, int n_kv,
-                     int64_t n, const int32_t *nvis_h) {
-    int64_t max_vis = 1;
-    for (int64_t t = 0; t < n; t++) max_vis = DS_MAX(max_vis, (int64_t)nvis_h[t]);
-    a.s_max = (int)((max_vis + ATT_CH - 1) / ATT_CH);
-    a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)n * 4);
+                     int64_t n, const int32_t *nvis_h, int64_t max_vis) {
+    a.s_max = (int)((DS_MAX(max_vis, (int64_t)1) + ATT_CH - 1) / ATT_CH);
+    a.n_all = (int)n;
+    a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)(n + 1) * 4);
     if (!a.nvis) return;
     int gm = 1;
     while (gm < a.group) gm *= 2;
@@ -214,7 +219,7 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
             attn_chunks<float>(c, a, n_kv, nr, gm);
         }
         dim3 cg((unsigned)a.n_head, (unsigned)nr);
-        attn_combine_kernel<<<cg, a.hd, 0, c->stream>>>(a);
+        ds_cu_launch(c, attn_combine_kernel, cg, a.hd, 0, a);
     }
     ds_cuda_launched(c, op);
 }
@@ -246,12 +251,12 @@ extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tenso
     DS_ASSERT(p->n_past >= 0 && p->n_past + n <= k->ne[1] && k->ne[1] <= v->ne[1]);
     if (n == 0) return;
     attn_args a = attn_common(out, q, k, v, n_kv, p->scale);
-    a.n_past = p->n_past;
-    int32_t *host = (int32_t *)malloc((size_t)n * 4 + (p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0));
+    int32_t *host = (int32_t *)malloc((size_t)(n + 1) * 4 + (p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0));
     DS_ASSERT(host != NULL);
     int32_t *nvis = host;
+    nvis[n] = (int32_t)p->n_past;
     if (p->parent) { // per row: its ancestors and itself, ascending (= cache order)
-        int32_t *vis = host + n;
+        int32_t *vis = host + n + 1;
         for (int64_t t = 0; t < n; t++) {
             int32_t *row = vis + t * (n + 1);
             int64_t cnt = 0;
@@ -276,7 +281,7 @@ extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tenso
     } else {
         for (int64_t t = 0; t < n; t++) nvis[t] = (int32_t)(p->n_past + t + 1);
     }
-    attn_run(c, "attention", a, k->type, n_kv, n, nvis);
+    attn_run(c, "attention", a, k->type, n_kv, n, nvis, p->n_past + n);
     free(host);
 }
 
@@ -289,13 +294,16 @@ extern "C" void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_
     DS_ASSERT(v->ne[1] == k->ne[1]);
     if (n == 0) return;
     attn_args a = attn_common(out, q, k, v, n_kv, scale);
-    int32_t *nvis = (int32_t *)malloc((size_t)n * 4);
+    int32_t *nvis = (int32_t *)malloc((size_t)(n + 1) * 4);
     DS_ASSERT(nvis != NULL);
+    int64_t max_vis = 1;
     for (int64_t t = 0; t < n; t++) {
         DS_ASSERT(lo[t] >= 0 && lo[t] < hi[t] && hi[t] <= k->ne[1]);
         nvis[t] = hi[t] - lo[t];
+        max_vis = DS_MAX(max_vis, (int64_t)nvis[t]);
     }
+    nvis[n] = 0;
     a.lo = (const int32_t *)ds_cuda_stage(c, lo, (size_t)n * 4);
-    if (a.lo) attn_run(c, "attention_rows", a, k->type, n_kv, n, nvis);
+    if (a.lo) attn_run(c, "attention_rows", a, k->type, n_kv, n, nvis, max_vis);
     free(nvis);
 }

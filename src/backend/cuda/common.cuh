@@ -22,6 +22,7 @@ extern "C" {
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct ds_cuda_ctx {
     int device;
@@ -50,7 +51,28 @@ typedef struct ds_cuda_ctx {
     // DSPEC_CUDA_PROFILE=1: an event after each op; GPU time between consecutive events is
     // charged to the op (launch gaps included) and printed as a table when the backend is freed.
     struct ds_cuda_prof *prof;
+    // Step graphs (graph.cu): between step_begin and step_end the ops of one model step are
+    // captured into a CUDA graph (CAPTURE) or, once captured, only checked against it and replayed
+    // as one graph launch (REPLAY). In both modes host arrays are staged without copies (one copy
+    // of the ring before the graph launch) and device -> host reads land in the pinned readback
+    // buffer, copied out after the graph ran.
+    int gmode;                // DS_CU_EAGER, DS_CU_CAPTURE, DS_CU_REPLAY
+    bool gbad;                // this step's capture / replay cannot be used: step_end says re-run
+    bool graphs_off;          // ds_cuda_set_graphs(be, false)
+    int g_cur;                // the step's graph slot (graph.cu)
+    int g_idx;                // launches and copies so far in this step
+    size_t g_need_scratch, g_need_stage, g_need_rb; // sizes a failed capture asked for
+    uint8_t *rb_h;            // pinned readback buffer
+    size_t rb_cap, rb_pos;
+    struct ds_cuda_rd { void *dst; size_t off, n; } *rd; // reads to copy out at step_end
+    int n_rd, cap_rd;
+    struct ds_cuda_graphs *graphs;
 } ds_cuda_ctx;
+
+enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
+// Context bucket of a step graph: attention cuts keys into chunks of this many (attention.cu),
+// so a graph is good for the steps whose context length falls in one bucket.
+enum { DS_CU_KV_BUCKET = 64 };
 
 static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
     return (ds_cuda_ctx *)be->ctx;
@@ -73,6 +95,68 @@ bool ds_cuda_alive(ds_cuda_ctx *c, const char *op);
 const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n);
 // Device scratch of at least n bytes (256-byte aligned), valid until the next call.
 void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n);
+// Grows the staging ring to at least n bytes (eager only; drops captured step graphs).
+bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n);
+// Drops every captured step graph (a buffer they point at moved), or frees them all (graph.cu).
+void ds_cuda_graphs_clear(ds_cuda_ctx *c);
+void ds_cuda_graphs_free(ds_cuda_ctx *c);
+// Device -> host copy of n bytes for an op's result: waits for the stream, except inside a step
+// graph, where the bytes reach dst_host at step_end (graph.cu).
+void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n);
+
+// ---- launches ------------------------------------------------------------------------------------
+// Every kernel launch and device copy of an op goes through ds_cu_launch / ds_cu_memcpy. Eager:
+// launched on the stream. Capturing a step graph: launched (into the capture) and its signature
+// recorded. Replaying: not launched; its signature (kernel, grid, block, shared memory and every
+// argument's bytes) must equal the captured one at the same index, else the step is re-run
+// eagerly (graph.cu), so a replayed step can never run stale arguments.
+void ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig);
+
+// FNV-1a style over 8-byte words (then the tail bytes): a replayed step hashes every argument.
+static inline uint64_t ds_cu_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+template <typename P, typename A>
+static inline uint64_t ds_cu_hash_arg(uint64_t h, const A &a) {
+    union {
+        P v;
+        unsigned char b[sizeof(P)];
+    } u;
+    for (size_t i = 0; i < sizeof(P); i++) u.b[i] = 0; // padding hashes as zero when copied
+    u.v = (P)a;
+    return ds_cu_fnv(h, u.b, sizeof(P));
+}
+
+template <typename... P, typename... A>
+static inline void ds_cu_launch(ds_cuda_ctx *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                const A &...args) {
+    static_assert(sizeof...(P) == sizeof...(A), "ds_cu_launch: argument count");
+    if (c->gmode != DS_CU_EAGER) {
+        uint64_t h = 1469598103934665603ull;
+        h = ds_cu_fnv(h, &k, sizeof(k));
+        h = ds_cu_fnv(h, &grid, sizeof(grid));
+        h = ds_cu_fnv(h, &block, sizeof(block));
+        h = ds_cu_fnv(h, &smem, sizeof(smem));
+        ((h = ds_cu_hash_arg<P>(h, args)), ...);
+        ds_cuda_graph_sig(c, h);
+        if (c->gmode == DS_CU_REPLAY) return;
+    }
+    k<<<grid, block, smem, c->stream>>>(((P)args)...);
+}
+
+// cudaMemcpyAsync on the stream (device <-> device, or host -> device from pinned memory), with
+// the graph rules of ds_cu_launch. Returns false on a CUDA error.
+bool ds_cu_memcpy(ds_cuda_ctx *c, void *dst, const void *src, size_t n, cudaMemcpyKind kind);
 
 static inline int64_t ds_cuda_nrows(const ds_tensor *t) {
     return t->ne[1] * t->ne[2] * t->ne[3];

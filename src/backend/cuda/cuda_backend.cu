@@ -147,6 +147,7 @@ void ds_cuda_launched(ds_cuda_ctx *c, const char *op) {
 }
 
 static bool stage_alloc(ds_cuda_ctx *c, size_t cap) {
+    ds_cuda_graphs_clear(c); // captured graphs read the old ring
     if (c->stage_h) cudaFreeHost(c->stage_h);
     if (c->stage_d) cudaFree(c->stage_d);
     c->stage_h = NULL;
@@ -161,8 +162,25 @@ static bool stage_alloc(ds_cuda_ctx *c, size_t cap) {
     return true;
 }
 
+bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n) {
+    if (n <= c->stage_cap) return true;
+    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+    return stage_alloc(c, DS_MAX(2 * n, (size_t)STAGE_MIN));
+}
+
 const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n) {
     size_t need = ds_cuda_align(n ? n : 1, 16);
+    if (c->gmode != DS_CU_EAGER) { // a step graph: the ring is copied once, before the launch
+        if (c->stage_pos + need > c->stage_cap) {
+            c->g_need_stage = DS_MAX(c->g_need_stage, c->stage_pos + need);
+            c->gbad = true;
+            return NULL;
+        }
+        if (n) memcpy(c->stage_h + c->stage_pos, host, n);
+        const void *d = c->stage_d + c->stage_pos;
+        c->stage_pos += need;
+        return d;
+    }
     if (c->stage_pos + need > c->stage_cap) {
         // The pinned region about to be rewritten may still feed queued copies: wait for them.
         DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
@@ -180,7 +198,13 @@ const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n) {
 }
 
 void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n) {
+    if (n > c->scratch_size && c->gmode != DS_CU_EAGER) { // grown after the step (graph.cu)
+        c->g_need_scratch = DS_MAX(c->g_need_scratch, n);
+        c->gbad = true;
+        return NULL;
+    }
     if (n > c->scratch_size) {
+        ds_cuda_graphs_clear(c); // captured graphs point into the old buffer
         // cudaFree waits for the device, so queued ops still using the old buffer finish first.
         if (c->scratch_d) DS_CUDA_TRY(c, cudaFree(c->scratch_d));
         c->scratch_d = NULL;
@@ -205,14 +229,17 @@ bool ds_cuda_ok(ds_backend *be) {
 static void cuda_read(ds_backend *be, void *dst_host, const void *src, size_t n) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "read") || n == 0) return;
-    DS_CUDA_TRY(c, cudaMemcpyAsync(dst_host, src, n, cudaMemcpyDeviceToHost, c->stream));
-    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+    ds_cuda_readback(c, dst_host, src, n);
     if (c->prof) prof_flush(c);
 }
 
 static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "write") || n == 0) return;
+    if (c->gmode != DS_CU_EAGER) { // not part of a step graph: the step is re-run eagerly
+        c->gbad = true;
+        return;
+    }
     // Pageable source: the copy is complete (and the host buffer reusable) when the sync returns.
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, c->stream));
     DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
@@ -225,16 +252,20 @@ static void cuda_copy(ds_backend *be, void *dst, const void *src, size_t n) {
     if (d < s + n && s < d + n) { // overlapping (memmove semantics): through scratch
         void *tmp = ds_cuda_scratch(c, n);
         if (!tmp) return;
-        DS_CUDA_TRY(c, cudaMemcpyAsync(tmp, src, n, cudaMemcpyDeviceToDevice, c->stream));
+        ds_cu_memcpy(c, tmp, src, n, cudaMemcpyDeviceToDevice);
         src = tmp;
     }
-    DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+    ds_cu_memcpy(c, dst, src, n, cudaMemcpyDeviceToDevice);
     ds_cuda_launched(c, "copy");
 }
 
 static void *cuda_alloc(ds_backend *be, size_t n) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (c->dead) return NULL;
+    if (c->gmode != DS_CU_EAGER) { // not inside a step graph
+        c->gbad = true;
+        return NULL;
+    }
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, n ? n : 256);
     if (e != cudaSuccess) {
@@ -256,11 +287,21 @@ static void *cuda_alloc(ds_backend *be, size_t n) {
 
 static void cuda_free(ds_backend *be, void *p) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (p) DS_CUDA_TRY(c, cudaFree(p));
+    if (c->gmode == DS_CU_CAPTURE) {
+        c->gbad = true; // (cudaFree would break the capture)
+        return;
+    }
+    if (!p) return;
+    // Captured graphs may copy from or to this allocation: a graph whose memcpy node names freed
+    // memory fails to launch (cudaErrorInvalidValue), even when a new allocation reuses the
+    // address. Frees are rare (a state or model going away): drop every graph.
+    ds_cuda_graphs_clear(c);
+    DS_CUDA_TRY(c, cudaFree(p));
 }
 
 static void cuda_sync(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
+    if (c->gmode != DS_CU_EAGER) return; // a step graph's work runs at step_end
     if (!c->dead) DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
     if (c->prof) prof_flush(c);
 }
@@ -270,6 +311,7 @@ static void cuda_destroy(ds_backend *be) {
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
     prof_free(c);
+    ds_cuda_graphs_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->stage_d) cudaFree(c->stage_d);
     if (c->stage_h) cudaFreeHost(c->stage_h);
@@ -381,6 +423,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.rope_neox_freq = ds_cuda_rope_neox_freq;
     ops.dyn_conv = ds_cuda_dyn_conv;
     ops.scale_softcap = ds_cuda_scale_softcap;
+    ops.step_begin = ds_cuda_step_begin;
+    ops.step_end = ds_cuda_step_end;
     be->ops = ops;
     ds_log(DS_LOG_INFO, "cuda: device %d: %s, %d SMs, %.1f GiB", device, prop.name, c->n_sm,
            prop.totalGlobalMem / 1073741824.0);

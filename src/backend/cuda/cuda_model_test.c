@@ -3,7 +3,7 @@
 // against the CPU backend (tolerance), and on CUDA alone, bitwise: a batch == single steps,
 // chunked prefill == one batch, speculative verify + commit(k) == plain decoding of the k tokens
 // (chain and tree), which is what makes CUDA speculative decoding exactly lossless against CUDA
-// plain decoding. Calls model.h, synth.h, backend.h.
+// plain decoding; step graphs (on by default) == eager launches. Calls model.h, synth.h, backend.h.
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "model/model.h"
@@ -199,6 +199,81 @@ static void check_argmax(fixture *f) {
     free(lg);
 }
 
+// A greedy session mixing decode steps, chain verifies (commit 2 of 4) and tree verifies of
+// changing shapes, over 3+ context buckets of the step graphs; returns every logits row it saw.
+static int64_t graph_session(fixture *f, float *out, int32_t *toks_out) {
+    const int64_t V = f->V;
+    ds_state *st = NULL;
+    ds_state_params sp = {.n_ctx = 256, .n_batch = 64, .n_verify = 16, .kv_type = f->kv};
+    assert_int_equal(ds_state_new(&st, f->mg, &sp, NULL), DSPEC_OK);
+    int64_t rows = 0, nt = 0;
+    int32_t am[8];
+    step(f->mg, st, k_toks, 6, NULL);
+    int32_t tok = 5;
+    static const int32_t parents[3][5] = {{-1, 0, 0, 1, 2}, {-1, 0, 1, 2, 0}, {-1, -1, 0, 1, 3}};
+    for (int it = 0; ds_state_n_past(st) < 200; it++) {
+        if (it % 9 == 4) { // chain verify of 4, keep 2
+            int32_t t4[4] = {tok, (tok * 7 + 1) % 500, (tok * 13 + 5) % 500, (tok + 3) % 500};
+            ds_batch b = {.n = 4, .tokens = t4, .n_logits = 4, .logits = out + rows * V,
+                          .argmax = am, .speculative = true};
+            assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+            assert_int_equal(ds_state_commit(st, 2, NULL, NULL), DSPEC_OK);
+            rows += 4;
+            tok = am[1];
+        } else if (it % 7 == 3) { // tree of 5 (shape changes), keep its path 0 -> 1 (or 0 -> 2)
+            const int32_t *par = parents[it % 3];
+            int32_t t5[5] = {tok, (tok + 1) % 500, (tok + 2) % 500, (tok + 3) % 500, (tok + 4) % 500};
+            ds_batch b = {.n = 5, .tokens = t5, .parent = par, .n_logits = 5,
+                          .logits = out + rows * V, .argmax = am, .speculative = true};
+            assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+            int32_t path[2] = {0, par[2] == 0 ? 2 : 1};
+            assert_int_equal(ds_state_commit(st, 2, path, NULL), DSPEC_OK);
+            rows += 5;
+            tok = am[path[1]];
+        } else { // decode
+            ds_batch b = {.n = 1, .tokens = &tok, .n_logits = 1, .logits = out + rows * V,
+                          .argmax = am};
+            assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+            rows += 1;
+            tok = am[0];
+        }
+        toks_out[nt++] = tok;
+    }
+    ds_state_free(st);
+    return rows;
+}
+
+// Step graphs: the same session with graphs off and on gives bitwise the same logits and tokens,
+// and the graphs were really replayed.
+static void check_graphs(fixture *f) {
+    const int64_t V = f->V, max_rows = 1200;
+    float *a = malloc((size_t)(max_rows * V) * 4), *b = malloc((size_t)(max_rows * V) * 4);
+    int32_t ta[400] = {0}, tb[400] = {0};
+    ds_cuda_graph_stats s0, s1;
+    ds_cuda_set_graphs(f->gpu, false);
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    int64_t na = graph_session(f, a, ta);
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    assert_true(s1.captures == s0.captures && s1.replays == s0.replays); // off: none
+    ds_cuda_set_graphs(f->gpu, true);
+    int64_t nb = graph_session(f, b, tb);
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    const int64_t c1 = s1.captures, c0 = s0.captures, r1 = s1.replays, r0 = s0.replays;
+    const int64_t e1 = s1.reruns, e0 = s0.reruns;
+    assert_true(ds_cuda_ok(f->gpu));
+    print_message("step graphs: %lld rows; %lld captures, %lld replays, %lld re-runs\n",
+                  (long long)nb, (long long)(c1 - c0), (long long)(r1 - r0), (long long)(e1 - e0));
+    assert_int_equal(na, nb);
+    assert_true(na <= max_rows);
+    assert_memory_equal(ta, tb, sizeof(ta));
+    assert_memory_equal(a, b, (size_t)(na * V) * 4);
+    // decode, chain and tree shapes, re-captured once per 64-token bucket: most steps replay
+    assert_true(r1 - r0 >= 100);
+    assert_true(c1 - c0 <= 16);
+    assert_true(e1 - e0 <= 8);
+    free(a), free(b);
+}
+
 static void run_all(ds_type wt, ds_type kv, double tol) {
     if (ds_cuda_device_count() == 0) skip();
     fixture f;
@@ -208,6 +283,7 @@ static void run_all(ds_type wt, ds_type kv, double tol) {
     check_commit_exact(&f);
     check_tree(&f);
     check_argmax(&f);
+    check_graphs(&f);
     assert_true(ds_cuda_ok(f.gpu));
     fixture_close(&f);
 }
@@ -242,6 +318,7 @@ static void test_moe_refused(void **s) {
 }
 
 int main(void) {
+    dspec_set_log(NULL, NULL, DSPEC_LOG_DEBUG); // step-graph captures and re-runs, for the log
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32),  cmocka_unit_test(test_f32_kv16), cmocka_unit_test(test_f16),
         cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_k),     cmocka_unit_test(test_q6_k),

@@ -73,12 +73,12 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
     dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
     const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
     if (in_kernel) {
-        conv_silu_kernel<true><<<grid, 256, 0, c->stream>>>(
+        ds_cu_launch(c, conv_silu_kernel<true>, grid, 256, 0,
             (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
             (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
             (int64_t)window->nb[1], par_d, C, (int)K);
     } else {
-        conv_silu_kernel<false><<<grid, 256, 0, c->stream>>>(
+        ds_cu_launch(c, conv_silu_kernel<false>, grid, 256, 0,
             (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
             (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
             (int64_t)window->nb[1], par_d, C, (int)K);
@@ -123,7 +123,7 @@ extern "C" void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g,
               g->ne[1] == n);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((H + 255) / 256));
-    gdn_gates_kernel<<<grid, 256, 0, c->stream>>>(ds_cu_rows_of(beta), ds_cu_rows_of(g),
+    ds_cu_launch(c, gdn_gates_kernel, grid, 256, 0, ds_cu_rows_of(beta), ds_cu_rows_of(g),
                                                   ds_cu_rows_of(b), ds_cu_rows_of(alpha),
                                                   (const float *)dt_bias->data,
                                                   (const float *)ssm_a->data);
@@ -257,8 +257,8 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     DS_ASSERT(beta->ne[0] == hv && g->ne[0] == hv && beta->ne[1] == n && g->ne[1] == n);
     if (n == 0) {
         if (state_out && state_out->data != state->data) {
-            DS_CUDA_TRY(c, cudaMemcpyAsync(state_out->data, state->data, ds_tensor_nbytes(state),
-                                           cudaMemcpyDeviceToDevice, c->stream));
+            ds_cu_memcpy(c, state_out->data, state->data, ds_tensor_nbytes(state),
+                         cudaMemcpyDeviceToDevice);
         }
         return;
     }
@@ -292,16 +292,19 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     a.dv = (int)dv, a.hk = (int)hk, a.hv = (int)hv, a.q_scale = p->q_scale, a.eps = p->eps;
     a.n = (int)n, a.src = sched_d, a.dst = sched_d + n;
-    if (n_slots > 0) {
-        a.saved = (float *)ds_cuda_scratch(c, (size_t)n_slots * (size_t)hv * (size_t)(dk * dv) * 4);
+    // (inside a step graph the saved states are sized for the worst tree of n rows, so every
+    // tree of the step's shape replays with the same scratch)
+    const int64_t slots = c->gmode != DS_CU_EAGER && p->parent ? n : n_slots;
+    if (slots > 0) {
+        a.saved = (float *)ds_cuda_scratch(c, (size_t)slots * (size_t)hv * (size_t)(dk * dv) * 4);
         if (!a.saved) return;
     }
     dim3 grid((unsigned)(dv / (GDN_WARPS * GDN_JW)), (unsigned)hv);
     switch (dk) {
-    case 32: gated_delta_kernel<1><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
-    case 64: gated_delta_kernel<2><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
-    case 128: gated_delta_kernel<4><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
-    default: gated_delta_kernel<8><<<grid, GDN_WARPS * 32, 0, c->stream>>>(a); break;
+    case 32: ds_cu_launch(c, gated_delta_kernel<1>, grid, GDN_WARPS * 32, 0, a); break;
+    case 64: ds_cu_launch(c, gated_delta_kernel<2>, grid, GDN_WARPS * 32, 0, a); break;
+    case 128: ds_cu_launch(c, gated_delta_kernel<4>, grid, GDN_WARPS * 32, 0, a); break;
+    default: ds_cu_launch(c, gated_delta_kernel<8>, grid, GDN_WARPS * 32, 0, a); break;
     }
     ds_cuda_launched(c, "gated_delta");
 }
@@ -338,7 +341,7 @@ extern "C" void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && dyn->nb[0] == 4 && y->nb[1] % 4 == 0);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
-    dyn_conv_kernel<<<grid, 256, 0, c->stream>>>(
+    ds_cu_launch(c, dyn_conv_kernel, grid, 256, 0,
         (float *)y->data, (int64_t)(y->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
         (const char *)base->data, (int64_t)base->nb[1], (const char *)dyn->data,
         (int64_t)dyn->nb[1], (int64_t)dyn->nb[2], C, (int)K, group);

@@ -46,7 +46,7 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     if (rows == 0 || n == 0) return;
     ds_cu_rows bv = b ? ds_cu_rows_of(b) : ds_cu_rows_of(a);
     dim3 grid((unsigned)rows, (unsigned)((n + 255) / 256));
-    ew_kernel<OP><<<grid, 256, 0, c->stream>>>(ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1);
+    ds_cu_launch(c, ew_kernel<OP>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1);
     ds_cuda_launched(c, op);
 }
 
@@ -73,12 +73,12 @@ extern "C" void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_ten
 
 template <bool F16>
 static __global__ __launch_bounds__(256) void store_rows_kernel(char *dst, int64_t d_nb1,
-                                                                int64_t row0, ds_cu_rows x) {
+                                                                const int64_t *row0, ds_cu_rows x) {
     const int64_t r = blockIdx.x;
     const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (i >= x.ne0) return;
     const float v = ds_cu_row(x, r)[i];
-    char *d = dst + (row0 + r) * d_nb1;
+    char *d = dst + (*row0 + r) * d_nb1;
     if (F16) {
         ((__half *)d)[i] = __float2half_rn(v);
     } else {
@@ -95,13 +95,16 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
     DS_ASSERT(dst->type == DS_TYPE_F32 || dst->type == DS_TYPE_F16);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((ne0 + 255) / 256));
+    // row0 is staged (an argument of the step, like token ids): step graphs replay with it
+    const int64_t *r0 = (const int64_t *)ds_cuda_stage(c, &row0, sizeof(row0));
+    if (!r0) return;
     if (dst->type == DS_TYPE_F16) {
-        store_rows_kernel<true><<<grid, 256, 0, c->stream>>>((char *)dst->data,
-                                                            (int64_t)dst->nb[1], row0,
+        ds_cu_launch(c, store_rows_kernel<true>, grid, 256, 0, (char *)dst->data,
+                                                            (int64_t)dst->nb[1], r0,
                                                             ds_cu_rows_of(x));
     } else {
-        store_rows_kernel<false><<<grid, 256, 0, c->stream>>>((char *)dst->data,
-                                                             (int64_t)dst->nb[1], row0,
+        ds_cu_launch(c, store_rows_kernel<false>, grid, 256, 0, (char *)dst->data,
+                                                             (int64_t)dst->nb[1], r0,
                                                              ds_cu_rows_of(x));
     }
     ds_cuda_launched(c, "store_rows");
@@ -154,8 +157,7 @@ extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x)
     if (rows == 0) return;
     int32_t *d = (int32_t *)ds_cuda_scratch(c, (size_t)rows * 4);
     if (!d) return;
-    argmax_kernel<<<(unsigned)rows, 1024, 0, c->stream>>>(ds_cu_rows_of(x), d);
+    ds_cu_launch(c, argmax_kernel, (unsigned)rows, 1024, 0, ds_cu_rows_of(x), d);
     ds_cuda_launched(c, "argmax");
-    DS_CUDA_TRY(c, cudaMemcpyAsync(out, d, (size_t)rows * 4, cudaMemcpyDeviceToHost, c->stream));
-    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+    ds_cuda_readback(c, out, d, (size_t)rows * 4);
 }

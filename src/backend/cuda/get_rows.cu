@@ -92,7 +92,7 @@ extern "C" void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *
     const uint8_t *td = (const uint8_t *)table->data;
     switch (table->type) {
 #define GR(T)                                                                                      \
-    case T: get_rows_kernel<T><<<grid, 256, 0, c->stream>>>(yd, yl, td, table->nb[1], ids_d, ne0); \
+    case T: ds_cu_launch(c, get_rows_kernel<T>, grid, 256, 0, yd, yl, td, table->nb[1], ids_d, ne0); \
         break;
         GR(DS_TYPE_F32)
         GR(DS_TYPE_F16)

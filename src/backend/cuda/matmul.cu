@@ -866,17 +866,17 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
     static_assert(32 * NT * 32 * 4 * sizeof(float) <= 48 * 1024, "mmq_kernel: NT <= 2");
     const size_t smem = a.ks > 1 ? (size_t)a.ks * NT * 32 * 4 * sizeof(float) : 0;
     dim3 grid((unsigned)((a.n_out + 15) / 16), (unsigned)n_z);
-    mmq_kernel<QT, NT><<<grid, 32 * mmq_warps(c, a, n_z), smem, c->stream>>>(a);
+    ds_cu_launch(c, mmq_kernel<QT, NT>, grid, 32 * mmq_warps(c, a, n_z), smem, a);
 }
 
 template <int QT, int NT>
 static void mmq_staged_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
     typedef stage_layout<QT, NT> L;
     dim3 grid((unsigned)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a.ks, (unsigned)n_z);
-    mmq_staged_kernel<QT, NT><<<grid, MMQS_THREADS, 2 * L::BUF, c->stream>>>(a);
+    ds_cu_launch(c, mmq_staged_kernel<QT, NT>, grid, MMQS_THREADS, 2 * L::BUF, a);
     if (a.ks > 1) {
         dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
-        mmq_staged_reduce_kernel<<<rg, 256, 0, c->stream>>>(a);
+        ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, a);
     }
 }
 
@@ -891,10 +891,10 @@ static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int nt, int n_z) {
 template <int WT>
 static void mmf_dispatch(ds_cuda_ctx *c, const mm_args &a, int nc, int n_z) {
     dim3 grid((unsigned)((a.n_out + MMF_ROWS - 1) / MMF_ROWS), 1, (unsigned)n_z);
-    if (nc == 1) mmf_kernel<WT, 1><<<grid, 256, 0, c->stream>>>(a);
-    else if (nc == 2) mmf_kernel<WT, 2><<<grid, 256, 0, c->stream>>>(a);
-    else if (nc == 4) mmf_kernel<WT, 4><<<grid, 256, 0, c->stream>>>(a);
-    else mmf_kernel<WT, 8><<<grid, 256, 0, c->stream>>>(a);
+    if (nc == 1) ds_cu_launch(c, mmf_kernel<WT, 1>, grid, 256, 0, a);
+    else if (nc == 2) ds_cu_launch(c, mmf_kernel<WT, 2>, grid, 256, 0, a);
+    else if (nc == 4) ds_cu_launch(c, mmf_kernel<WT, 4>, grid, 256, 0, a);
+    else ds_cu_launch(c, mmf_kernel<WT, 8>, grid, 256, 0, a);
 }
 
 // Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
@@ -930,11 +930,11 @@ static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size
     if (prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
     if (qt == QT_Q8_0) {
-        prep_q8_0_kernel<<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd);
+        ds_cu_launch(c, prep_q8_0_kernel, pg, 256, 0, xs, n_in, xq, xd);
     } else if (qt == QT_IQ4_XS) {
-        prep_q8k_kernel<true><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+        ds_cu_launch(c, prep_q8k_kernel<true>, pg, 256, 0, xs, n_in, xq, xd, xb);
     } else {
-        prep_q8k_kernel<false><<<pg, 256, 0, c->stream>>>(xs, n_in, xq, xd, xb);
+        ds_cu_launch(c, prep_q8k_kernel<false>, pg, 256, 0, xs, n_in, xq, xd, xb);
     }
     return true;
 }
@@ -956,9 +956,9 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         if (!xf) return;
         dim3 pg((unsigned)((n_in + 255) / 256), (unsigned)ncx);
         if (!prep_reuse(c, xf, xs, n_in, ncx, 16 + (int)wt)) {
-            if (wt == DS_TYPE_F32) prep_f_kernel<DS_TYPE_F32><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
-            if (wt == DS_TYPE_F16) prep_f_kernel<DS_TYPE_F16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
-            if (wt == DS_TYPE_BF16) prep_f_kernel<DS_TYPE_BF16><<<pg, 256, 0, c->stream>>>(xs, n_in, xf);
+            if (wt == DS_TYPE_F32) ds_cu_launch(c, prep_f_kernel<DS_TYPE_F32>, pg, 256, 0, xs, n_in, xf);
+            if (wt == DS_TYPE_F16) ds_cu_launch(c, prep_f_kernel<DS_TYPE_F16>, pg, 256, 0, xs, n_in, xf);
+            if (wt == DS_TYPE_BF16) ds_cu_launch(c, prep_f_kernel<DS_TYPE_BF16>, pg, 256, 0, xs, n_in, xf);
         }
         a.xf = xf;
         int nc = moe ? 1 : a.ncols <= 1 ? 1 : a.ncols <= 2 ? 2 : a.ncols <= 4 ? 4 : 8;

@@ -384,8 +384,8 @@ static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
     DS_ASSERT(blocks <= 0x7fffffff);
     const int th = 32 * mmv_warps(c, g);
     switch (g.a.ncols) {
-    case 1: mmv_kernel<QT, 1><<<(unsigned)blocks, th, 0, c->stream>>>(g); break;
-    default: mmv_kernel<QT, 2><<<(unsigned)blocks, th, 0, c->stream>>>(g); break;
+    case 1: ds_cu_launch(c, mmv_kernel<QT, 1>, (unsigned)blocks, th, 0, g); break;
+    default: ds_cu_launch(c, mmv_kernel<QT, 2>, (unsigned)blocks, th, 0, g); break;
     }
 }
 

@@ -49,11 +49,11 @@ static void rope_run(ds_backend *be, const char *op, ds_tensor *x, const int32_t
     if (!pos_d || (inv_freq && !if_d)) return;
     dim3 grid((unsigned)n, (unsigned)n_head);
     if (inv_freq) {
-        rope_kernel<true><<<grid, n_rot / 2, 0, c->stream>>>((char *)x->data, (int64_t)x->nb[1],
+        ds_cu_launch(c, rope_kernel<true>, grid, n_rot / 2, 0, (char *)x->data, (int64_t)x->nb[1],
                                                              (int64_t)x->nb[2], pos_d, n_rot,
                                                              base, if_d, mscale);
     } else {
-        rope_kernel<false><<<grid, n_rot / 2, 0, c->stream>>>((char *)x->data, (int64_t)x->nb[1],
+        ds_cu_launch(c, rope_kernel<false>, grid, n_rot / 2, 0, (char *)x->data, (int64_t)x->nb[1],
                                                               (int64_t)x->nb[2], pos_d, n_rot,
                                                               base, NULL, 1.0f);
     }
