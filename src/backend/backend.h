@@ -121,6 +121,13 @@ typedef struct ds_backend_ops {
     // y{d, H, n} = rmsnorm(x per head of d, eps) * w{d} * silu(z) (DeltaNet output norm).
     void (*gated_rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                           const ds_tensor *z, float eps);
+    // MoE combine: out[:, r] = s_r * out[:, r] + sum_{j < k} w[r * k + j] * e[:, j, r], the slots
+    // added in order (s_r * out then each w * e, rounded per step), where s_r = sigmoid(gate[r])
+    // (out holds the shared expert's output) or, with gate NULL, the first term is 0 (out is
+    // only written). out {E, n} f32 contiguous; e {E, k, n} f32 contiguous; gate {1, n} f32 or
+    // NULL; w host f32 [n * k].
+    void (*moe_combine)(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
+                        const float *w, int64_t k);
     // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
     void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
     // Copy device -> host / host -> device / device -> device (bytes; device regions may
@@ -208,6 +215,10 @@ int ds_cuda_device_count(void);
 // Step graphs (docs/cuda.md): on by default; off launches every kernel of every step (for
 // comparison and debugging; results are bitwise the same). Off while DSPEC_CUDA_PROFILE is set.
 void ds_cuda_set_graphs(ds_backend *be, bool on);
+// Programmatic dependent launch (sm_90+ devices with kernels built for sm_90+) for kernels
+// launched one by one (not in step graphs): on by default; each kernel's launch overlaps the end
+// of the previous one. Results are bitwise the same.
+void ds_cuda_set_pdl(ds_backend *be, bool on);
 // Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not
 // use a graph); for replays, the host time of the op pass (step_begin to step_end: the model's
 // host code and the signature checks, the GPU idle) and of the graph run (launch to done).

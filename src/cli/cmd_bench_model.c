@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "  -t, --threads N  CPU threads (default: all)\n"
             "  --device D       cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"
-            "                   is timed again without them, side by side)\n");
+            "                   is timed again launched kernel by kernel, with and without\n"
+            "                   programmatic dependent launch)\n");
 }
 
 // Copy bandwidth of the backend's memory in GB/s (bytes read + written), the decode roofline's
@@ -54,6 +55,24 @@ static double copy_bandwidth(ds_backend *be) {
 static int cmp_double(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
+}
+
+// Mean ms of o->decode greedy decode steps after the prompt (re-prefilled first when `again`);
+// < 0 on error.
+static double time_decode(const ds_model *m, ds_state *st, const bm_opts *o, const int32_t *toks,
+                          bool again, dspec_err *err) {
+    int32_t am;
+    if (again) {
+        ds_state_reset(st);
+        ds_batch pre = {.n = o->prompt, .tokens = toks, .n_logits = 1, .argmax = &am};
+        if (ds_model_forward(m, st, &pre, err)) return -1.0;
+    }
+    double t0 = ds_time_now();
+    for (int64_t i = 0; i < o->decode; i++) {
+        ds_batch one = {.n = 1, .tokens = toks + o->prompt + i, .n_logits = 1, .argmax = &am};
+        if (ds_model_forward(m, st, &one, err)) return -1.0;
+    }
+    return (ds_time_now() - t0) / (double)o->decode;
 }
 
 static int run_bench(const bm_opts *o) {
@@ -97,16 +116,12 @@ static int run_bench(const bm_opts *o) {
     double t_pre = ds_time_now() - t0;
     printf("prefill %" PRId64 " tokens: %.3f s, %.1f tok/s\n", o->prompt, t_pre,
            (double)o->prompt / t_pre);
-    t0 = ds_time_now();
-    for (int64_t i = 0; i < o->decode; i++) {
-        ds_batch one = {.n = 1, .tokens = toks + o->prompt + i, .n_logits = 1, .argmax = &am};
-        if (ds_model_forward(m, st, &one, &err)) goto fail;
-    }
-    double t_dec = (ds_time_now() - t0) / (double)o->decode;
+    double t_dec = time_decode(m, st, o, toks, false, &err);
+    if (t_dec < 0) goto fail;
     printf("decode%s: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
            graphs ? " (step graphs)" : "", t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
-    if (graphs) { // the same steps launched kernel by kernel, for the side-by-side ratio
 #ifdef DSPEC_HAVE_CUDA
+    if (graphs) { // the same steps launched one by one, with and without programmatic launch
         ds_cuda_graph_stats gs;
         ds_cuda_graph_stats_get(be, &gs);
         if (gs.replays > 0) {
@@ -115,20 +130,22 @@ static int run_bench(const bm_opts *o) {
                    gs.captures, gs.replays, gs.reruns, gs.replay_host_s * 1e3 / gs.replays,
                    gs.replay_run_s * 1e3 / gs.replays);
         }
-#endif
-        ds_engine_backend_graphs(be, false);
-        ds_state_reset(st);
-        if (ds_model_forward(m, st, &pre, &err)) goto fail;
-        t0 = ds_time_now();
-        for (int64_t i = 0; i < o->decode; i++) {
-            ds_batch one = {.n = 1, .tokens = toks + o->prompt + i, .n_logits = 1, .argmax = &am};
-            if (ds_model_forward(m, st, &one, &err)) goto fail;
+        static const struct { bool graphs, pdl; const char *what; } alt[] = {
+            {false, true, "no graphs, programmatic launch"},
+            {false, false, "no graphs, no programmatic launch"},
+        };
+        for (int k = 0; k < 2; k++) {
+            ds_engine_backend_graphs(be, alt[k].graphs);
+            ds_cuda_set_pdl(be, alt[k].pdl);
+            double t = time_decode(m, st, o, toks, true, &err);
+            if (t < 0) goto fail;
+            printf("decode (%s): %.3f ms/token, %.1f tok/s; default %.2fx faster\n", alt[k].what,
+                   t * 1e3, 1.0 / t, t / t_dec);
         }
-        double t_eager = (ds_time_now() - t0) / (double)o->decode;
-        printf("decode (no graphs): %.3f ms/token, %.1f tok/s; graphs %.2fx faster\n",
-               t_eager * 1e3, 1.0 / t_eager, t_eager / t_dec);
         ds_engine_backend_graphs(be, true);
+        ds_cuda_set_pdl(be, true);
     }
+#endif
     printf("verify step (speculative batch + commit of 0 rows), median of %" PRId64 ":\n",
            o->reps);
     double t1 = 0.0;

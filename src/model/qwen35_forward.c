@@ -167,8 +167,9 @@ static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, c
         }
     }
     if (b->argmax) {
-        // straight into the caller's array when its rows are consecutive (always in a single-chunk
-        // step: inside a step graph the ids arrive at step_end)
+        // straight into the caller's array when its rows are consecutive. A single-chunk step (the
+        // only kind run as a step graph, whose ids arrive at step_end) always is; the scatter
+        // below reads `am` at once, so it is for eager multi-chunk prefills only.
         bool consecutive = true;
         for (int64_t i = 1; i < nl; i++) consecutive = consecutive && out_idx[i] == out_idx[0] + i;
         if (consecutive) {

@@ -377,10 +377,6 @@ dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be
     m->be = be;
     m->gguf = g;
     dspec_status st = ds_qwen35_read_hparams(&m->hp, g, err);
-    if (st == DSPEC_OK && m->hp.arch == DS_ARCH_QWEN35MOE && !be->weights_in_host_memory) {
-        st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: qwen35moe is not supported on the %s "
-                        "backend yet (MoE routing runs on the host)", ds_gguf_path(g), be->name);
-    }
     if (st == DSPEC_OK && !ds_be_supports(be, DS_BE_CAP_GDN, m->hp.d_state, m->hp.d_state)) {
         st = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: DeltaNet head dim %" PRId64 " (ssm.state_"
                         "size) is not supported by the %s backend", ds_gguf_path(g), m->hp.d_state,

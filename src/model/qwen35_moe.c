@@ -4,7 +4,6 @@
 #include "model/model_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 // Router: softmax over experts, top-k (ties -> lower id), weights renormalised (denominator
 // clamped at 6.1035e-5 like llama.cpp).
@@ -37,7 +36,7 @@ static void route(const float *logits, int n_expert, int k, int32_t *ids, float 
 static void mm_id(ds_backend *be, ds_tensor *y, const ds_weight *w, const ds_tensor *x,
                   const int32_t *ids, int64_t k) {
     be->ops.matmul_id(be, y, &w->t, x, ids, k);
-    if (w->scale) {
+    if (w->scale) { // (host memory: the loader refuses scales on device backends)
         int64_t n = y->ne[2];
         for (int64_t r = 0; r < n; r++) {
             for (int64_t j = 0; j < k; j++) {
@@ -54,12 +53,11 @@ void ds_qwen35_ffn_moe(const ds_model *m, ds_state *st, const ds_layer *L, ds_te
     const ds_model_hparams *hp = &m->hp;
     ds_backend *be = m->be;
     ds_acts *a = &st->acts;
-    DS_ASSERT(be->weights_in_host_memory); // host-side routing and combine (CPU backend)
     int64_t E = hp->n_embd, F = hp->n_ff_exp, k = hp->n_expert_used;
-    // shared expert first: out = sigmoid(w_sg . f) * down_s(silu(gate_s f) * up_s f)
+    // shared expert first, into out (moe_combine gates it: sigmoid(w_sg . f) * down_s(...))
+    ds_tensor sg = ds_tensor_2d(a->shgate.data, DS_TYPE_F32, 1, n);
     if (hp->n_ff_shexp > 0) {
         int64_t S = hp->n_ff_shexp;
-        ds_tensor sg = ds_tensor_2d(a->shgate.data, DS_TYPE_F32, 1, n);
         ds_tensor sa = ds_tensor_2d(a->ff_a.data, DS_TYPE_F32, S, n);
         ds_tensor sb = ds_tensor_2d(a->ff_b.data, DS_TYPE_F32, S, n);
         ds_qwen35_mm(be, &sg, &L->ffn_gate_inp_shexp, f);
@@ -67,19 +65,14 @@ void ds_qwen35_ffn_moe(const ds_model *m, ds_state *st, const ds_layer *L, ds_te
         ds_qwen35_mm(be, &sb, &L->ffn_up_shexp, f);
         be->ops.swiglu(be, &sa, &sa, &sb);
         ds_qwen35_mm(be, out, &L->ffn_down_shexp, &sa);
-        for (int64_t r = 0; r < n; r++) {
-            float gsh = 1.0f / (1.0f + expf(-((float *)sg.data)[r]));
-            float *row = (float *)out->data + r * E;
-            for (int64_t i = 0; i < E; i++) row[i] *= gsh;
-        }
-    } else {
-        memset(out->data, 0, (size_t)(E * n) * sizeof(float));
     }
-    // routing
+    // routing on the host: the router logits are read back (the CPU backend copies; a device
+    // backend waits for its stream, which is why MoE steps never run as step graphs)
     ds_tensor rl = ds_tensor_2d(a->router.data, DS_TYPE_F32, hp->n_expert, n);
     ds_qwen35_mm(be, &rl, &L->ffn_gate_inp, f);
+    be->ops.read(be, st->router_h, rl.data, (size_t)(n * hp->n_expert) * sizeof(float));
     for (int64_t r = 0; r < n; r++) {
-        route((float *)rl.data + r * hp->n_expert, hp->n_expert, (int)k, st->ids + r * k,
+        route(st->router_h + r * hp->n_expert, hp->n_expert, (int)k, st->ids + r * k,
               st->wts + r * k);
     }
     // routed experts
@@ -99,12 +92,6 @@ void ds_qwen35_ffn_moe(const ds_model *m, ds_state *st, const ds_layer *L, ds_te
     }
     ds_tensor eo = ds_tensor_3d(a->moe_out.data, DS_TYPE_F32, E, k, n);
     mm_id(be, &eo, &L->ffn_down_exps, &ga, st->ids, k);
-    for (int64_t r = 0; r < n; r++) {
-        float *row = (float *)out->data + r * E;
-        for (int64_t j = 0; j < k; j++) {
-            const float *e = (const float *)eo.data + (r * k + j) * E;
-            float w = st->wts[r * k + j];
-            for (int64_t i = 0; i < E; i++) row[i] += w * e[i];
-        }
-    }
+    ds_tensor o2 = ds_tensor_2d(out->data, DS_TYPE_F32, E, n);
+    be->ops.moe_combine(be, &o2, &eo, hp->n_ff_shexp > 0 ? &sg : NULL, st->wts, k);
 }

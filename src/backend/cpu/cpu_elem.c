@@ -1,6 +1,8 @@
 // cpu_elem.c: row-wise and elementwise ops: RMSNorm, gated RMSNorm, add, SwiGLU, sigmoid gate,
-// argmax. Each row is computed independently (batch invariance). Called through the op table.
+// MoE combine, argmax. Each row is computed independently (batch invariance). Called through the op table.
 #include "backend/cpu/cpu_impl.h"
+
+#include <string.h>
 
 static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps) {
     double sum = 0.0; // llama.cpp CPU: sum of squares in double, scale in float
@@ -80,6 +82,28 @@ void ds_cpu_mul_sigmoid(ds_backend *be, ds_tensor *y, const ds_tensor *x, const 
         const float *xr = ds_cpu_row_flat(x, r), *gr = ds_cpu_row_flat(g, r);
         for (int64_t i = 0; i < n; i++) {
             yr[i] = xr[i] * ds_cpu_sigmoid(gr[i]);
+        }
+    }
+}
+
+void ds_cpu_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
+                        const float *w, int64_t k) {
+    (void)be;
+    const int64_t E = out->ne[0], n = ds_cpu_nrows(out);
+    DS_ASSERT(ds_tensor_is_contiguous(out) && ds_tensor_is_contiguous(e) && e->ne[0] == E &&
+              e->ne[1] == k && e->ne[2] == n && (!gate || ds_tensor_nelements(gate) == n));
+    for (int64_t r = 0; r < n; r++) {
+        float *row = (float *)out->data + r * E;
+        if (gate) {
+            const float s = ds_cpu_sigmoid(((const float *)gate->data)[r]);
+            for (int64_t i = 0; i < E; i++) row[i] *= s;
+        } else {
+            memset(row, 0, (size_t)E * sizeof(float));
+        }
+        for (int64_t j = 0; j < k; j++) {
+            const float *er = (const float *)e->data + (r * k + j) * E;
+            const float wj = w[r * k + j];
+            for (int64_t i = 0; i < E; i++) row[i] += wj * er[i];
         }
     }
 }

@@ -59,6 +59,7 @@ __device__ __forceinline__ float kv_ld(const char *p, int64_t i) {
 // numerators, and sum_j p_j * v_j, all in a fixed order.
 template <typename KV, int GM>
 static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     extern __shared__ float sh[];
     const int kvh = blockIdx.x, s = blockIdx.z;
     const int64_t tl = blockIdx.y, t = a.t0 + tl; // partials are indexed by tl (this launch)
@@ -159,6 +160,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
 
 // out[t, h] = sum_c acc_c * e^(m_c - M) / sum_c l_c * e^(m_c - M), chunks c in order.
 static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int h = blockIdx.x, d = threadIdx.x;
     const int64_t tl = blockIdx.y, t = a.t0 + tl;
     const int S = (int)((a.nvis[t] + ATT_CH - 1) / ATT_CH);
@@ -187,7 +189,8 @@ static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t ro
     }
 }
 
-static_assert((int)ATT_CH == (int)DS_CU_KV_BUCKET, "step graphs are keyed by attention chunk count");
+static_assert((int)ATT_CH == (int)DS_CU_KV_BUCKET,
+              "step graphs are keyed by the attention chunk count");
 
 // Shared body: nvis_h[t] visible keys per row (host), nvis_h[n] = n_past; max_vis bounds them
 // (it sizes the grid and the partials, so it depends on the step's shape, never its tree); the
@@ -251,7 +254,8 @@ extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tenso
     DS_ASSERT(p->n_past >= 0 && p->n_past + n <= k->ne[1] && k->ne[1] <= v->ne[1]);
     if (n == 0) return;
     attn_args a = attn_common(out, q, k, v, n_kv, p->scale);
-    int32_t *host = (int32_t *)malloc((size_t)(n + 1) * 4 + (p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0));
+    const size_t tree_bytes = p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0;
+    int32_t *host = (int32_t *)malloc((size_t)(n + 1) * 4 + tree_bytes);
     DS_ASSERT(host != NULL);
     int32_t *nvis = host;
     nvis[n] = (int32_t)p->n_past;

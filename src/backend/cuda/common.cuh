@@ -67,6 +67,11 @@ typedef struct ds_cuda_ctx {
     struct ds_cuda_rd { void *dst; size_t off, n; } *rd; // reads to copy out at step_end
     int n_rd, cap_rd;
     struct ds_cuda_graphs *graphs;
+    // Programmatic dependent launch (sm_90 code on an sm_90 device) for eager launches: each
+    // kernel may be launched while the previous one finishes; it waits for it in
+    // ds_cu_grid_wait() before touching memory. Step graphs are captured without it (measured
+    // on the H200: 11.20 ms per 27B decode step without, 11.46 ms with).
+    bool pdl;
 } ds_cuda_ctx;
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
@@ -132,9 +137,24 @@ static inline uint64_t ds_cu_hash_arg(uint64_t h, const A &a) {
         P v;
         unsigned char b[sizeof(P)];
     } u;
-    for (size_t i = 0; i < sizeof(P); i++) u.b[i] = 0; // padding hashes as zero when copied
+    // (struct arguments are memset before they are filled and copied whole, so their padding is
+    // zero; if it ever were not, replays would only mismatch and run eagerly, which the tests'
+    // replay counts would show)
+    for (size_t i = 0; i < sizeof(P); i++) u.b[i] = 0;
     u.v = (P)a;
     return ds_cu_fnv(h, u.b, sizeof(P));
+}
+
+// First statement of every kernel. With programmatic dependent launch (ctx->pdl) a kernel's blocks
+// may start while the previous kernel on the stream still runs: griddepcontrol.wait blocks until
+// that kernel completed and its writes are visible, so nothing before it may touch global memory.
+// launch_dependents then lets the next kernel start launching its blocks (they wait in turn),
+// which hides the launch latency between consecutive kernels. Without PDL both are no-ops.
+__device__ __forceinline__ void ds_cu_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 template <typename... P, typename... A>
@@ -150,6 +170,20 @@ static inline void ds_cu_launch(ds_cuda_ctx *c, void (*k)(P...), dim3 grid, dim3
         ((h = ds_cu_hash_arg<P>(h, args)), ...);
         ds_cuda_graph_sig(c, h);
         if (c->gmode == DS_CU_REPLAY) return;
+    }
+    if (c->pdl && c->gmode == DS_CU_EAGER) {
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg;
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = c->stream;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, k, ((P)args)...); // errors: ds_cuda_launched
+        return;
     }
     k<<<grid, block, smem, c->stream>>>(((P)args)...);
 }

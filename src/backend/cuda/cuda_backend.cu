@@ -287,8 +287,8 @@ static void *cuda_alloc(ds_backend *be, size_t n) {
 
 static void cuda_free(ds_backend *be, void *p) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (c->gmode == DS_CU_CAPTURE) {
-        c->gbad = true; // (cudaFree would break the capture)
+    if (c->gmode != DS_CU_EAGER) { // not inside a step (cudaFree would break a capture)
+        c->gbad = true;
         return;
     }
     if (!p) return;
@@ -318,6 +318,21 @@ static void cuda_destroy(ds_backend *be) {
     cudaStreamDestroy(c->stream);
     free(c);
     free(be);
+}
+
+// Compiled like every kernel: its PTX version says whether the kernels carry ds_cu_grid_wait's
+// griddepcontrol instructions (built for sm_90 or newer), which programmatic launch needs.
+static __global__ void pdl_probe_kernel() {}
+
+extern "C" void ds_cuda_set_pdl(ds_backend *be, bool on) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    cudaDeviceProp prop;
+    cudaFuncAttributes fa;
+    bool able = cudaGetDeviceProperties(&prop, c->device) == cudaSuccess && prop.major >= 9 &&
+                cudaFuncGetAttributes(&fa, (const void *)pdl_probe_kernel) == cudaSuccess &&
+                fa.ptxVersion >= 90;
+    cudaGetLastError();
+    c->pdl = on && able; // (eager launches only: step graphs are captured without it)
 }
 
 extern "C" int ds_cuda_device_count(void) {
@@ -391,6 +406,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     prof_init(c);
     be->name = "cuda";
     be->ctx = c;
+    ds_cuda_set_pdl(be, true);
+    be->ctx = c;
     be->weights_in_host_memory = false;
     ds_backend_ops ops;
     memset(&ops, 0, sizeof(ops));
@@ -411,6 +428,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_delta = ds_cuda_gated_delta;
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
+    ops.moe_combine = ds_cuda_moe_combine;
     ops.read = cuda_read;
     ops.write = cuda_write;
     ops.copy = cuda_copy;

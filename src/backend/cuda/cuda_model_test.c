@@ -243,8 +243,8 @@ static int64_t graph_session(fixture *f, float *out, int32_t *toks_out) {
     return rows;
 }
 
-// Step graphs: the same session with graphs off and on gives bitwise the same logits and tokens,
-// and the graphs were really replayed.
+// Step graphs: the same session with graphs off and on (and without programmatic dependent
+// launch) gives bitwise the same logits and tokens, and the graphs were really replayed.
 static void check_graphs(fixture *f) {
     const int64_t V = f->V, max_rows = 1200;
     float *a = malloc((size_t)(max_rows * V) * 4), *b = malloc((size_t)(max_rows * V) * 4);
@@ -271,6 +271,15 @@ static void check_graphs(fixture *f) {
     assert_true(r1 - r0 >= 100);
     assert_true(c1 - c0 <= 16);
     assert_true(e1 - e0 <= 8);
+    // programmatic dependent launch of the eager steps off (on by default on sm_90): the same bits
+    ds_cuda_set_pdl(f->gpu, false);
+    int32_t tc[400] = {0};
+    int64_t nc = graph_session(f, b, tc);
+    ds_cuda_set_pdl(f->gpu, true);
+    assert_true(ds_cuda_ok(f->gpu));
+    assert_int_equal(na, nc);
+    assert_memory_equal(ta, tc, sizeof(ta));
+    assert_memory_equal(a, b, (size_t)(na * V) * 4);
     free(a), free(b);
 }
 
@@ -296,25 +305,31 @@ static void test_q4_k(void **s) { (void)s; run_all(DS_TYPE_Q4_K, DS_TYPE_F16, TO
 static void test_q6_k(void **s) { (void)s; run_all(DS_TYPE_Q6_K, DS_TYPE_F32, TOL_LOGITS_QUANT); }
 static void test_iq4_xs(void **s) { (void)s; run_all(DS_TYPE_IQ4_XS, DS_TYPE_F16, TOL_LOGITS_QUANT); }
 
-// The MoE arch routes on the host: the loader refuses it on CUDA with a clear message.
-static void test_moe_refused(void **s) {
+// The MoE arch (routing on the host after a read of the router logits; no step graphs): CUDA
+// logits vs the CPU, batch invariance and exact commit on CUDA.
+static void test_moe(void **s) {
     (void)s;
     if (ds_cuda_device_count() == 0) skip();
-    char path[64] = "/tmp/dspec_cuda_moe_XXXXXX";
-    int fd = mkstemp(path);
+    fixture f;
+    memset(&f, 0, sizeof(f));
+    snprintf(f.path, sizeof(f.path), "/tmp/dspec_cuda_moe_XXXXXX");
+    int fd = mkstemp(f.path);
     assert_true(fd >= 0);
     close(fd);
-    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35MOE, DS_TYPE_Q4_K, 3);
+    f.kv = DS_TYPE_F16;
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35MOE, DS_TYPE_Q8_0, 3);
     dspec_err err = {0};
-    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
-    ds_backend *be;
-    assert_int_equal(ds_backend_cuda_new(&be, 0, &err), DSPEC_OK);
-    ds_model *m = NULL;
-    assert_int_equal(ds_model_load(&m, path, be, &err), DSPEC_ERR_UNSUPPORTED);
-    assert_null(m);
-    assert_non_null(strstr(err.msg, "qwen35moe"));
-    ds_backend_free(be);
-    unlink(path);
+    assert_int_equal(ds_synth_write(f.path, &p, &err), DSPEC_OK);
+    assert_int_equal(ds_backend_cpu_new(&f.cpu, 0, &err), DSPEC_OK);
+    assert_int_equal(ds_backend_cuda_new(&f.gpu, 0, &err), DSPEC_OK);
+    assert_int_equal(ds_model_load(&f.mc, f.path, f.cpu, &err), DSPEC_OK);
+    assert_int_equal(ds_model_load(&f.mg, f.path, f.gpu, &err), DSPEC_OK);
+    f.V = ds_model_hparams_get(f.mg)->n_vocab;
+    check_vs_cpu(&f, TOL_LOGITS_QUANT);
+    check_batch_invariance(&f);
+    check_commit_exact(&f);
+    assert_true(ds_cuda_ok(f.gpu));
+    fixture_close(&f);
 }
 
 int main(void) {
@@ -322,7 +337,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32),  cmocka_unit_test(test_f32_kv16), cmocka_unit_test(test_f16),
         cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_k),     cmocka_unit_test(test_q6_k),
-        cmocka_unit_test(test_iq4_xs), cmocka_unit_test(test_moe_refused),
+        cmocka_unit_test(test_iq4_xs), cmocka_unit_test(test_moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,9 @@ void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const d
                        const int32_t *ids, int64_t k);
 // Whether matmul supports weight type t (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS).
 bool ds_cuda_matmul_supports(ds_type t);
+// elem.cu (MoE)
+void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
+                         const float *w, int64_t k);
 // graph.cu (step graphs; backend.h: step_begin, step_end, ds_cuda_set_graphs)
 void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len);
 bool ds_cuda_step_end(ds_backend *be);

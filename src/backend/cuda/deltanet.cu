@@ -26,6 +26,7 @@ template <bool UPD>
 static __global__ __launch_bounds__(256) void conv_silu_kernel(
     float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
     int64_t win_nb1, const int32_t *parent, int64_t C, int K) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t t = blockIdx.x;
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (ch >= C) return;
@@ -73,15 +74,15 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
     dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
     const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
     if (in_kernel) {
-        ds_cu_launch(c, conv_silu_kernel<true>, grid, 256, 0,
-            (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
-            (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
-            (int64_t)window->nb[1], par_d, C, (int)K);
+        ds_cu_launch(c, conv_silu_kernel<true>, grid, 256, 0, (float *)out->data,
+                     (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
+                     (const float *)w->data, (char *)window->data, (int64_t)window->nb[1], par_d, C,
+                     (int)K);
     } else {
-        ds_cu_launch(c, conv_silu_kernel<false>, grid, 256, 0,
-            (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
-            (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
-            (int64_t)window->nb[1], par_d, C, (int)K);
+        ds_cu_launch(c, conv_silu_kernel<false>, grid, 256, 0, (float *)out->data,
+                     (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
+                     (const float *)w->data, (char *)window->data, (int64_t)window->nb[1], par_d, C,
+                     (int)K);
     }
     ds_cuda_launched(c, "conv_silu");
     if (update_window && !in_kernel && K > 1) { // rows: after the conv read the old window
@@ -103,6 +104,7 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
 static __global__ __launch_bounds__(256) void gdn_gates_kernel(ds_cu_rows beta, ds_cu_rows g,
                                                                ds_cu_rows b, ds_cu_rows alpha,
                                                                const float *dt, const float *A) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t t = blockIdx.x;
     const int64_t h = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (h >= b.ne0) return;
@@ -124,9 +126,8 @@ extern "C" void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g,
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((H + 255) / 256));
     ds_cu_launch(c, gdn_gates_kernel, grid, 256, 0, ds_cu_rows_of(beta), ds_cu_rows_of(g),
-                                                  ds_cu_rows_of(b), ds_cu_rows_of(alpha),
-                                                  (const float *)dt_bias->data,
-                                                  (const float *)ssm_a->data);
+                 ds_cu_rows_of(b), ds_cu_rows_of(alpha), (const float *)dt_bias->data,
+                 (const float *)ssm_a->data);
     ds_cuda_launched(c, "gdn_gates");
 }
 
@@ -152,6 +153,7 @@ struct gdn_args {
 // Block: GDN_WARPS warps x GDN_JW value rows; lane l holds S[j][l*DKL .. l*DKL+DKL) of each row j.
 template <int DKL>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int DK = DKL * 32;
     __shared__ float sq[DK], sk[DK];
     __shared__ float sred[2];
@@ -317,6 +319,7 @@ static __global__ __launch_bounds__(256) void dyn_conv_kernel(float *y, int64_t 
                                                               const char *dyn, int64_t d_nb1,
                                                               int64_t d_nb2, int64_t C, int K,
                                                               int64_t group) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t t = blockIdx.x;
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (ch >= C) return;
@@ -341,9 +344,9 @@ extern "C" void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && dyn->nb[0] == 4 && y->nb[1] % 4 == 0);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
-    ds_cu_launch(c, dyn_conv_kernel, grid, 256, 0,
-        (float *)y->data, (int64_t)(y->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
-        (const char *)base->data, (int64_t)base->nb[1], (const char *)dyn->data,
-        (int64_t)dyn->nb[1], (int64_t)dyn->nb[2], C, (int)K, group);
+    ds_cu_launch(c, dyn_conv_kernel, grid, 256, 0, (float *)y->data, (int64_t)(y->nb[1] / 4),
+                 (const char *)x->data, (int64_t)x->nb[1], (const char *)base->data,
+                 (int64_t)base->nb[1], (const char *)dyn->data, (int64_t)dyn->nb[1],
+                 (int64_t)dyn->nb[2], C, (int)K, group);
     ds_cuda_launched(c, "dyn_conv");
 }

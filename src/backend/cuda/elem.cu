@@ -1,6 +1,7 @@
 // elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
-// scale + tanh softcap, K/V row stores (F32/F16 cache), and argmax over the vocabulary (result
-// copied to the caller's host array). Same formulas as the CPU backend (cpu_elem.c,
+// scale + tanh softcap, K/V row stores (F32/F16 cache), the MoE combine (weighted expert sum +
+// gated shared expert), and argmax over the vocabulary (result copied to the caller's host
+// array). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // Calls common.cuh. Called through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
@@ -15,6 +16,7 @@ enum { EW_ADD = 0, EW_SWIGLU = 1, EW_MUL_SIGMOID = 2, EW_SOFTCAP = 3 };
 template <int OP>
 static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows a, ds_cu_rows b,
                                                         float p0, float p1) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t r = blockIdx.x;
     const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (i >= a.ne0) return;
@@ -73,12 +75,14 @@ extern "C" void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_ten
 
 template <bool F16>
 static __global__ __launch_bounds__(256) void store_rows_kernel(char *dst, int64_t d_nb1,
-                                                                const int64_t *row0, ds_cu_rows x) {
+                                                                int64_t row0, const int64_t *row0p,
+                                                                ds_cu_rows x) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t r = blockIdx.x;
     const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (i >= x.ne0) return;
     const float v = ds_cu_row(x, r)[i];
-    char *d = dst + (*row0 + r) * d_nb1;
+    char *d = dst + ((row0p ? *row0p : row0) + r) * d_nb1;
     if (F16) {
         ((__half *)d)[i] = __float2half_rn(v);
     } else {
@@ -95,19 +99,57 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
     DS_ASSERT(dst->type == DS_TYPE_F32 || dst->type == DS_TYPE_F16);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((ne0 + 255) / 256));
-    // row0 is staged (an argument of the step, like token ids): step graphs replay with it
-    const int64_t *r0 = (const int64_t *)ds_cuda_stage(c, &row0, sizeof(row0));
-    if (!r0) return;
+    // inside a step graph row0 is staged (like token ids), so a replay stores at its own row; the
+    // argument is then 0 and the kernel reads the staged copy
+    const int64_t *r0 = NULL;
+    if (c->gmode != DS_CU_EAGER) {
+        r0 = (const int64_t *)ds_cuda_stage(c, &row0, sizeof(row0));
+        if (!r0) return;
+    }
+    const int64_t r0v = r0 ? 0 : row0;
     if (dst->type == DS_TYPE_F16) {
         ds_cu_launch(c, store_rows_kernel<true>, grid, 256, 0, (char *)dst->data,
-                                                            (int64_t)dst->nb[1], r0,
-                                                            ds_cu_rows_of(x));
+                     (int64_t)dst->nb[1], r0v, r0, ds_cu_rows_of(x));
     } else {
         ds_cu_launch(c, store_rows_kernel<false>, grid, 256, 0, (char *)dst->data,
-                                                             (int64_t)dst->nb[1], r0,
-                                                             ds_cu_rows_of(x));
+                     (int64_t)dst->nb[1], r0v, r0, ds_cu_rows_of(x));
     }
     ds_cuda_launched(c, "store_rows");
+}
+
+// ---- MoE combine -------------------------------------------------------------------------------
+
+// out[:, r] = (gate ? sigmoid(gate[r]) * out[:, r] : 0) + w[r, 0] * e[:, 0, r] + ..., one
+// rounding per step in the CPU's order (cpu_elem.c).
+static __global__ __launch_bounds__(256) void moe_combine_kernel(float *out, const float *e,
+                                                                const float *gate, const float *w,
+                                                                int64_t E, int64_t k) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= E) return;
+    float v = gate ? __fmul_rn(out[r * E + i], ds_cu_sigmoid(gate[r])) : 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        v = __fadd_rn(v, __fmul_rn(w[r * k + j], e[(r * k + j) * E + i]));
+    }
+    out[r * E + i] = v;
+}
+
+extern "C" void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e,
+                                    const ds_tensor *gate, const float *w, int64_t k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "moe_combine")) return;
+    const int64_t E = out->ne[0], n = ds_cuda_nrows(out);
+    DS_ASSERT(ds_tensor_is_contiguous(out) && ds_tensor_is_contiguous(e) && e->ne[0] == E &&
+              e->ne[1] == k && e->ne[2] == n && (!gate || ds_tensor_nelements(gate) == n));
+    DS_ASSERT(out->type == DS_TYPE_F32 && e->type == DS_TYPE_F32 && n <= 65535);
+    if (n == 0) return;
+    const float *wd = (const float *)ds_cuda_stage(c, w, (size_t)(n * k) * sizeof(float));
+    if (!wd) return;
+    dim3 grid((unsigned)((E + 255) / 256), (unsigned)n);
+    ds_cu_launch(c, moe_combine_kernel, grid, 256, 0, (float *)out->data, (const float *)e->data,
+                 gate ? (const float *)gate->data : (const float *)NULL, wd, E, k);
+    ds_cuda_launched(c, "moe_combine");
 }
 
 // ---- argmax --------------------------------------------------------------------------------------
@@ -121,6 +163,7 @@ __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
 }
 
 static __global__ __launch_bounds__(1024) void argmax_kernel(ds_cu_rows x, int32_t *out) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ float sv[32];
     __shared__ int si[32];
     const int64_t r = blockIdx.x;

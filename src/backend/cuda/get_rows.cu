@@ -69,6 +69,7 @@ template <int T>
 static __global__ __launch_bounds__(256) void get_rows_kernel(float *y, int64_t y_nb1,
                                                               const uint8_t *table, size_t t_nb1,
                                                               const int32_t *ids, int64_t ne0) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t r = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= ne0) return;

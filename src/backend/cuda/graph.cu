@@ -53,7 +53,10 @@ static void slot_drop_exec(graph_slot *g) {
 
 void ds_cuda_graphs_clear(ds_cuda_ctx *c) {
     if (!c->graphs) return;
-    for (int i = 0; i < GRAPH_SLOTS; i++) slot_drop_exec(&c->graphs->slot[i]);
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        slot_drop_exec(&c->graphs->slot[i]);
+        c->graphs->slot[i].fails = 0; // new buffers: every shape gets another chance
+    }
 }
 
 void ds_cuda_graphs_free(ds_cuda_ctx *c) {
@@ -204,7 +207,10 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
         return;
     }
     g->n_sig = 0;
-    if (!DS_CUDA_TRY(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) {
+    // (a graph that cannot be made is not a backend failure: the step runs eagerly)
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        g->fails++;
         return;
     }
     c->gmode = DS_CU_CAPTURE;
@@ -221,6 +227,10 @@ extern "C" bool ds_cuda_step_end(ds_backend *be) {
     if (mode == DS_CU_CAPTURE) {
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+        if (c->dead) { // an op failed while capturing (logged): nothing to launch or re-run
+            if (graph) cudaGraphDestroy(graph);
+            return false;
+        }
         if (e != cudaSuccess || c->gbad || !graph) {
             ds_log(DS_LOG_DEBUG, "cuda graphs: capture of step %016llx not used (%s; needs: scratch "
                    "%zu, stage %zu, readback %zu)", (unsigned long long)g->key,
@@ -238,16 +248,23 @@ extern "C" bool ds_cuda_step_end(ds_backend *be) {
         // (a new context bucket re-instantiates: cudaGraphExecUpdate on these graphs left an
         // executable that failed to launch on the H200, CUDA 13)
         slot_drop_exec(g);
-        if (!DS_CUDA_TRY(c, cudaGraphInstantiate(&g->exec, graph, 0))) {
-            g->exec = NULL;
-        }
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
         cudaGraphDestroy(graph);
-        if (!g->exec) return false; // the backend is dead (logged); the rerun skips too
+        if (e != cudaSuccess) { // e.g. out of memory with a full KV cache: run eagerly
+            ds_log(DS_LOG_DEBUG, "cuda graphs: instantiate failed: %s", cudaGetErrorName(e));
+            cudaGetLastError();
+            g->exec = NULL;
+            g->fails++;
+            gs->st.reruns++;
+            return false;
+        }
         g->bucket = gs->bucket;
         gs->st.captures++;
         ds_log(DS_LOG_DEBUG, "cuda graphs: captured step %016llx: %d launches, bucket %lld",
                (unsigned long long)g->key, g->n_sig, (long long)g->bucket);
-    } else if (c->gbad || c->g_idx != g->n_sig) { // this step is not the captured one
+    } else if (c->dead) {
+        return false;
+    } else if (c->gbad || !g->exec || c->g_idx != g->n_sig) { // not the captured step
         ds_log(DS_LOG_DEBUG, "cuda graphs: step %016llx differs from its graph (%d of %d launches "
                "matched%s)", (unsigned long long)g->key, c->g_idx, g->n_sig,
                c->gbad ? ", or an op refused" : "");

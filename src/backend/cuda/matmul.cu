@@ -46,6 +46,7 @@ extern "C" {
 template <bool PERM>
 static __global__ __launch_bounds__(256) void prep_q8k_kernel(xsrc src, int64_t n_in, int8_t *xq,
                                                               float *xd, int32_t *xb) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
     const int64_t c = blockIdx.y;
     const float *x = xcol_ptr(src, c) + (int64_t)u * UNIT;
@@ -103,6 +104,7 @@ static __global__ __launch_bounds__(256) void prep_q8k_kernel(xsrc src, int64_t 
 // q = round(x * (127/amax)) saturated to int8 (ds_quantize_act(Q8_0)). One warp per block of 32.
 static __global__ __launch_bounds__(256) void prep_q8_0_kernel(xsrc src, int64_t n_in, int8_t *xq,
                                                                float *xd) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
     const int64_t c = blockIdx.y;
     float v = xcol_ptr(src, c)[(int64_t)u * UNIT + i];
@@ -119,6 +121,7 @@ static __global__ __launch_bounds__(256) void prep_q8_0_kernel(xsrc src, int64_t
 // Float weights: the activation rounded to the weight's vec_dot type (F32 / F16 / BF16), as f32.
 template <int WT>
 static __global__ __launch_bounds__(256) void prep_f_kernel(xsrc src, int64_t n_in, float *xf) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t c = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= n_in) return;
@@ -408,6 +411,7 @@ __device__ __forceinline__ void unit_q8_0(float (&acc)[NT][4], const raw_q8_0 &A
 // W (mmq_warps) never changes the numerics.
 template <int QT, int NT>
 static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     typedef typename raw_of<QT>::type raw_t;
     constexpr int UB = qt_unit_bytes(QT);
     extern __shared__ float part_sm[]; // ks > 1: [split][nt][lane][e]
@@ -684,6 +688,7 @@ __device__ __forceinline__ void stage_unit(uint8_t *buf, const mm_args &a, int c
 
 template <int QT, int NT>
 static __global__ __launch_bounds__(MMQS_THREADS) void mmq_staged_kernel(mm_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     typedef stage_layout<QT, NT> L;
     typedef typename raw_of<QT>::type raw_t;
     extern __shared__ __align__(16) uint8_t smem[];
@@ -740,6 +745,7 @@ static __global__ __launch_bounds__(MMQS_THREADS) void mmq_staged_kernel(mm_args
 
 // y = sum over splits of the partials, in split order.
 static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(mm_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t row = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (row >= a.n_out) return;
     for (int c = blockIdx.y; c < a.ncols; c += gridDim.y) {
@@ -763,6 +769,7 @@ __device__ __forceinline__ float ld_w(const uint8_t *row, int64_t i) {
 // One warp per 4 rows; NC columns per block (grid.z: column chunks, or MoE pairs).
 template <int WT, int NC>
 static __global__ __launch_bounds__(256) void mmf_kernel(mm_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = (int64_t)blockIdx.x * MMF_ROWS + warp * 4;
     int c0, nvalid;

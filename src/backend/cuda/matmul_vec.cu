@@ -311,6 +311,7 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
 // Each split's partial goes to shared memory; warp 0 adds them in split order.
 template <int QT, int NC>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     typedef typename wv_of<QT>::type wv_t;
     // units in flight per warp: 3, or 2 for the types whose raw words take more registers
     constexpr int UB = qt_unit_bytes(QT), PF = (QT == QT_Q6_K || QT == QT_Q5_K) ? 2 : 3;

@@ -28,6 +28,7 @@ template <bool GATED, bool ADD = false>
 static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
                                                              const float *w, ds_cu_rows z,
                                                              float eps) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ double sh[32];
     const int64_t r = blockIdx.x, n = x.ne0;
     float *xr = ds_cu_row(x, r);
@@ -70,8 +71,8 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
     DS_ASSERT(rows <= 0x7fffffff);
     if (rows == 0) return;
     ds_cu_rows z = {};
-    ds_cu_launch(c, rmsnorm_kernel<false>, (unsigned)rows, norm_threads(n), 0,
-        ds_cu_rows_of(y), ds_cu_rows_of(x), w ? (const float *)w->data : NULL, z, eps);
+    ds_cu_launch(c, rmsnorm_kernel<false>, (unsigned)rows, norm_threads(n), 0, ds_cu_rows_of(y),
+                 ds_cu_rows_of(x), w ? (const float *)w->data : NULL, z, eps);
     ds_cuda_launched(c, "rmsnorm");
 }
 
@@ -84,8 +85,8 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
     DS_ASSERT(y->ne[0] == d && ds_cuda_nrows(y) == rows);
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && z->nb[0] == 4);
     if (rows == 0) return;
-    ds_cu_launch(c, rmsnorm_kernel<true>, (unsigned)rows, norm_threads(d), 0,
-        ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps);
+    ds_cu_launch(c, rmsnorm_kernel<true>, (unsigned)rows, norm_threads(d), 0, ds_cu_rows_of(y),
+                 ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps);
     ds_cuda_launched(c, "gated_rmsnorm");
 }
 
@@ -100,6 +101,6 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
     DS_ASSERT(w->ne[0] == n && w->type == DS_TYPE_F32 && rows <= 0x7fffffff);
     if (rows == 0) return;
     ds_cu_launch(c, rmsnorm_kernel<false, true>, (unsigned)rows, norm_threads(n), 0,
-        ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(b), eps);
+                 ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(b), eps);
     ds_cuda_launched(c, "add_rmsnorm");
 }

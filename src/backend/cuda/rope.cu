@@ -17,6 +17,7 @@ static __global__ __launch_bounds__(512) void rope_kernel(char *x, int64_t nb1, 
                                                           const int32_t *pos, int n_rot,
                                                           float base, const float *inv_freq,
                                                           float mscale) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t t = blockIdx.x, h = blockIdx.y;
     const int i = threadIdx.x, half = n_rot / 2;
     float cs, sn;
@@ -50,12 +51,10 @@ static void rope_run(ds_backend *be, const char *op, ds_tensor *x, const int32_t
     dim3 grid((unsigned)n, (unsigned)n_head);
     if (inv_freq) {
         ds_cu_launch(c, rope_kernel<true>, grid, n_rot / 2, 0, (char *)x->data, (int64_t)x->nb[1],
-                                                             (int64_t)x->nb[2], pos_d, n_rot,
-                                                             base, if_d, mscale);
+                     (int64_t)x->nb[2], pos_d, n_rot, base, if_d, mscale);
     } else {
         ds_cu_launch(c, rope_kernel<false>, grid, n_rot / 2, 0, (char *)x->data, (int64_t)x->nb[1],
-                                                              (int64_t)x->nb[2], pos_d, n_rot,
-                                                              base, NULL, 1.0f);
+                     (int64_t)x->nb[2], pos_d, n_rot, base, NULL, 1.0f);
     }
     ds_cuda_launched(c, op);
 }
