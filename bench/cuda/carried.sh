@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# carried.sh: the CUDA tests and the 27B tables in one short device call, with binaries built on
+# the development machine (nvcc is there, no GPU) and carried in the git-ignored build-carry/:
+# no build on the GPU machine, so the call spends its time on the GPU (~90 s + ~40 s start).
+# Runs cuda_model_test, cuda_ops_test, then per mix: `dspec synth --preset 27b` and `dspec bench
+# --model --device cuda` (decode with graphs and launched kernel by kernel, verify widths,
+# prefill). Logs go to $OUT. See bench/cuda/README.md "Carried binaries".
+# Usage (repo root, on the GPU machine): bash bench/cuda/carried.sh [mix ...]  (default: q4_k_m
+# iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16)
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dspec-cuda-out}
+mkdir -p "$OUT"
+source bench/cuda/deps.sh >/dev/null 2>&1 || { echo "carried.sh: dependencies missing"; exit 1; }
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+B=$PWD/build-carry
+for f in dspec cuda_model_test cuda_ops_test; do
+  [ -x "$B/$f" ] || { echo "carried.sh: $B/$f missing (see bench/cuda/README.md)"; exit 1; }
+done
+T0=$(date +%s)
+t() { echo "[carried +$(( $(date +%s) - T0 ))s] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+t "cuda_model_test"
+timeout 120 "$B/cuda_model_test" >"$OUT/model_test.log" 2>&1
+echo "cuda_model_test exit $?"
+grep -E "step graphs|FAILED|PASSED|ERROR|cuda vs cpu" "$OUT/model_test.log" | head -40
+t "cuda_ops_test"
+(cd /tmp && timeout 120 "$B/cuda_ops_test" >"$OUT/ops_test.log" 2>&1; echo "cuda_ops_test exit $?")
+grep -E "FAILED|PASSED|ERROR" "$OUT/ops_test.log" | head -10
+for mix in "${@:-q4_k_m iq4_xs q8_0}"; do
+  for m in $mix; do
+    t "27b $m"
+    "$B/dspec" synth --preset 27b --mix "$m" /tmp/carried.gguf 2>&1 | tail -1
+    V=1,16
+    [ "$m" = q4_k_m ] && V=1,2,4,8,16,24,32
+    timeout 150 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt 512 --decode 32 \
+      --reps 5 --verify "$V" >"$OUT/bench_27b_$m.txt" 2>&1
+    grep -vE "^dspec (info|debug)" "$OUT/bench_27b_$m.txt"
+    rm -f /tmp/carried.gguf
+  done
+done
+t "done"
