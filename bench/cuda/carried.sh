@@ -5,8 +5,9 @@
 # Runs cuda_model_test, cuda_ops_test, then per mix: `dspec synth --preset 27b` and `dspec bench
 # --model --device cuda` (decode with graphs and launched kernel by kernel, verify widths,
 # prefill). Logs go to $OUT. See bench/cuda/README.md "Carried binaries".
-# Usage (repo root, on the GPU machine): bash bench/cuda/carried.sh [mix ...]  (default: q4_k_m
-# iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16)
+# Usage (repo root, on the GPU machine): [CTX="8192 32768"] bash bench/cuda/carried.sh [mix ...]
+# (default mixes: q4_k_m iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16;
+# CTX adds q4_k_m runs at those prompt lengths)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dspec-cuda-out}
@@ -38,5 +39,15 @@ for mix in "${@:-q4_k_m iq4_xs q8_0}"; do
     grep -vE "^dspec (info|debug)" "$OUT/bench_27b_$m.txt"
     rm -f /tmp/carried.gguf
   done
+done
+# CTX="8192 32768": q4_k_m again with those prompt lengths (prefill tok/s at that length, decode
+# and verify at that context)
+for ctx in ${CTX:-}; do
+  t "27b q4_k_m at context $ctx"
+  "$B/dspec" synth --preset 27b --mix q4_k_m /tmp/carried.gguf 2>&1 | tail -1
+  timeout 200 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt "$ctx" --decode 16 \
+    --reps 3 --verify 1,16 >"$OUT/bench_27b_q4_k_m_ctx$ctx.txt" 2>&1
+  grep -vE "^dspec (info|debug)" "$OUT/bench_27b_q4_k_m_ctx$ctx.txt"
+  rm -f /tmp/carried.gguf
 done
 t "done"

@@ -219,6 +219,8 @@ void ds_cuda_set_graphs(ds_backend *be, bool on);
 // launched one by one (not in step graphs): on by default; each kernel's launch overlaps the end
 // of the previous one. Results are bitwise the same.
 void ds_cuda_set_pdl(ds_backend *be, bool on);
+// Free and total memory of the backend's device (cudaMemGetInfo: all processes).
+void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b);
 // Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not
 // use a graph); for replays, the host time of the op pass (step_begin to step_end: the model's
 // host code and the signature checks, the GPU idle) and of the graph run (launch to done).

@@ -171,6 +171,14 @@ static int run_bench(const bm_opts *o) {
                med / t1, o->verify[0], med * 1e3 / (double)n);
     }
     free(amv);
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) { // after the widest verify: weights, KV cache, scratch
+        size_t free_b = 0, total_b = 0;
+        ds_cuda_mem_info(be, &free_b, &total_b);
+        printf("device memory in use after the run: %.2f GiB of %.2f GiB (all processes)\n",
+               (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+    }
+#endif
     rc = 0;
     goto done;
 fail:

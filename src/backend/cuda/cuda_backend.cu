@@ -335,6 +335,13 @@ extern "C" void ds_cuda_set_pdl(ds_backend *be, bool on) {
     c->pdl = on && able; // (eager launches only: step graphs are captured without it)
 }
 
+extern "C" void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    *free_b = *total_b = 0;
+    cudaSetDevice(c->device);
+    if (cudaMemGetInfo(free_b, total_b) != cudaSuccess) cudaGetLastError();
+}
+
 extern "C" int ds_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
