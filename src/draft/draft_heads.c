@@ -1,8 +1,8 @@
 // draft_heads.c: proposers over one block's drafter logits: the DFlash 2 candidate selector
 // (top-K per slot, low-rank bigram score, greedy path walk from the anchor) and the DSpark
 // Markov chain (full-vocabulary bias W2·W1[prev] chained from the anchor, confidence head on
-// [h ; W1[prev]], static threshold). Vector work runs through backend ops; the top-K selection,
-// the K-way scores and the walk are host loops over a few hundred numbers.
+// [h ; W1[prev]], static threshold). Vector work runs through backend ops; the top-K selection
+// (over the block's logits, read once), the K-way scores and the walk are host loops.
 // Calls backend/. Called by draft_forward.c. Spec: drafters-and-verification.md §3.2, §4.2-§4.3.
 #include "draft/draft_heads.h"
 
@@ -33,6 +33,19 @@ dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_dra
     st = st ? st : scratch_tensor(s, be, &s->hproj, r, n, err);
     st = st ? st : scratch_tensor(s, be, &s->pred, r, 1, err);
     st = st ? st : scratch_tensor(s, be, &s->succ, r, K, err);
+    if (hp->sel_top_k > 0) { // the walk gathers every slot's candidates at once
+        st = st ? st : scratch_tensor(s, be, &s->pred_all, r, 1 + n * K, err);
+        st = st ? st : scratch_tensor(s, be, &s->succ_all, r, n * K, err);
+        s->h_rows = malloc((size_t)hp->n_vocab * (size_t)n * sizeof(float));
+        s->h_vals = malloc((size_t)(K * n) * sizeof(float));
+        s->h_pred_all = malloc((size_t)(r * (1 + n * K)) * sizeof(float));
+        s->h_succ_all = malloc((size_t)(r * n * K) * sizeof(float));
+        s->h_ids = malloc((size_t)(1 + n * K) * sizeof(int32_t));
+        if (st == DSPEC_OK && (!s->h_rows || !s->h_vals || !s->h_pred_all || !s->h_succ_all ||
+                               !s->h_ids)) {
+            st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: out of memory");
+        }
+    }
     s->h_row = malloc((size_t)hp->n_vocab * sizeof(float));
     s->h_g = malloc((size_t)(r * n) * sizeof(float));
     s->h_pred = malloc((size_t)r * sizeof(float));
@@ -51,6 +64,11 @@ void ds_draft_heads_scratch_deinit(ds_draft_heads_scratch *s, ds_backend *be) {
         be->ops.free(be, s->bufs[i]);
     }
     free(s->h_row);
+    free(s->h_rows);
+    free(s->h_vals);
+    free(s->h_pred_all);
+    free(s->h_succ_all);
+    free(s->h_ids);
     free(s->h_g);
     free(s->h_pred);
     free(s->h_succ);
@@ -92,36 +110,43 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     be->ops.matmul(be, &g, &d->sel_hproj, in->hidden);
     be->ops.read(be, s->h_g, g.data, (size_t)(r * n) * sizeof(float));
     s->g_ready = true;
-    int32_t prev = in->anchor;
+    // Every slot's top-K from one read of the block's logits (a slot's candidates do not depend
+    // on the walk), then the B rows of all candidates and the A rows of the anchor and of all
+    // candidates (the walk's prev is always one of them) in one gather each: a handful of reads
+    // per block instead of four per slot.
+    be->ops.read(be, s->h_rows, in->logits->data, (size_t)(n * V) * sizeof(float));
+    s->h_ids[0] = in->anchor;
+    for (int64_t p = 0; p < n; p++) {
+        top_k(s->h_rows + p * V, V, K, out->cand_ids[p], s->h_vals + p * K);
+        memcpy(s->h_ids + 1 + p * K, out->cand_ids[p], (size_t)K * sizeof(int32_t));
+    }
+    ds_tensor succ = ds_tensor_rows(&s->succ_all, 0, n * K);
+    ds_tensor pred = ds_tensor_rows(&s->pred_all, 0, 1 + n * K);
+    be->ops.get_rows(be, &succ, &d->sel_succ, s->h_ids + 1);
+    be->ops.get_rows(be, &pred, &d->sel_pred, s->h_ids);
+    be->ops.read(be, s->h_succ_all, succ.data, (size_t)(r * n * K) * sizeof(float));
+    be->ops.read(be, s->h_pred_all, pred.data, (size_t)(r * (1 + n * K)) * sizeof(float));
+    int64_t prev = 0; // row of A for the previous token: the anchor, then the chosen candidate
     out->n_cand = K;
     for (int64_t p = 0; p < n; p++) {
-        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
-                     (size_t)V * sizeof(float));
-        int32_t *ids = out->cand_ids[p];
-        float vals[DS_DRAFT_MAX_TOPK];
-        top_k(s->h_row, V, K, ids, vals);
-        // A[prev] and Bc[c] rows for the K candidates
-        ds_tensor succ = ds_tensor_rows(&s->succ, 0, K);
-        be->ops.get_rows(be, &s->pred, &d->sel_pred, &prev);
-        be->ops.get_rows(be, &succ, &d->sel_succ, ids);
-        be->ops.read(be, s->h_pred, s->pred.data, (size_t)r * sizeof(float));
-        be->ops.read(be, s->h_succ, succ.data, (size_t)(r * K) * sizeof(float));
-        const float *gp = s->h_g + p * r;
+        const int32_t *ids = out->cand_ids[p];
+        const float *vals = s->h_vals + p * K, *gp = s->h_g + p * r;
+        const float *ap = s->h_pred_all + prev * r;
         int best = 0;
         for (int k = 0; k < K; k++) {
             // score(prev -> c) = U[c] + < A[prev] * g_p , Bc[c] >
-            const float *bc = s->h_succ + (int64_t)k * r;
+            const float *bc = s->h_succ_all + (p * K + k) * r;
             float dot = 0.0f;
             for (int64_t j = 0; j < r; j++) {
-                dot += bc[j] * (s->h_pred[j] * gp[j]);
+                dot += bc[j] * (ap[j] * gp[j]);
             }
             out->cand_scores[p][k] = vals[k] + dot;
             if (out->cand_scores[p][k] > out->cand_scores[p][best]) {
                 best = k; // first max in candidate order
             }
         }
-        prev = ids[best];
-        out->tokens[p] = prev;
+        prev = 1 + p * K + best;
+        out->tokens[p] = ids[best];
     }
 }
 
