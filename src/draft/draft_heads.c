@@ -46,6 +46,13 @@ dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_dra
             st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: out of memory");
         }
     }
+    if (hp->markov_rank > 0 && hp->sel_top_k <= 0) { // the chain's W1 rows, gathered at the end
+        st = st ? st : scratch_tensor(s, be, &s->w1rows, r, n, err);
+        s->h_ids = malloc((size_t)n * sizeof(int32_t));
+        if (st == DSPEC_OK && !s->h_ids) {
+            st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: out of memory");
+        }
+    }
     s->h_row = malloc((size_t)hp->n_vocab * sizeof(float));
     s->h_g = malloc((size_t)(r * n) * sizeof(float));
     s->h_pred = malloc((size_t)r * sizeof(float));
@@ -168,7 +175,6 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
             be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
             be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
             be->ops.add(be, &s->bias, &s->bias, &row);
-            be->ops.read(be, s->h_w1 + k * r, s->w1row.data, (size_t)r * sizeof(float));
             be->ops.argmax(be, &out->tokens[k], &s->bias);
         } else {
             be->ops.argmax(be, &out->tokens[k], &row);
@@ -178,9 +184,17 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
     if (!hp->has_conf) {
         return;
     }
-    // c_k = sigmoid(w · [h_k ; W1[x_{k-1}]] + b) (spec §4.3)
+    // c_k = sigmoid(w · [h_k ; W1[x_{k-1}]] + b) (spec §4.3); the W1 rows of the chain's
+    // previous tokens in one gather and one read (not one wait per slot inside the chain)
     const int64_t H = hp->n_embd;
     const float *w = d->conf_w.data;
+    if (hp->conf_with_markov && r > 0) {
+        s->h_ids[0] = in->anchor;
+        for (int64_t k = 1; k < n; k++) s->h_ids[k] = out->tokens[k - 1];
+        ds_tensor w1 = ds_tensor_rows(&s->w1rows, 0, n);
+        be->ops.get_rows(be, &w1, &d->markov_w1, s->h_ids);
+        be->ops.read(be, s->h_w1, w1.data, (size_t)(r * n) * sizeof(float));
+    }
     be->ops.read(be, s->h_hidden, in->hidden->data, (size_t)(H * n) * sizeof(float));
     int64_t keep = n;
     for (int64_t k = 0; k < n; k++) {

@@ -12,10 +12,12 @@ typedef struct ds_draft_heads_scratch {
     ds_tensor w1row, bias;       // {r, 1}, {V, 1}   (Markov)
     ds_tensor hproj, pred, succ; // {r, n}, {r, 1}, {r, K} (selector)
     ds_tensor pred_all, succ_all;// {r, 1 + n K}, {r, n K} (selector walk: every candidate)
+    ds_tensor w1rows;            // {r, n} (Markov: W1 of every slot's previous token)
     float *h_row;                // host [V]
     float *h_rows, *h_vals;      // host [V * n], [K * n] (selector walk)
     float *h_pred_all, *h_succ_all; // host [r * (1 + n K)], [r * n K]
-    int32_t *h_ids;              // host [1 + n K]: the anchor, then every slot's candidates
+    int32_t *h_ids;              // host [1 + n K] (selector: the anchor, then every slot's
+                                 // candidates) or [n] (Markov: every slot's previous token)
     float *h_g, *h_pred, *h_succ;// host [r * n], [r], [r * K]
     float *h_hidden;             // host [H * n]
     float *h_w1;                 // host [r * n]
