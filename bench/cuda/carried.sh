@@ -7,7 +7,8 @@
 # prefill). Logs go to $OUT. See bench/cuda/README.md "Carried binaries".
 # Usage (repo root, on the GPU machine): [CTX="8192 32768"] bash bench/cuda/carried.sh [mix ...]
 # (default mixes: q4_k_m iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16;
-# CTX adds q4_k_m runs at those prompt lengths)
+# CTX adds q4_k_m runs at those prompt lengths; NCU=1 adds an Nsight Compute pass over the GEMV /
+# GEMM kernels of a 27B Q4_K_M decode and verify)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dspec-cuda-out}
@@ -50,4 +51,21 @@ for ctx in ${CTX:-}; do
   grep -vE "^dspec (info|debug)" "$OUT/bench_27b_q4_k_m_ctx$ctx.txt"
   rm -f /tmp/carried.gguf
 done
+# NCU=1: Nsight Compute on the decode GEMV and the verify GEMM of a 27B Q4_K_M step (hardware
+# counters work on the Firecracker machines; clocks left alone): memory throughput, achieved
+# occupancy, registers and the top warp stall reasons of each kernel, for the next kernel work.
+if [ -n "${NCU:-}" ] && command -v ncu >/dev/null 2>&1; then
+  t "ncu"
+  "$B/dspec" synth --preset 27b --mix q4_k_m /tmp/carried.gguf 2>&1 | tail -1
+  # the 16-row prefill runs the verify-width GEMM (staged mma kernel), the decode the GEMV
+  for k in mmq_staged_kernel mmv_kernel; do
+    timeout 150 ncu --clock-control none -k "regex:$k" -c 8 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      "$B/dspec" bench --model /tmp/carried.gguf --device cuda --no-cuda-graphs --prompt 16 \
+      --decode 2 --reps 1 --verify 1 >"$OUT/ncu_$k.txt" 2>&1
+    grep -E "$k|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Duration|Stall" \
+      "$OUT/ncu_$k.txt" | head -60
+  done
+  rm -f /tmp/carried.gguf
+fi
 t "done"
