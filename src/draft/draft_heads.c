@@ -12,6 +12,7 @@
 
 static dspec_status scratch_tensor(ds_draft_heads_scratch *s, ds_backend *be, ds_tensor *t,
                                    int64_t ne0, int64_t ne1, dspec_err *err) {
+    DS_ASSERT(s->n_bufs < (int)(sizeof(s->bufs) / sizeof(s->bufs[0])));
     void *p = be->ops.alloc(be, (size_t)ne0 * (size_t)ne1 * sizeof(float));
     if (!p) {
         return ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: cannot allocate on %s", be->name);
@@ -121,10 +122,15 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     // on the walk), then the B rows of all candidates and the A rows of the anchor and of all
     // candidates (the walk's prev is always one of them) in one gather each: a handful of reads
     // per block instead of four per slot.
-    be->ops.read(be, s->h_rows, in->logits->data, (size_t)(n * V) * sizeof(float));
+    // (when the caller asked for the logits, draft_forward already copied them to out->logits)
+    const float *rows = out->logits;
+    if (!rows) {
+        be->ops.read(be, s->h_rows, in->logits->data, (size_t)(n * V) * sizeof(float));
+        rows = s->h_rows;
+    }
     s->h_ids[0] = in->anchor;
     for (int64_t p = 0; p < n; p++) {
-        top_k(s->h_rows + p * V, V, K, out->cand_ids[p], s->h_vals + p * K);
+        top_k(rows + p * V, V, K, out->cand_ids[p], s->h_vals + p * K);
         memcpy(s->h_ids + 1 + p * K, out->cand_ids[p], (size_t)K * sizeof(int32_t));
     }
     ds_tensor succ = ds_tensor_rows(&s->succ_all, 0, n * K);

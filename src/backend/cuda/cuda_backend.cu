@@ -414,7 +414,6 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     be->name = "cuda";
     be->ctx = c;
     ds_cuda_set_pdl(be, true);
-    be->ctx = c;
     be->weights_in_host_memory = false;
     ds_backend_ops ops;
     memset(&ops, 0, sizeof(ops));
