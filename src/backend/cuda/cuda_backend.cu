@@ -287,10 +287,9 @@ static void *cuda_alloc(ds_backend *be, size_t n) {
 
 static void cuda_free(ds_backend *be, void *p) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (c->gmode != DS_CU_EAGER) { // not inside a step (cudaFree would break a capture)
-        c->gbad = true;
-        return;
-    }
+    // backend.h: no free between step_begin and step_end (cudaFree would break a capture, and
+    // the re-run of a refused step would free twice): a programmer error
+    DS_ASSERT(c->gmode == DS_CU_EAGER && "free inside a step");
     if (!p) return;
     // Captured graphs may copy from or to this allocation: a graph whose memcpy node names freed
     // memory fails to launch (cudaErrorInvalidValue), even when a new allocation reuses the
