@@ -245,8 +245,9 @@ extern "C" bool ds_cuda_step_end(ds_backend *be) {
             gs->st.reruns++;
             return false;
         }
-        // (a new context bucket re-instantiates: cudaGraphExecUpdate on these graphs left an
-        // executable that failed to launch on the H200, CUDA 13)
+        // (a new context bucket re-instantiates, once per 64 tokens; updating in place with
+        // cudaGraphExecUpdate was dropped while chasing launch failures that turned out to be
+        // freed memory, and not tried again: docs/cuda.md)
         slot_drop_exec(g);
         e = cudaGraphInstantiate(&g->exec, graph, 0);
         cudaGraphDestroy(graph);
