@@ -114,8 +114,9 @@ void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n)
 // launched on the stream. Capturing a step graph: launched (into the capture) and its signature
 // recorded. Replaying: not launched; its signature (kernel, grid, block, shared memory and every
 // argument's bytes) must equal the captured one at the same index, else the step is re-run
-// eagerly (graph.cu), so a replayed step can never run stale arguments.
-void ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig);
+// eagerly (graph.cu), so a replayed step can never run stale arguments. Inside a step graph,
+// records (capture) or checks (replay) the next signature; true when the caller launches.
+bool ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig);
 
 // FNV-1a style over 8-byte words (then the tail bytes): a replayed step hashes every argument.
 static inline uint64_t ds_cu_fnv(uint64_t h, const void *p, size_t n) {
@@ -128,6 +129,14 @@ static inline uint64_t ds_cu_fnv(uint64_t h, const void *p, size_t n) {
         h ^= h >> 29;
     }
     for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+// Signature of a launch or copy: the bytes of each value, in order.
+template <typename... T>
+static inline uint64_t ds_cu_hash(const T &...v) {
+    uint64_t h = 1469598103934665603ull;
+    ((h = ds_cu_fnv(h, &v, sizeof(v))), ...);
     return h;
 }
 
@@ -162,14 +171,9 @@ static inline void ds_cu_launch(ds_cuda_ctx *c, void (*k)(P...), dim3 grid, dim3
                                 const A &...args) {
     static_assert(sizeof...(P) == sizeof...(A), "ds_cu_launch: argument count");
     if (c->gmode != DS_CU_EAGER) {
-        uint64_t h = 1469598103934665603ull;
-        h = ds_cu_fnv(h, &k, sizeof(k));
-        h = ds_cu_fnv(h, &grid, sizeof(grid));
-        h = ds_cu_fnv(h, &block, sizeof(block));
-        h = ds_cu_fnv(h, &smem, sizeof(smem));
+        uint64_t h = ds_cu_hash(k, grid, block, smem);
         ((h = ds_cu_hash_arg<P>(h, args)), ...);
-        ds_cuda_graph_sig(c, h);
-        if (c->gmode == DS_CU_REPLAY) return;
+        if (!ds_cuda_graph_sig(c, h)) return;
     }
     if (c->pdl && c->gmode == DS_CU_EAGER) {
         cudaLaunchAttribute attr;

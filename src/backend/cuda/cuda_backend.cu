@@ -169,17 +169,13 @@ bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n) {
 }
 
 const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n) {
+    // inside a step graph the ring is copied once, before the graph launch (graph.cu)
+    const bool graph = c->gmode != DS_CU_EAGER;
     size_t need = ds_cuda_align(n ? n : 1, 16);
-    if (c->gmode != DS_CU_EAGER) { // a step graph: the ring is copied once, before the launch
-        if (c->stage_pos + need > c->stage_cap) {
-            c->g_need_stage = DS_MAX(c->g_need_stage, c->stage_pos + need);
-            c->gbad = true;
-            return NULL;
-        }
-        if (n) memcpy(c->stage_h + c->stage_pos, host, n);
-        const void *d = c->stage_d + c->stage_pos;
-        c->stage_pos += need;
-        return d;
+    if (c->stage_pos + need > c->stage_cap && graph) { // grown after the step (graph.cu)
+        c->g_need_stage = DS_MAX(c->g_need_stage, c->stage_pos + need);
+        c->gbad = true;
+        return NULL;
     }
     if (c->stage_pos + need > c->stage_cap) {
         // The pinned region about to be rewritten may still feed queued copies: wait for them.
@@ -192,7 +188,7 @@ const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n) {
     uint8_t *h = c->stage_h + c->stage_pos;
     uint8_t *d = c->stage_d + c->stage_pos;
     if (n) memcpy(h, host, n);
-    DS_CUDA_TRY(c, cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, c->stream));
+    if (!graph) DS_CUDA_TRY(c, cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, c->stream));
     c->stage_pos += need;
     return d;
 }

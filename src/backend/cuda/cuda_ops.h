@@ -6,7 +6,8 @@
 // Every launcher asserts dtype, shape, contiguity and alignment (programmer errors), copies host
 // arrays (ids, positions, parents, ranges) to the device in stream order, launches on the
 // backend's stream and returns without waiting, except where the result lands in host memory
-// (argmax, read), which waits for the stream.
+// (argmax, read), which waits for the stream (inside a step graph the result reaches host memory
+// at step_end instead: graph.cu).
 #pragma once
 
 #include "backend/backend.h"

@@ -73,35 +73,30 @@ void ds_cuda_graphs_free(ds_cuda_ctx *c) {
     c->cap_rd = c->n_rd = 0;
 }
 
-void ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig) {
+bool ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig) {
     graph_slot *g = &c->graphs->slot[c->g_cur];
     const int i = c->g_idx++;
     if (c->gmode == DS_CU_REPLAY) {
         if (i >= g->n_sig || g->sig[i] != sig) c->gbad = true;
-        return;
+        return false;
     }
     if (g->n_sig == g->cap_sig) {
         int cap = g->cap_sig ? 2 * g->cap_sig : 2048;
         uint64_t *p = (uint64_t *)realloc(g->sig, (size_t)cap * sizeof(uint64_t));
         if (!p) {
             c->gbad = true;
-            return;
+            return true;
         }
         g->sig = p;
         g->cap_sig = cap;
     }
     g->sig[g->n_sig++] = sig;
+    return true;
 }
 
 bool ds_cu_memcpy(ds_cuda_ctx *c, void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
-    if (c->gmode != DS_CU_EAGER) {
-        uint64_t h = 1469598103934665603ull;
-        h = ds_cu_fnv(h, &dst, sizeof(dst));
-        h = ds_cu_fnv(h, &src, sizeof(src));
-        h = ds_cu_fnv(h, &n, sizeof(n));
-        h = ds_cu_fnv(h, &kind, sizeof(kind));
-        ds_cuda_graph_sig(c, h);
-        if (c->gmode == DS_CU_REPLAY) return true;
+    if (c->gmode != DS_CU_EAGER && !ds_cuda_graph_sig(c, ds_cu_hash(dst, src, n, kind))) {
+        return true; // replay: the graph does the copy
     }
     return DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src, n, kind, c->stream));
 }
