@@ -129,6 +129,10 @@ def main():
         r2 = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "10", "--temp", "0.9",
                  "--seed", "5", "--top-k", "20").stdout
         R.check("run: seeded sampling reproducible", r1 == r2)
+        # --no-cuda-graphs is accepted everywhere and never changes the output (CPU: no graphs)
+        r = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "12", "-t", "2",
+                "--no-cuda-graphs")
+        R.check("run --no-cuda-graphs: same text", r.stdout == out)
         r = run(a.dspec, "run", "-m", model, "-p", "hello", "--chat", "--system", "be brief",
                 "--no-think", "-n", "5")
         R.check("run --chat", r.returncode == 0)
