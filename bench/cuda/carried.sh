@@ -8,7 +8,8 @@
 # Usage (repo root, on the GPU machine): [CTX="8192 32768"] bash bench/cuda/carried.sh [mix ...]
 # (default mixes: q4_k_m iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16;
 # CTX adds q4_k_m runs at those prompt lengths; NCU=1 adds an Nsight Compute pass over the GEMV /
-# GEMM kernels of a 27B Q4_K_M decode and verify)
+# GEMM kernels of a 27B Q4_K_M decode and verify; SPEC_STEP=1 times a speculative chain step with
+# synthetic DFlash / DFlash 2 / DSpark drafters of the 27B shapes, as model_bench.sh does)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dspec-cuda-out}
@@ -32,7 +33,19 @@ grep -E "FAILED|PASSED|ERROR" "$OUT/ops_test.log" | head -10
 for mix in "${@:-q4_k_m iq4_xs q8_0}"; do
   for m in $mix; do
     t "27b $m"
-    "$B/dspec" synth --preset 27b --mix "$m" /tmp/carried.gguf 2>&1 | tail -1
+    # (the bundled tokenizer makes the file runnable by `dspec run`, for SPEC_STEP below)
+    "$B/dspec" synth --preset 27b --mix "$m" --tokenizer models/tiny-target-q8_0.gguf \
+      /tmp/carried.gguf 2>&1 | tail -1
+    if [ -n "${SPEC_STEP:-}" ] && [ "$m" = q4_k_m ]; then # chain step: draft 16 + verify + commit
+      for kind in dflash dflash2 dspark; do
+        "$B/dspec" synth --draft $kind --target /tmp/carried.gguf --block 16 /tmp/draft.gguf \
+          2>&1 | tail -1
+        timeout 120 "$B/dspec" run -m /tmp/carried.gguf --draft /tmp/draft.gguf --device cuda \
+          -p "hello" -n 64 --no-adaptive 2>&1 | grep -E "decode|speculative:" | sed "s/^/  $kind: /" \
+          | tee -a "$OUT/spec_step_27b_q4_k_m.txt"
+        rm -f /tmp/draft.gguf
+      done
+    fi
     V=1,16
     [ "$m" = q4_k_m ] && V=1,2,4,8,16,24,32
     timeout 150 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt 512 --decode 32 \

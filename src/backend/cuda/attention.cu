@@ -1,10 +1,12 @@
 // attention.cu: softmax attention of a batch of query rows against the K/V cache (F32 or F16),
 // with chain, tree (parent chains) or explicit per-row [lo, hi) visibility; GQA (one block serves
 // the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
-// Split-KV: the visible keys of a row are cut into chunks of ATT_CH (grid.z); each chunk writes
-// its max, sum and unnormalised output, and attn_combine merges the chunks in order. Chunk
-// boundaries depend only on the row's own visible list, so a row's output is bitwise the same
-// in a verify batch, a tree, or alone (DESIGN.md §4.2). Calls common.cuh. Called through the op
+// Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys: 16
+// up to 2048 visible keys (short contexts spread over many blocks), then growing so a row has at
+// most ~128 chunks (bounded partials at long contexts). Each chunk writes its max, sum and
+// unnormalised output, and attn_combine merges the chunks in order. Chunk boundaries depend only
+// on the row's own visible count, so a row's output is bitwise the same in a verify batch, a
+// tree, or alone (DESIGN.md §4.2). Calls common.cuh. Called through the op
 // table. Spec: backend.h (attention, attention_rows), target-qwen35.md §2.8.
 //   bytes: per row and kv head: n_vis*hd*2*sizeof(KV) + partials n_head*chunks*(hd+2)*8
 //   flops: 4*n*n_head*n_vis*hd
@@ -16,8 +18,19 @@ extern "C" {
 
 #include <stdlib.h>
 
-// Keys per chunk: small enough that a short-context decode row still spreads over many blocks.
-enum { ATT_CH = 64, ATT_THREADS = 256, ATT_GMAX = 16 };
+enum { ATT_THREADS = 256, ATT_GMAX = 16, ATT_CH_MAX = 512 };
+
+// Keys per chunk of a row with nv visible keys (see the header).
+__host__ __device__ __forceinline__ int att_chunk(int64_t nv) {
+    if (nv <= 2048) return 16;
+    int ch = 32;
+    while (ch < ATT_CH_MAX && (int64_t)ch * 128 < nv) ch *= 2;
+    return ch;
+}
+__host__ __device__ __forceinline__ int att_nchunks(int64_t nv) {
+    const int ch = att_chunk(nv);
+    return (int)((nv + ch - 1) / ch);
+}
 
 struct attn_args {
     const char *q;
@@ -33,6 +46,7 @@ struct attn_args {
     const int32_t *lo;      // rows mode: first visible cache row per batch row
     const int32_t *nvis;    // visible keys per row
     int s_max;              // chunks per row in the partial arrays
+    int ch_max;             // longest chunk of any row (score rows in shared memory)
     float *pm, *pl, *pacc;  // partials [t][head][chunk] (m, l), [t][head][chunk][hd]
     float *out;
     int64_t out_nb1;        // floats
@@ -63,13 +77,15 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     extern __shared__ float sh[];
     const int kvh = blockIdx.x, s = blockIdx.z;
     const int64_t tl = blockIdx.y, t = a.t0 + tl; // partials are indexed by tl (this launch)
-    const int64_t nv = a.nvis[t], i0 = (int64_t)s * ATT_CH;
+    const int64_t nv = a.nvis[t];
+    const int ch = att_chunk(nv), CH = a.ch_max;
+    const int64_t i0 = (int64_t)s * ch;
     if (i0 >= nv) return; // whole block: uniform
-    const int cnt = (int)min((int64_t)ATT_CH, nv - i0);
+    const int cnt = (int)min((int64_t)ch, nv - i0);
     const int64_t np = a.vis ? a.nvis[a.n_all] : 0;
     const int G = a.group, hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float *qs = sh;               // [G][hd]
-    float *sc = sh + GM * hd;     // [G][ATT_CH]
+    float *sc = sh + GM * hd;     // [G][CH]
     for (int idx = tid; idx < G * hd; idx += ATT_THREADS) {
         const int gq = idx / hd, d = idx % hd;
         const int h = kvh * G + gq;
@@ -103,14 +119,14 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
                 if (r < R) p = __fmaf_rn(qs[gq * hd + lane + 32 * r], kv[r], p);
             }
             p = ds_cu_warp_sum(p);
-            if (lane == 0) sc[gq * ATT_CH + j] = __fmul_rn(p, a.scale);
+            if (lane == 0) sc[gq * CH + j] = __fmul_rn(p, a.scale);
         }
     }
     __syncthreads();
     // softmax numerators per head: one warp per head
     const int64_t pbase = ((tl * a.n_head) + (int64_t)kvh * G) * a.s_max + s;
     for (int gq = warp; gq < G; gq += ATT_THREADS / 32) {
-        float *row = sc + gq * ATT_CH;
+        float *row = sc + gq * CH;
         float m = -INFINITY;
         for (int j = lane; j < cnt; j += 32) m = fmaxf(m, row[j]);
         m = ds_cu_warp_max(m);
@@ -147,7 +163,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
                 if (j0 + jj >= cnt) break;
 #pragma unroll
                 for (int gq = 0; gq < GM; gq++) {
-                    if (gq < G) acc[gq] = __fmaf_rn(sc[gq * ATT_CH + j0 + jj], vv[jj], acc[gq]);
+                    if (gq < G) acc[gq] = __fmaf_rn(sc[gq * CH + j0 + jj], vv[jj], acc[gq]);
                 }
             }
         }
@@ -163,7 +179,7 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int h = blockIdx.x, d = threadIdx.x;
     const int64_t tl = blockIdx.y, t = a.t0 + tl;
-    const int S = (int)((a.nvis[t] + ATT_CH - 1) / ATT_CH);
+    const int S = att_nchunks(a.nvis[t]);
     const int64_t base = (tl * a.n_head + h) * a.s_max;
     float M = -INFINITY;
     for (int c = 0; c < S; c++) M = fmaxf(M, a.pm[base + c]);
@@ -178,7 +194,7 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
 
 template <typename KV>
 static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t rows, int gm) {
-    const size_t smem = (size_t)gm * (size_t)(a.hd + ATT_CH) * sizeof(float);
+    const size_t smem = (size_t)gm * (size_t)(a.hd + a.ch_max) * sizeof(float);
     dim3 grid((unsigned)n_kv, (unsigned)rows, (unsigned)a.s_max);
     switch (gm) {
     case 1: ds_cu_launch(c, attn_chunk_kernel<KV, 1>, grid, ATT_THREADS, smem, a); break;
@@ -189,15 +205,20 @@ static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t ro
     }
 }
 
-static_assert((int)ATT_CH == (int)DS_CU_KV_BUCKET,
-              "step graphs are keyed by the attention chunk count");
+// The grid and shared memory of a call depend on max_vis rounded up to DS_CU_KV_BUCKET only, so
+// they stay the same for every step of one step graph's context bucket.
+static_assert(DS_CU_KV_BUCKET % 16 == 0 && ATT_GMAX * (256 + ATT_CH_MAX) * 4 <= 48 * 1024,
+              "attention chunking");
 
 // Shared body: nvis_h[t] visible keys per row (host), nvis_h[n] = n_past; max_vis bounds them
 // (it sizes the grid and the partials, so it depends on the step's shape, never its tree); the
 // rest of `a` set by the caller.
 static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, int n_kv,
                      int64_t n, const int32_t *nvis_h, int64_t max_vis) {
-    a.s_max = (int)((DS_MAX(max_vis, (int64_t)1) + ATT_CH - 1) / ATT_CH);
+    const int64_t B = (DS_MAX(max_vis, (int64_t)1) + DS_CU_KV_BUCKET - 1) / DS_CU_KV_BUCKET *
+                      DS_CU_KV_BUCKET; // every row has at most B visible keys
+    a.s_max = B <= 2048 ? (int)(B / 16) : DS_MAX(128, att_nchunks(B) + 1);
+    a.ch_max = att_chunk(B);
     a.n_all = (int)n;
     a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)(n + 1) * 4);
     if (!a.nvis) return;

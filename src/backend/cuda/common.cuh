@@ -75,8 +75,9 @@ typedef struct ds_cuda_ctx {
 } ds_cuda_ctx;
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
-// Context bucket of a step graph: attention cuts keys into chunks of this many (attention.cu),
-// so a graph is good for the steps whose context length falls in one bucket.
+// Context bucket of a step graph: attention sizes its grid from the context length rounded up to
+// this many keys (attention.cu), so a graph is good for the steps whose context length falls in
+// one bucket.
 enum { DS_CU_KV_BUCKET = 64 };
 
 static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {

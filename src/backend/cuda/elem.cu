@@ -162,19 +162,11 @@ __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
     }
 }
 
-static __global__ __launch_bounds__(1024) void argmax_kernel(ds_cu_rows x, int32_t *out) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+// Block-wide (value, index) winner of the threads' candidates (any order gives the same winner:
+// am_take is a total order).
+__device__ __forceinline__ void am_block(float &bv, int &bi) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const int64_t r = blockIdx.x;
-    const float *xr = ds_cu_row(x, r);
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) {
-        float v = xr[i];
-        if (v != v) v = -INFINITY; // NaN never wins
-        am_take(bv, bi, v, (int)i);
-    }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -188,8 +180,41 @@ static __global__ __launch_bounds__(1024) void argmax_kernel(ds_cu_rows x, int32
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int k = 1; k < (int)(blockDim.x >> 5); k++) am_take(bv, bi, sv[k], si[k]);
-        out[r] = bi == 0x7fffffff ? 0 : bi;
     }
+}
+
+// Pass 1: block (p, r) takes part p of row r (AM_PARTS equal slices) and writes its winner.
+enum { AM_PARTS = 64 };
+static __global__ __launch_bounds__(256) void argmax_part_kernel(ds_cu_rows x, float *pv,
+                                                                 int *pi) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.y, n = x.ne0;
+    const int64_t per = (n + AM_PARTS - 1) / AM_PARTS, i0 = blockIdx.x * per;
+    const int64_t i1 = min(n, i0 + per);
+    const float *xr = ds_cu_row(x, r);
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        float v = xr[i];
+        if (v != v) v = -INFINITY; // NaN never wins
+        am_take(bv, bi, v, (int)i);
+    }
+    am_block(bv, bi);
+    if (threadIdx.x == 0) {
+        pv[r * AM_PARTS + blockIdx.x] = bv;
+        pi[r * AM_PARTS + blockIdx.x] = bi;
+    }
+}
+
+// Pass 2: the row's winner over its parts (an all -inf / NaN row gives 0, as the CPU).
+static __global__ __launch_bounds__(AM_PARTS) void argmax_final_kernel(const float *pv,
+                                                                       const int *pi, int32_t *out) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.x;
+    float bv = pv[r * AM_PARTS + threadIdx.x];
+    int bi = pi[r * AM_PARTS + threadIdx.x];
+    am_block(bv, bi);
+    if (threadIdx.x == 0) out[r] = bi == 0x7fffffff ? 0 : bi;
 }
 
 extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
@@ -198,9 +223,16 @@ extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x)
     const int64_t rows = ds_cuda_nrows(x);
     DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
     if (rows == 0) return;
-    int32_t *d = (int32_t *)ds_cuda_scratch(c, (size_t)rows * 4);
-    if (!d) return;
-    ds_cu_launch(c, argmax_kernel, (unsigned)rows, 1024, 0, ds_cu_rows_of(x), d);
+    DS_ASSERT(rows <= 65535);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * (4 + 8 * AM_PARTS));
+    if (!s) return;
+    int32_t *d = (int32_t *)s;
+    float *pv = (float *)(s + (size_t)rows * 4);
+    int *pi = (int *)(pv + (size_t)rows * AM_PARTS);
+    ds_cu_launch(c, argmax_part_kernel, dim3(AM_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x),
+                 pv, pi);
+    ds_cu_launch(c, argmax_final_kernel, (unsigned)rows, AM_PARTS, 0, (const float *)pv,
+                 (const int *)pi, d);
     ds_cuda_launched(c, "argmax");
     ds_cuda_readback(c, out, d, (size_t)rows * 4);
 }

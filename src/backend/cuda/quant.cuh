@@ -10,9 +10,10 @@
 #include "backend/cuda/common.cuh"
 
 enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
-// MMQ_ROWS: the row-block size in mmq_splits' formula (fixes the K splits; kept for stable
-// numerics); MMQ_MAX_WARPS: most warps per 16-row tile block.
-enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32 };
+// MMQ_ROWS: rows per block of the staged kernel; MMQ_MAX_WARPS: most warps per 16-row tile block;
+// MMQ_SPLIT_UNITS: units per K split (matmul.cu mmq_splits; fixes the numerics).
+enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32,
+       MMQ_SPLIT_UNITS = 4 };
 
 static constexpr int qt_unit_bytes(int qt) {
     return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
@@ -80,6 +81,18 @@ __device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, int &sc, int
         sc = (int)((k4_byte(h, j + 4) & 0xf) | ((k4_byte(h, j - 4) >> 6) << 4));
         m = (int)((k4_byte(h, j + 4) >> 4) | ((k4_byte(h, j) >> 6) << 4));
     }
+}
+
+// All 8 scales and mins of a Q4_K/Q5_K header as bytes (sc[0]: groups 0-3, sc[1]: 4-7; the same
+// values as k4_scale_min), and group j's from them (j a compile-time constant after unrolling).
+__device__ __forceinline__ void k4_unpack(const uint4 &h, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
+    sc[0] = h.y & 0x3F3F3F3Fu;
+    mn[0] = h.z & 0x3F3F3F3Fu;
+    sc[1] = (h.w & 0x0F0F0F0Fu) | (((h.y >> 6) & 0x03030303u) << 4);
+    mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | (((h.z >> 6) & 0x03030303u) << 4);
+}
+__device__ __forceinline__ int k4_pick(const uint32_t (&v)[2], int j) {
+    return (int)((v[j >> 2] >> (8 * (j & 3))) & 0xffu);
 }
 
 // IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.

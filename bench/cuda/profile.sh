@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# profile.sh: per-kernel GPU time of one 27B decode step and one 16-row verify step, from Nsight
+# Compute's gpu__time_duration (one pass per kernel, caches and clocks left alone), with the
+# carried binaries (bench/cuda/README.md "Carried binaries"). Three eager runs of `dspec bench
+# --model --no-cuda-graphs` that differ by 4 decode steps / by one verify width give the step's
+# kernels by difference; bench/cuda/ncu_table.py turns the CSVs into the table.
+# Usage (repo root, on the GPU machine): [MIX=q4_k_m] bash bench/cuda/profile.sh
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dspec-cuda-out}
+mkdir -p "$OUT"
+source bench/cuda/deps.sh >/dev/null 2>&1 || { echo "profile.sh: dependencies missing"; exit 1; }
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+B=$PWD/build-carry
+MIX=${MIX:-q4_k_m}
+command -v ncu >/dev/null || { echo "profile.sh: ncu not on PATH"; exit 1; }
+"$B/dspec" synth --preset 27b --mix "$MIX" /tmp/profile.gguf 2>&1 | tail -1
+run() { # name decode verify
+  timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+    --csv --print-units base --log-file "$OUT/ncu_$1.csv" \
+    "$B/dspec" bench --model /tmp/profile.gguf --device cuda --no-cuda-graphs --prompt 64 \
+    --decode "$2" --reps 1 --verify "$3" >"$OUT/ncu_$1.log" 2>&1
+  echo "profile $1: exit $?, $(wc -l <"$OUT/ncu_$1.csv") lines"
+}
+run base 1 1
+run dec5 5 1
+run ver16 1 1,16
+rm -f /tmp/profile.gguf
