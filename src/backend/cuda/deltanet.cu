@@ -150,6 +150,18 @@ struct gdn_args {
     float *saved;         // [slots][H_v][d_v][d_k]
 };
 
+// ds_cu_warp_sum of N values at once (interleaved butterflies: same order per value).
+template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float t[N];
+#pragma unroll
+        for (int i = 0; i < N; i++) t[i] = __shfl_xor_sync(0xffffffffu, v[i], o);
+#pragma unroll
+        for (int i = 0; i < N; i++) v[i] = __fadd_rn(v[i], t[i]);
+    }
+}
+
 // Block: GDN_WARPS warps x GDN_JW value rows; lane l holds S[j][l*DKL .. l*DKL+DKL) of each row j.
 template <int DKL>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_args a) {
@@ -202,24 +214,36 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_
                 for (int r = 0; r < DKL; r++) S[jj][r] = base[(size_t)(j0 + jj) * DK + lane * DKL + r];
             }
         }
+        // the GDN_JW value rows are independent: their warp sums run side by side (the same
+        // butterfly per value as ds_cu_warp_sum, so the same bits), which keeps the row's
+        // dependent chain at two reductions instead of 2 * GDN_JW
+        float u[GDN_JW], o[GDN_JW];
 #pragma unroll
         for (int jj = 0; jj < GDN_JW; jj++) {
-            float u = 0.0f;
+            u[jj] = 0.0f;
 #pragma unroll
             for (int r = 0; r < DKL; r++) {
                 S[jj][r] = __fmul_rn(S[jj][r], decay);
-                u = __fmaf_rn(S[jj][r], kn[r], u);
+                u[jj] = __fmaf_rn(S[jj][r], kn[r], u[jj]);
             }
-            u = ds_cu_warp_sum(u);
-            const float delta = __fmul_rn(beta, __fsub_rn(vrow[j0 + jj], u));
-            float o = 0.0f;
+        }
+        warp_sums<GDN_JW>(u);
+#pragma unroll
+        for (int jj = 0; jj < GDN_JW; jj++) {
+            const float delta = __fmul_rn(beta, __fsub_rn(vrow[j0 + jj], u[jj]));
+            o[jj] = 0.0f;
 #pragma unroll
             for (int r = 0; r < DKL; r++) {
                 S[jj][r] = __fadd_rn(S[jj][r], __fmul_rn(kn[r], delta));
-                o = __fmaf_rn(S[jj][r], qn[r], o);
+                o[jj] = __fmaf_rn(S[jj][r], qn[r], o[jj]);
             }
-            o = ds_cu_warp_sum(o);
-            if (lane == 0) a.out[(int64_t)t * a.out_nb1 + (int64_t)h * a.dv + j0 + jj] = o;
+        }
+        warp_sums<GDN_JW>(o);
+        if (lane < GDN_JW) { // lane jj stores value row jj (every lane holds every sum)
+            float ov = o[0];
+#pragma unroll
+            for (int jj = 1; jj < GDN_JW; jj++) ov = lane == jj ? o[jj] : ov;
+            a.out[(int64_t)t * a.out_nb1 + (int64_t)h * a.dv + j0 + lane] = ov;
         }
         const int dst = a.dst[t];
         if (dst >= 0) {
