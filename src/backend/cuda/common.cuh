@@ -48,6 +48,10 @@ typedef struct ds_cuda_ctx {
         int kind;
         uint64_t gen;
     } prep;
+    // kind of the last prepared quantized matmul input (-1 none yet): the guess under which
+    // the ops that produce a matmul input also prepare it (matmul.cu ds_cuda_prep_fused)
+    int prep_last;
+    uint64_t n_prep;          // preparation launches (ds_cuda_prep_launches)
     // DSPEC_CUDA_PROFILE=1: an event after each op; GPU time between consecutive events is
     // charged to the op (launch gaps included) and printed as a table when the backend is freed.
     struct ds_cuda_prof *prof;

@@ -398,6 +398,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
                           cudaGetErrorName(e), cudaGetErrorString(e));
     }
     c->n_sm = prop.multiProcessorCount;
+    c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {
         cudaStreamDestroy(c->stream);
         free(be);

@@ -24,6 +24,9 @@ void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const d
                        const int32_t *ids, int64_t k);
 // Whether matmul supports weight type t (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS).
 bool ds_cuda_matmul_supports(ds_type t);
+// Activation-preparation launches so far (matmuls that quantized their input themselves, rather
+// than reusing it from the previous matmul or from the op that produced it): for tests.
+uint64_t ds_cuda_prep_launches(ds_backend *be);
 // elem.cu (MoE)
 void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
                          const float *w, int64_t k);

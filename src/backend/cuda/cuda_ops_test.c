@@ -573,6 +573,84 @@ static void test_add_rmsnorm(void **state) {
     free(x), free(b), free(w), free(x1), free(y1), free(x2), free(y2);
 }
 
+// An op that produces a matmul input (swiglu, mul_sigmoid; add_rmsnorm and rmsnorm from 64
+// rows) also prepares it for the next matmul when the rows allow it: that matmul launches no preparation of its own
+// and gives the same bits as a matmul of a copy of the input, which prepares it itself.
+static void fused_prep_check(env *e, const char *what, ds_tensor *yg, const ds_tensor *wg,
+                             int64_t n_out, int64_t n) {
+    const int64_t E = yg->ne[0];
+    const size_t yb = (size_t)(E * n) * 4, ob = (size_t)(n_out * n) * 4;
+    float *o = e->gpu->ops.alloc(e->gpu, ob);
+    float *got = xmalloc(ob), *ref = xmalloc(ob), *yh = xmalloc(yb);
+    ds_tensor og = ds_tensor_2d(o, DS_TYPE_F32, n_out, n);
+    const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
+    e->gpu->ops.matmul(e->gpu, &og, wg, yg);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s: %s N=%lld reuses the fused preparation", what,
+             ds_type_name(wg->type), (long long)n);
+    if (ds_cuda_prep_launches(e->gpu) != p0) fail_msg("%s", msg);
+    down(e, got, o, ob);
+    down(e, yh, yg->data, yb);
+    e->gpu->ops.write(e->gpu, yg->data, yh, yb); // the same values, through a write
+    e->gpu->ops.matmul(e->gpu, &og, wg, yg);
+    assert_int_equal(ds_cuda_prep_launches(e->gpu), p0 + 1);
+    down(e, ref, o, ob);
+    snprintf(msg, sizeof(msg), "%s: %s N=%lld fused == prepared alone", what,
+             ds_type_name(wg->type), (long long)n);
+    expect_bitwise(msg, got, ref, n_out * n);
+    dfree(e, o);
+    free(got), free(ref), free(yh);
+}
+
+static void test_fused_prep(void **state) {
+    ENV(state);
+    const int64_t E = 5120, F = 1024, n_out = 300; // 5120: 1024-thread norm rows, 4 units a pass
+    static const int ns[] = {1, 3, 16, 64}; // (the norms prepare their output from 64 rows)
+    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K};
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
+        ds_tensor we, wf;
+        void *wed = up_weights(e, types[ti], E, n_out, &we), *wfd = up_weights(e, types[ti], F, n_out, &wf);
+        for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
+            const int64_t n = ns[ni];
+            float *x = xmalloc((size_t)(E * n) * 4), *b = xmalloc((size_t)(E * n) * 4);
+            float *w = xmalloc((size_t)E * 4), *g = xmalloc((size_t)(2 * F * n) * 4);
+            fill_u(e, x, E * n, 3.0f);
+            fill_u(e, b, E * n, 2.0f);
+            fill_u(e, w, E, 1.0f);
+            fill_u(e, g, 2 * F * n, 4.0f);
+            void *xd = up(e, x, (size_t)(E * n) * 4), *bd = up(e, b, (size_t)(E * n) * 4);
+            void *wd = up(e, w, (size_t)E * 4), *gd = up(e, g, (size_t)(2 * F * n) * 4);
+            void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
+            void *hd = e->gpu->ops.alloc(e->gpu, (size_t)(F * n) * 4);
+            ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, E, n), bg = ds_tensor_2d(bd, DS_TYPE_F32, E, n);
+            ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, E, n), wg = ds_tensor_1d(wd, DS_TYPE_F32, E);
+            ds_tensor hg = ds_tensor_2d(hd, DS_TYPE_F32, F, n);
+            ds_tensor gg = ds_tensor_2d(gd, DS_TYPE_F32, F, n), ug = gg;
+            gg.nb[1] = ug.nb[1] = (size_t)(2 * F) * 4;
+            gg.nb[2] = ug.nb[2] = gg.nb[1] * (size_t)n;
+            ug.data = (float *)gd + F;
+            // a matmul of this weight type first: the guess of the fused preparation
+            float *pd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * n) * 4);
+            ds_tensor pg = ds_tensor_2d(pd, DS_TYPE_F32, n_out, n);
+            e->gpu->ops.matmul(e->gpu, &pg, &we, &xg);
+            dfree(e, pd);
+            if (n >= 64) {
+                e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
+                fused_prep_check(e, "add_rmsnorm", &yg, &we, n_out, n);
+                e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
+                fused_prep_check(e, "rmsnorm", &yg, &we, n_out, n);
+            }
+            e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
+            fused_prep_check(e, "swiglu", &hg, &wf, n_out, n);
+            e->gpu->ops.mul_sigmoid(e->gpu, &hg, &hg, &ug);
+            fused_prep_check(e, "mul_sigmoid", &hg, &wf, n_out, n);
+            dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, gd), dfree(e, yd), dfree(e, hd);
+            free(x), free(b), free(w), free(g);
+        }
+        dfree(e, wed), dfree(e, wfd);
+    }
+}
+
 static void test_gated_rmsnorm(void **state) {
     ENV(state);
     const int64_t d = 128, rows = 48 * 3;
@@ -1088,6 +1166,7 @@ int main(void) {
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
         cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
+        cmocka_unit_test(test_fused_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),

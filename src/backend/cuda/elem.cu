@@ -5,7 +5,7 @@
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // Calls common.cuh. Called through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/quant.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -13,13 +13,15 @@ extern "C" {
 
 enum { EW_ADD = 0, EW_SWIGLU = 1, EW_MUL_SIGMOID = 2, EW_SOFTCAP = 3 };
 
-template <int OP>
+// Q: the row is a matmul input: the block's 256 outputs are also quantized as one unit of its
+// prepared activations (quant.cuh q8k_group; every thread of the grid is in range then).
+template <int OP, bool Q = false>
 static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows a, ds_cu_rows b,
-                                                        float p0, float p1) {
+                                                        float p0, float p1, q8k_out qo) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t r = blockIdx.x;
     const int64_t i = (int64_t)blockIdx.y * 256 + threadIdx.x;
-    if (i >= a.ne0) return;
+    if (!Q && i >= a.ne0) return;
     const float av = ds_cu_row(a, r)[i];
     float v;
     if (OP == EW_ADD) {
@@ -33,6 +35,7 @@ static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows
         if (p1 > 0.0f) v = __fmul_rn(tanhf(__fdiv_rn(v, p1)), p1);
     }
     ds_cu_row(y, r)[i] = v;
+    if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
 }
 
 template <int OP>
@@ -48,7 +51,18 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     if (rows == 0 || n == 0) return;
     ds_cu_rows bv = b ? ds_cu_rows_of(b) : ds_cu_rows_of(a);
     dim3 grid((unsigned)rows, (unsigned)((n + 255) / 256));
-    ds_cu_launch(c, ew_kernel<OP>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1);
+    q8k_out qo = {};
+    // the gated products feed a matmul (FFN down, attention output): prepare its input here
+    if constexpr (OP == EW_SWIGLU || OP == EW_MUL_SIGMOID) {
+        if (ds_cuda_prep_fused(c, y, &qo)) {
+            ds_cu_launch(c, ew_kernel<OP, true>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a),
+                         bv, p0, p1, qo);
+            ds_cuda_launched(c, op);
+            return;
+        }
+    }
+    ds_cu_launch(c, ew_kernel<OP>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1,
+                 qo);
     ds_cuda_launched(c, op);
 }
 

@@ -40,64 +40,14 @@ extern "C" {
 
 // ---- activation preparation ----------------------------------------------------------------------
 
-// q8_K (quantize_row_q8_K_ref): per 256, max = first element of largest magnitude, iscale =
-// -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per 32. PERM stores q
-// in IQ4_XS decode order within each 32 (position p holds element 4(p>>3) + ((p&7)>>1) + 16(p&1)).
+// q8_K per 256 (quant.cuh q8k_group; PERM: IQ4_XS order): one block per unit and column.
 template <bool PERM>
 static __global__ __launch_bounds__(256) void prep_q8k_kernel(xsrc src, int64_t n_in, int8_t *xq,
                                                               float *xd, int32_t *xb) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
-    const int64_t c = blockIdx.y;
-    const float *x = xcol_ptr(src, c) + (int64_t)u * UNIT;
-    float v = x[i];
-    float a = v == v ? fabsf(v) : -1.0f;
-    int idx = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        float oa = __shfl_xor_sync(0xffffffffu, a, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > a || (oa == a && oi < idx)) {
-            a = oa;
-            idx = oi;
-        }
-    }
-    __shared__ float s_a[8];
-    __shared__ int s_i[8];
-    __shared__ float s_max;
-    if (lane == 0) {
-        s_a[w] = a;
-        s_i[w] = idx;
-    }
-    __syncthreads();
-    if (i == 0) {
-        float ba = s_a[0];
-        int bi = s_i[0];
-        for (int k = 1; k < 8; k++) {
-            if (s_a[k] > ba || (s_a[k] == ba && s_i[k] < bi)) {
-                ba = s_a[k];
-                bi = s_i[k];
-            }
-        }
-        s_max = ba > 0.0f ? x[bi] : 0.0f;
-    }
-    __syncthreads();
-    const float mx = s_max;
-    int q = 0;
-    float d = 0.0f;
-    if (mx != 0.0f) {
-        float iscale = __fdiv_rn(-127.0f, mx);
-        q = min(127, round_int(__fmul_rn(iscale, v)));
-        d = __fdiv_rn(1.0f, iscale);
-    }
-    int pos = i;
-    if (PERM) {
-        int e = i & 31;
-        pos = (i & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4);
-    }
-    xq[c * n_in + (int64_t)u * UNIT + pos] = (int8_t)q;
-    int bs = ds_cu_warp_sum_i(q);
-    if (lane == 0) xb[c * (n_in / 32) + u * 8 + w] = bs;
-    if (i == 0) xd[c * (n_in / UNIT) + u] = d;
+    const int64_t u = blockIdx.x, c = blockIdx.y;
+    const float v = xcol_ptr(src, c)[u * UNIT + threadIdx.x];
+    q8k_group<PERM>(v, c, u, n_in, xq, xd, xb);
 }
 
 // q8_0 as llama.cpp's x86 CPU backend quantizes activations: d = fp16(amax/127),
@@ -575,6 +525,10 @@ static bool is_float_type(ds_type t) {
     return t == DS_TYPE_F32 || t == DS_TYPE_F16 || t == DS_TYPE_BF16;
 }
 
+extern "C" uint64_t ds_cuda_prep_launches(ds_backend *be) {
+    return ds_cuda_of(be)->n_prep;
+}
+
 extern "C" bool ds_cuda_matmul_supports(ds_type t) {
     return is_float_type(t) || qt_of(t) >= 0;
 }
@@ -650,14 +604,44 @@ static bool prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_
     return same;
 }
 
+// The scratch layout of prepared activations: xq [ncx][n_in] | xd [ncx][n_in/32] (q8_K uses
+// the first n_in/256 per column) | xb [ncx][n_in/32] | extra.
+static void prep_layout(int64_t n_in, int64_t ncx, size_t *sz_q, size_t *sz_d) {
+    *sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
+    *sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
+}
+
+bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
+    const int64_t n_in = y->ne[0], ncx = y->ne[1];
+    if ((c->prep_last != 1 && c->prep_last != 2) || c->prof || y->type != DS_TYPE_F32 ||
+        y->nb[0] != 4 || n_in % UNIT != 0 || y->ne[2] != 1 || y->ne[3] != 1 || ncx < 1 ||
+        ncx > 65535) {
+        return false;
+    }
+    size_t sz_q, sz_d;
+    prep_layout(n_in, ncx, &sz_q, &sz_d);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d);
+    if (!s) return false;
+    o->xq = (int8_t *)s;
+    o->xd = (float *)(s + sz_q);
+    o->xb = (int32_t *)(s + sz_q + sz_d);
+    o->perm = c->prep_last == 1;
+    // what prep_quant would record for ds_cuda_matmul(w, y) (matmul_multi alike)
+    c->prep.scratch = s, c->prep.data = y->data, c->prep.ne1 = y->ne[1];
+    c->prep.nb1 = (int64_t)y->nb[1], c->prep.nb2 = (int64_t)y->nb[2];
+    c->prep.n_in = n_in, c->prep.ncx = ncx, c->prep.kind = c->prep_last;
+    c->prep.gen = c->op_gen;
+    return true;
+}
+
 // Scratch xq | xd | xb (| `extra` bytes, at a.part) for ncx columns of xs, and the activations
 // quantized into it for weight type qt, unless the previous matmul already did (prep_reuse).
 // Sets a.xq, a.xd, a.xb, a.part; a.n_in must be set. False when the scratch cannot be had.
 static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size_t extra,
                        mm_args &a) {
     const int64_t n_in = a.n_in;
-    const size_t sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
-    const size_t sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
+    size_t sz_q, sz_d;
+    prep_layout(n_in, ncx, &sz_q, &sz_d);
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d + extra);
     if (!s) return false;
     int8_t *xq = (int8_t *)s;
@@ -665,7 +649,9 @@ static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
     a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + 2 * sz_d);
     const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
+    c->prep_last = kind;
     if (prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
+    c->n_prep++;
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
     if (qt == QT_Q8_0) {
         ds_cu_launch(c, prep_q8_0_kernel, pg, 256, 0, xs, n_in, xq, xd);

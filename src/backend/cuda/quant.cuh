@@ -68,6 +68,89 @@ __device__ __forceinline__ float ksum(float dw, float dmw, float da, int isum, i
 }
 
 
+// q8_K of one unit (quantize_row_q8_K_ref) held by a group of 256 consecutive threads of the
+// block, thread gi (0..255) of the group holding element gi: max = first element of largest
+// magnitude, iscale = -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per
+// 32. PERM stores q in IQ4_XS decode order within each 32 (position p holds element
+// 4(p>>3) + ((p&7)>>1) + 16(p&1)). The unit goes to column c, unit u of xq/xd/xb (the layout of
+// matmul.cu's prepared activations). Every thread of the block must call it (it synchronizes the
+// block; up to 4 groups, 1024 threads).
+template <bool PERM>
+__device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t n_in, int8_t *xq,
+                                          float *xd, int32_t *xb) {
+    __shared__ float s_a[32], s_v[32], s_max[4];
+    __shared__ int s_i[32];
+    const int i = threadIdx.x & 255, grp = threadIdx.x >> 8, lane = threadIdx.x & 31;
+    const int w = threadIdx.x >> 5, wg = i >> 5; // warp in the block, in the group
+    float a = v == v ? fabsf(v) : -1.0f, sv = v;
+    int idx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, a, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        float ov = __shfl_xor_sync(0xffffffffu, sv, o);
+        if (oa > a || (oa == a && oi < idx)) {
+            a = oa;
+            idx = oi;
+            sv = ov;
+        }
+    }
+    if (lane == 0) {
+        s_a[w] = a;
+        s_i[w] = idx;
+        s_v[w] = sv;
+    }
+    __syncthreads();
+    if (i == 0) {
+        const int w0 = grp * 8;
+        float ba = s_a[w0], bv = s_v[w0];
+        int bi = s_i[w0];
+        for (int k = 1; k < 8; k++) {
+            if (s_a[w0 + k] > ba || (s_a[w0 + k] == ba && s_i[w0 + k] < bi)) {
+                ba = s_a[w0 + k];
+                bi = s_i[w0 + k];
+                bv = s_v[w0 + k];
+            }
+        }
+        s_max[grp] = ba > 0.0f ? bv : 0.0f;
+    }
+    __syncthreads();
+    const float mx = s_max[grp];
+    int q = 0;
+    float d = 0.0f;
+    if (mx != 0.0f) {
+        float iscale = __fdiv_rn(-127.0f, mx);
+        q = min(127, round_int(__fmul_rn(iscale, v)));
+        d = __fdiv_rn(1.0f, iscale);
+    }
+    int pos = i;
+    if (PERM) {
+        int e = i & 31;
+        pos = (i & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4);
+    }
+    xq[c * n_in + u * UNIT + pos] = (int8_t)q;
+    int bs = ds_cu_warp_sum_i(q);
+    if (lane == 0) xb[c * (n_in / 32) + u * 8 + wg] = bs;
+    if (i == 0) xd[c * (n_in / UNIT) + u] = d;
+    __syncthreads(); // the shared arrays are reused by the block's next call
+}
+
+// Where an op that produces a matmul's input also writes its prepared q8_K activations
+// (matmul.cu ds_cuda_prep_fused): xq, xd, xb in the prepared layout, perm: IQ4_XS order.
+struct q8k_out {
+    int8_t *xq;
+    float *xd;
+    int32_t *xb;
+    int perm;
+};
+__device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t c, int64_t u,
+                                              int64_t n_in) {
+    if (o.perm) {
+        q8k_group<true>(v, c, u, n_in, o.xq, o.xd, o.xb);
+    } else {
+        q8k_group<false>(v, c, u, n_in, o.xq, o.xd, o.xb);
+    }
+}
+
 // Q4_K/Q5_K scale and min of group j from the 12 packed bytes (dtype quants.c k4_scale_min).
 __device__ __forceinline__ uint32_t k4_byte(const uint4 &h, int i) {
     uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
@@ -124,3 +207,10 @@ struct mmv_group {
     int n;
 };
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
+
+// Fused activation preparation: an op about to write y (f32 rows, y->ne[0] a multiple of 256)
+// asks for the prepared-activation scratch of y as the next matmul would prepare it (q8_K, or
+// IQ4_XS order; the kind of the last prepared matmul input is the guess). True: *o is where the
+// op's kernel writes them (q8k_group_out), and the next matmul of y reuses them (a wrong guess
+// only costs that matmul its own preparation). False: no fusion (the op runs alone).
+bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
