@@ -155,6 +155,9 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
     ds_cuda_ctx *c = ds_cuda_of(be);
     c->gmode = DS_CU_EAGER;
     c->g_cur = -1;
+    // a step's fused activation preparations guess from its own matmuls only (matmul.cu
+    // ds_cuda_prep_fused), so a replay launches what the capture did whatever ran before
+    c->prep_last = -1;
     if (c->dead || c->prof || c->graphs_off) return;
 #ifdef DSPEC_CUDA_SYNC
     return;

@@ -533,12 +533,16 @@ extern "C" bool ds_cuda_matmul_supports(ds_type t) {
     return is_float_type(t) || qt_of(t) >= 0;
 }
 
-// K splits of the quantized GEMV: runs of MMQ_SPLIT_UNITS units, so the pipelined kernel has
-// many small work items to spread evenly over its persistent warps. A function of the shape only
+// K splits of the quantized GEMV: runs of MMQ_SPLIT_UNITS units (many blocks for the staged
+// kernel at verify widths), at most MMQ_SPLIT_ROWS / n_out of them. A function of the shape only
 // (never of N): that is what keeps results batch-invariant.
 static int mmq_splits(const ds_cuda_ctx *c, int64_t n_out, int n_units) {
-    (void)c, (void)n_out;
-    return DS_MAX(1, DS_MIN((n_units + MMQ_SPLIT_UNITS - 1) / MMQ_SPLIT_UNITS, 32));
+    (void)c;
+    int64_t ks = (n_units + MMQ_SPLIT_UNITS - 1) / MMQ_SPLIT_UNITS;
+    // wide outputs have rows enough to fill the GPU, and their split partials (ks x N x n_out
+    // floats for the staged kernel) would be large: the 248K-row LM head gets one split
+    ks = DS_MIN(ks, DS_MAX((int64_t)1, (int64_t)MMQ_SPLIT_ROWS / DS_MAX(n_out, (int64_t)1)));
+    return (int)DS_MAX((int64_t)1, DS_MIN(ks, (int64_t)32));
 }
 
 // Warps per 16-row tile block: enough for about one wave of resident warps (~12 per SM at
