@@ -59,7 +59,7 @@ done
 for ctx in ${CTX:-}; do
   t "27b q4_k_m at context $ctx"
   "$B/dspec" synth --preset 27b --mix q4_k_m /tmp/carried.gguf 2>&1 | tail -1
-  timeout 200 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt "$ctx" --decode 16 \
+  timeout 400 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt "$ctx" --decode 16 \
     --reps 3 --verify 1,16 >"$OUT/bench_27b_q4_k_m_ctx$ctx.txt" 2>&1
   grep -vE "^dspec (info|debug)" "$OUT/bench_27b_q4_k_m_ctx$ctx.txt"
   rm -f /tmp/carried.gguf
