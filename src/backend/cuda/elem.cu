@@ -3,7 +3,9 @@
 // gated shared expert), and argmax over the vocabulary (result copied to the caller's host
 // array). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
-// Calls common.cuh. Called through the op table. Spec: backend.h.
+// SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
+// matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused). Argmax: 64 slices per row, then
+// their winners. Calls common.cuh, quant.cuh. Called through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
 #include "backend/cuda/quant.cuh"
 

@@ -1,7 +1,9 @@
 // norm.cu: RMSNorm over rows of strided f32 views (also in place), the residual add fused with the
 // next RMSNorm, and the DeltaNet gated RMSNorm (rmsnorm * w * silu(z)). One block per row; the sum of squares is accumulated in double as the
 // CPU backend does (cpu_elem.c), so the scale almost always rounds to the CPU's float bits; the
-// products use the CPU's order. Calls common.cuh. Called through the op table.
+// products use the CPU's order. From 64 rows, rmsnorm and add_rmsnorm also write their output's
+// prepared (q8_K) activations for the next matmul (quant.cuh q8k_group, matmul.cu
+// ds_cuda_prep_fused). Calls common.cuh, quant.cuh. Called through the op table.
 // Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z);  flops: ~4*rows*ne0.
 #include "backend/cuda/quant.cuh"
