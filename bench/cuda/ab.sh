@@ -7,14 +7,9 @@
 #   bash bench/cuda/ab.sh
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/dspec-cuda-out}
-mkdir -p "$OUT"
-source bench/cuda/deps.sh >/dev/null 2>&1 || { echo "ab.sh: dependencies missing"; exit 1; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source bench/cuda/carried_env.sh ab.sh || exit 1
 A=$PWD/build-carry B=$PWD/build-carry-b
-for f in "$A/dspec" "$B/dspec" "$B/cuda_ops_test" "$B/cuda_model_test"; do
-  [ -x "$f" ] || { echo "ab.sh: $f missing"; exit 1; }
-done
+need_bins "$A" dspec && need_bins "$B" dspec cuda_ops_test cuda_model_test || exit 1
 echo "== B: cuda_model_test, cuda_ops_test"
 timeout 120 "$B/cuda_model_test" >"$OUT/ab_model_test.log" 2>&1; echo "cuda_model_test exit $?"
 (cd /tmp && timeout 150 "$B/cuda_ops_test" >"$OUT/ab_ops_test.log" 2>&1; echo "cuda_ops_test exit $?")

@@ -12,14 +12,9 @@
 # synthetic DFlash / DFlash 2 / DSpark drafters of the 27B shapes, as model_bench.sh does)
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/dspec-cuda-out}
-mkdir -p "$OUT"
-source bench/cuda/deps.sh >/dev/null 2>&1 || { echo "carried.sh: dependencies missing"; exit 1; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source bench/cuda/carried_env.sh carried.sh || exit 1
 B=$PWD/build-carry
-for f in dspec cuda_model_test cuda_ops_test; do
-  [ -x "$B/$f" ] || { echo "carried.sh: $B/$f missing (see bench/cuda/README.md)"; exit 1; }
-done
+need_bins "$B" dspec cuda_model_test cuda_ops_test || exit 1
 T0=$(date +%s)
 t() { echo "[carried +$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader

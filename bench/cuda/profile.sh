@@ -7,11 +7,9 @@
 # Usage (repo root, on the GPU machine): [MIX=q4_k_m] bash bench/cuda/profile.sh
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/dspec-cuda-out}
-mkdir -p "$OUT"
-source bench/cuda/deps.sh >/dev/null 2>&1 || { echo "profile.sh: dependencies missing"; exit 1; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source bench/cuda/carried_env.sh profile.sh || exit 1
 B=$PWD/build-carry
+need_bins "$B" dspec || exit 1
 MIX=${MIX:-q4_k_m}
 command -v ncu >/dev/null || { echo "profile.sh: ncu not on PATH"; exit 1; }
 "$B/dspec" synth --preset 27b --mix "$MIX" /tmp/profile.gguf 2>&1 | tail -1
