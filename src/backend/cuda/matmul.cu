@@ -593,6 +593,11 @@ static void mmf_dispatch(ds_cuda_ctx *c, const mm_args &a, int nc, int n_z) {
     else ds_cu_launch(c, mmf_kernel<WT, 8>, grid, 256, 0, a);
 }
 
+// The activation view a matmul of x reads (its columns: x's rows).
+static xsrc xsrc_of(const ds_tensor *x) {
+    return {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+}
+
 // Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
 // matmul with no other op in between (a matmul never writes its own input, and every other op,
 // copy and write included, bumps op_gen); records them as prepared otherwise.
@@ -630,11 +635,7 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     o->xd = (float *)(s + sz_q);
     o->xb = (int32_t *)(s + sz_q + sz_d);
     o->perm = c->prep_last == 1;
-    // what prep_quant would record for ds_cuda_matmul(w, y) (matmul_multi alike)
-    c->prep.scratch = s, c->prep.data = y->data, c->prep.ne1 = y->ne[1];
-    c->prep.nb1 = (int64_t)y->nb[1], c->prep.nb2 = (int64_t)y->nb[2];
-    c->prep.n_in = n_in, c->prep.ncx = ncx, c->prep.kind = c->prep_last;
-    c->prep.gen = c->op_gen;
+    prep_reuse(c, s, xsrc_of(y), n_in, ncx, c->prep_last); // records it, as prep_quant would
     return true;
 }
 
@@ -752,7 +753,7 @@ extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
     memset(&a, 0, sizeof(a));
     a.w = (const uint8_t *)w->data, a.w_nb1 = w->nb[1], a.n_out = n_out, a.n_in = n_in;
     a.ncols = (int)n, a.y = (float *)y->data, a.y_nb1 = (int64_t)(y->nb[1] / sizeof(float));
-    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    const xsrc xs = xsrc_of(x);
     mm_run(c, "matmul", w->type, a, xs, n);
 }
 
@@ -778,7 +779,7 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
     }
     if (!ds_cuda_alive(c, "matmul")) return;
     check_f32_rows(x);
-    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    const xsrc xs = xsrc_of(x);
     bool done[MMV_MAX_MATS] = {false};
     for (int i = 0; i < n_w; i++) { // one launch per weight type, in first-seen order
         if (done[i]) continue;
@@ -829,6 +830,6 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
     a.n_out = n_out, a.n_in = n_in, a.ncols = (int)(n * k);
     a.y = (float *)y->data, a.y_nb1 = (int64_t)(y->nb[1] / 4), a.y_nb2 = (int64_t)(y->nb[2] / 4);
     a.ids = ids_d, a.k = (int)k, a.per_slot = per_slot;
-    xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    const xsrc xs = xsrc_of(x);
     mm_run(c, "matmul_id", w->type, a, xs, per_slot ? n * k : n);
 }
