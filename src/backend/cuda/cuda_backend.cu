@@ -263,7 +263,9 @@ static void *cuda_alloc(ds_backend *be, size_t n) {
         return NULL;
     }
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, n ? n : 256);
+    // (16 bytes of padding: the GEMV loads 2-byte-aligned blocks as aligned words, and may read
+    // up to a word past a tensor's last byte -- matmul_vec.cu)
+    cudaError_t e = cudaMalloc(&p, n + 16);
     if (e != cudaSuccess) {
         // Out of memory is not fatal for the backend: report it and let the caller fail cleanly.
         size_t free_b = 0, total_b = 0;

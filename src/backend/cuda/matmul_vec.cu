@@ -4,49 +4,87 @@
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
 // A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits that
-// matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t = lane%4 a quarter of each 256-element unit (Q8_0:
-// two of its eight 32-blocks), so the 8 groups of a warp read 8 rows' units with 16-byte loads
-// while the activation words they need are the same (broadcast) for all groups. Weights are
-// loaded two or three units ahead. A unit's integer sums are exact (dp4a, then a 4-lane butterfly); its
-// float term is the CPU's (quant.cuh ksum); terms are added in unit order within the split, and
-// the split partials in split order in shared memory -- the same float operations in the same
-// order as the mma kernel plus its reduction, so a row is bitwise equal whichever kernel (and
-// whatever N) computed it. One kernel, no split-K scratch in global memory.
+// matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
+// lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups
+// of a warp read 8 rows' units with 16-byte loads while the activation words they need are the
+// same (broadcast) for all groups. Each lane keeps 3-4 units of weights in flight in registers
+// (mmv_pf); the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into place
+// only when computing. The warps per block follow the kernel's real residency (mmv_warps), as the
+// kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
+// exact (dp4a, then a 4-lane butterfly); its float term is the CPU's (quant.cuh ksum); terms are
+// added in unit order within the split, and the split partials in split order in shared memory
+// -- the same float operations in the same order as the mma kernel plus its reduction, so a row
+// is bitwise equal whichever kernel (and whatever N) computed it. No split-K scratch in global
+// memory.
 //   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.1 per row block (activations, L1/L2)
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
 #include "backend/cuda/quant.cuh"
+
+#include <atomic>
 
 // rows per block (one per 4-lane group of a warp); most warps per block
 enum { MMV_ROWS = 8, MMV_MAX_WARPS = 8 };
 
 static constexpr uint32_t M4 = 0x0F0F0F0Fu;
 
-__device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
-    return __ldg((const uint4 *)p);
-}
-__device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
-    return __ldg((const uint2 *)p);
+// Weight loads into registers (read-only path). Nothing consumes a weight register until its
+// unit is computed, PF units later (mmv_kernel): a load is only a load.
+__device__ __forceinline__ void ldw(uint4 &f, const uint8_t *p) { f = __ldg((const uint4 *)p); }
+__device__ __forceinline__ void ldw(uint2 &f, const uint8_t *p) { f = __ldg((const uint2 *)p); }
+__device__ __forceinline__ void ldw(uint32_t &f, const uint8_t *p) {
+    f = __ldg((const uint32_t *)p);
 }
 
-// NW 32-bit words from a 2-byte-aligned address: aligned loads and funnel shifts (never reads a
-// word past the last byte asked for when the address is 4-byte aligned).
-template <int NW>
-__device__ __forceinline__ void ld_words_a2(uint32_t (&w)[NW], const uint8_t *p) {
-    const uint32_t *b = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    const uint32_t sh = (uint32_t)((uintptr_t)p & 2) * 8; // 0 or 16
-    uint32_t prev = __ldg(b);
+// NW 32-bit words from a 2-byte-aligned address, kept as the NW + 1 aligned words around them
+// (the last loaded only when the address is not 4-byte aligned: never a word past the last byte
+// asked for otherwise) and shifted into place when used.
+template <int NW> struct a2_words {
+    uint32_t r[NW + 1], sh; // sh: 0 or 16
+    __device__ __forceinline__ void load(const uint8_t *p) {
+        const uint8_t *b = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)3);
+        sh = (uint32_t)((uintptr_t)p & 2) * 8;
 #pragma unroll
-    for (int i = 0; i < NW; i++) {
-        uint32_t next = i + 1 < NW ? __ldg(b + i + 1) : (sh ? __ldg(b + NW) : 0u);
-        w[i] = __funnelshift_r(prev, next, sh);
-        prev = next;
+        for (int i = 0; i < NW; i++) ldw(r[i], b + 4 * i);
+        if (sh) ldw(r[NW], b + 4 * NW);
+        else r[NW] = 0u;
     }
+    __device__ __forceinline__ uint32_t operator[](int i) const {
+        return __funnelshift_r(r[i], r[i + 1], sh);
+    }
+};
+
+// dp4a of unsigned bytes a (0..255) with signed bytes b: Q4_K's high nibbles are used in place
+// (16 x their value), which saves a shift per word; the sum is then exactly 16 x the dot.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
 }
 
-// Q6_K 6-bit values (4 per word) minus 32 as int8 bytes.
-__device__ __forceinline__ uint32_t q6_minus32(uint32_t v) {
-    uint32_t x = v ^ 0x20202020u; // v >= 32: v - 32; v < 32: v + 32 with bit 5 set ...
-    return x | ((x & 0x20202020u) * 6u); // ... which | 0xC0 turns into v - 32 (mod 256)
+// Q4_K/Q5_K scales and mins of groups 2t and 2t+1 (lane t of a row), branch-free (the CPU's
+// k4_scale_min values: groups 0-3 from bytes 0-7, groups 4-7 from bytes 8-11 and the top bits
+// of 0-7). Lanes 0-1 and 2-3 take different words, selected rather than branched on.
+__device__ __forceinline__ void k4_lane_scales(const uint4 &h, int t, int &sc0, int &sc1, int &m0,
+                                               int &m1) {
+    const bool up = t >= 2;
+    const uint32_t scw = up ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+    const uint32_t mnw =
+        up ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+    const uint32_t s0 = 0x4440u | (2u * (t & 1)), s1 = s0 + 1; // byte 2(t%2) (+1), zero above
+    sc0 = (int)__byte_perm(scw, 0, s0);
+    sc1 = (int)__byte_perm(scw, 0, s1);
+    m0 = (int)__byte_perm(mnw, 0, s0);
+    m1 = (int)__byte_perm(mnw, 0, s1);
+}
+
+// Q6_K: 4 x (q - 32) as int8 bytes from the 4 low bits (src >> ls, bits 0-3 of each byte) and
+// the 2 high bits (qh >> hs, bits 0-1): 4q lands in bits 2-7 and flipping bit 7 subtracts 128.
+// The dot of such words is exactly 4 x the dot of (q - 32).
+// (ls, hs: compile-time constants once the callers' loops are unrolled)
+__device__ __forceinline__ uint32_t q6_x4(uint32_t src, int ls, uint32_t qh, int hs) {
+    const uint32_t lo = ls >= 2 ? src >> (ls - 2) : src << (2 - ls); // nibble at bits 2-5
+    const uint32_t hi = hs <= 6 ? qh << (6 - hs) : qh >> (hs - 6);   // 2 bits at bits 6-7
+    return ((lo & 0x3C3C3C3Cu) | (hi & 0xC0C0C0C0u)) ^ 0x80808080u;
 }
 
 // ---- one unit, one lane quarter: raw weight words and their integer sums ---------------------------
@@ -60,9 +98,8 @@ __device__ __forceinline__ uint32_t q6_minus32(uint32_t v) {
 template <int NC, typename V>
 __device__ __forceinline__ void k45_dot(const mm_args &a, int u, int t, const uint4 &h, const V &v,
                                         int (&is)[NC], int (&ms)[NC], float &dw, float &dmw) {
-    int sc0, m0, sc1, m1;
-    k4_scale_min(h, 2 * t, sc0, m0);
-    k4_scale_min(h, 2 * t + 1, sc1, m1);
+    int sc0, sc1, m0, m1;
+    k4_lane_scales(h, t, sc0, sc1, m0, m1);
 #pragma unroll
     for (int c = 0; c < NC; c++) {
         const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
@@ -73,31 +110,42 @@ __device__ __forceinline__ void k45_dot(const mm_args &a, int u, int t, const ui
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             dl = __dp4a((int)v.lo(i), (int)xl[i], dl);
-            dh = __dp4a((int)v.hi(i), (int)xh[i], dh);
+            dh = dp4a_us(v.hi(i), (int)xh[i], dh);
         }
         const int2 bs = __ldg((const int2 *)(a.xb + c * (a.n_in / 32) + (int64_t)u * 8 + 2 * t));
-        is[c] = sc0 * dl + sc1 * dh;
+        is[c] = sc0 * dl + sc1 * (dh >> V::HI_SHIFT);
         ms[c] = m0 * bs.x + m1 * bs.y;
     }
     dw = ds_cu_h2f(h.x);
     dmw = ds_cu_h2f(h.x >> 16);
 }
 
+// The int8 words of a Q4_K / Q5_K lane quarter for k45_dot: lo(i) group 2t, hi(i) group 2t+1
+// (Q4_K: the high nibbles in place, 16 x their value; HI_SHIFT undoes it on the sum).
+struct k4_words {
+    static constexpr int HI_SHIFT = 4;
+    uint32_t q[8];
+    __device__ __forceinline__ uint32_t lo(int i) const { return q[i] & M4; }
+    __device__ __forceinline__ uint32_t hi(int i) const { return q[i] & ~M4; }
+};
+struct k5_words {
+    static constexpr int HI_SHIFT = 0;
+    uint32_t l[8], h[8];
+    __device__ __forceinline__ uint32_t lo(int i) const { return l[i]; }
+    __device__ __forceinline__ uint32_t hi(int i) const { return h[i]; }
+};
+
 struct wv_q4_k {
     uint4 h, q0, q1; // d, dmin, scales[12] | qs bytes 32t .. 32t+31 (groups 2t low, 2t+1 high)
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
-        h = ldg16(p);
-        q0 = ldg16(p + 16 + 32 * t);
-        q1 = ldg16(p + 32 + 32 * t);
+        ldw(h, p);
+        ldw(q0, p + 16 + 32 * t);
+        ldw(q1, p + 32 + 32 * t);
     }
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
-        struct {
-            uint32_t q[8];
-            __device__ __forceinline__ uint32_t lo(int i) const { return q[i] & M4; }
-            __device__ __forceinline__ uint32_t hi(int i) const { return (q[i] >> 4) & M4; }
-        } v = {{q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}};
+        const k4_words v = {{q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}};
         k45_dot<NC>(a, u, t, h, v, is, ms, dw, dmw);
     }
 };
@@ -105,22 +153,18 @@ struct wv_q4_k {
 struct wv_q5_k {
     uint4 h, qh0, qh1, q0, q1; // header | qh[32] | qs bytes 32t .. 32t+31
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
-        h = ldg16(p);
-        qh0 = ldg16(p + 16);
-        qh1 = ldg16(p + 32);
-        q0 = ldg16(p + 48 + 32 * t);
-        q1 = ldg16(p + 64 + 32 * t);
+        ldw(h, p);
+        ldw(qh0, p + 16);
+        ldw(qh1, p + 32);
+        ldw(q0, p + 48 + 32 * t);
+        ldw(q1, p + 64 + 32 * t);
     }
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t qh[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
-        struct {
-            uint32_t l[8], h[8];
-            __device__ __forceinline__ uint32_t lo(int i) const { return l[i]; }
-            __device__ __forceinline__ uint32_t hi(int i) const { return h[i]; }
-        } v;
+        k5_words v;
 #pragma unroll
         for (int i = 0; i < 8; i++) { // + the fifth bit of group 2t / 2t+1
             v.l[i] = (q[i] & M4) | (((qh[i] >> (2 * t)) & 0x01010101u) << 4);
@@ -133,31 +177,32 @@ struct wv_q5_k {
 // Q6_K (210 bytes, 2-byte aligned): lane t takes half n = t/2 and columns l = 16(t%2) .. +15 of
 // it: sub-blocks 8n + 2q + t%2 for q = 0..3 (elements 128n + 32q + 16(t%2) + i).
 struct wv_q6_k {
-    uint32_t la[4], lb[4], qh[4], sc[2], d;
+    a2_words<4> la, lb, qh;
+    a2_words<2> sc;
+    uint32_t d;
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
         const int n = t >> 1, hs = t & 1;
-        ld_words_a2<4>(la, p + 64 * n + 16 * hs);
-        ld_words_a2<4>(lb, p + 64 * n + 32 + 16 * hs);
-        ld_words_a2<4>(qh, p + 128 + 32 * n + 16 * hs);
-        ld_words_a2<2>(sc, p + 192 + 8 * n);
-        d = *(const uint16_t *)(p + 208);
+        la.load(p + 64 * n + 16 * hs);
+        lb.load(p + 64 * n + 32 + 16 * hs);
+        qh.load(p + 128 + 32 * n + 16 * hs);
+        sc.load(p + 192 + 8 * n);
+        // d: half of the aligned word holding bytes 208-209 (the high half when p is 2 mod 4; else
+        // the low half, and the word's other half is past the unit: allocations are padded)
+        ldw(d, (const uint8_t *)((uintptr_t)(p + 208) & ~(uintptr_t)3));
     }
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const int n = t >> 1, hs = t & 1;
-        uint32_t v[4][4];
+        uint32_t v[4][4]; // 4 x (q - 32) of sub-block 8n + 2q + hs
         int s[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int b = 2 * q + hs;
-            s[q] = (int)(int8_t)((sc[b >> 2] >> (8 * (b & 3))) & 0xffu);
+            s[q] = (int)(int8_t)((sc[b >> 2] >> (8 * (b & 3))) & 0xffu); // (sign-extended)
 #pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const uint32_t src = (q & 1) ? lb[w] : la[w];
-                v[q][w] = q6_minus32(((src >> (4 * (q >> 1))) & M4) |
-                                     (((qh[w] >> (2 * q)) & 0x03030303u) << 4));
-            }
+            for (int w = 0; w < 4; w++)
+                v[q][w] = q6_x4((q & 1) ? lb[w] : la[w], 4 * (q >> 1), qh[w], 2 * q);
         }
 #pragma unroll
         for (int c = 0; c < NC; c++) {
@@ -172,10 +217,10 @@ struct wv_q6_k {
                 dq = __dp4a((int)v[q][3], (int)x.w, dq);
                 acc += s[q] * dq;
             }
-            is[c] = acc;
+            is[c] = acc >> 2; // exact: every term is a multiple of 4
             ms[c] = 0;
         }
-        dw = ds_cu_h2f(d);
+        dw = ds_cu_h2f(d >> la.sh);
         dmw = 0.0f;
     }
 };
@@ -186,9 +231,9 @@ struct wv_q6_k {
 struct wv_iq4_xs {
     uint2 h, q[4];
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
-        h = ldg8(p);
+        ldw(h, p);
 #pragma unroll
-        for (int i = 0; i < 4; i++) q[i] = ldg8(p + 8 + 32 * t + 8 * i);
+        for (int i = 0; i < 4; i++) ldw(q[i], p + 8 + 32 * t + 8 * i);
     }
     template <int NC>
     __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
@@ -233,15 +278,20 @@ struct wv_iq4_xs {
 // Q8_0 (8 blocks of 34 bytes per unit, 2-byte aligned): lane t takes blocks 2t and 2t+1; per
 // block the CPU's (float)isum * (dw * da), which the unit then adds in block order.
 struct wv_q8_0 {
-    uint32_t q[2][8], d[2];
+    // lane t's blocks 2t and 2t+1 are the 68 bytes at 68t of the unit, 17 aligned words (units
+    // start 4-byte aligned: 272-byte units, rows of whole units, ds_cuda_mmv_launch checks the
+    // base): block 2t has d in the low half of w[0] and its qs shifted by 2 bytes in w[0..8],
+    // block 2t+1 d in the high half of w[8] and its qs aligned in w[9..16].
+    uint32_t w[17];
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
+        const uint8_t *b = p + 68 * t;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const uint8_t *b = p + 34 * (2 * t + j);
-            d[j] = *(const uint16_t *)b;
-            ld_words_a2<8>(q[j], b + 2);
-        }
+        for (int i = 0; i < 17; i++) ldw(w[i], b + 4 * i);
     }
+    __device__ __forceinline__ uint32_t qs(int j, int i) const {
+        return j == 0 ? __funnelshift_r(w[i], w[i + 1], 16) : w[9 + i];
+    }
+    __device__ __forceinline__ uint32_t d(int j) const { return j == 0 ? w[0] & 0xffffu : w[8] >> 16; }
     // term[c][j]: block 2t + j's float term for column c.
     template <int NC>
     __device__ __forceinline__ void terms(const mm_args &a, int u, int t,
@@ -257,9 +307,9 @@ struct wv_q8_0 {
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int is = 0;
 #pragma unroll
-                for (int i = 0; i < 8; i++) is = __dp4a((int)q[j][i], (int)xw[i], is);
+                for (int i = 0; i < 8; i++) is = __dp4a((int)qs(j, i), (int)xw[i], is);
                 term[c][j] = __fmul_rn(__int2float_rn(is),
-                                       __fmul_rn(ds_cu_h2f(d[j]), __ldg(a.xd + c * nxd + blk)));
+                                       __fmul_rn(ds_cu_h2f(d(j)), __ldg(a.xd + c * nxd + blk)));
             }
         }
     }
@@ -304,17 +354,23 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
     }
 }
 
+// Units in registers per lane (measured on the 27B Q4_K_M decode, H200: Q4_K 3 / 4 / 5 gave
+// 10.45 / 9.83 / 9.99 ms per step, Q6_K 2 / 3 / 4 10.08 / 9.83 / 9.89 ms)
+static constexpr int mmv_pf(int qt) { return qt == QT_Q4_K || qt == QT_IQ4_XS ? 4 : 3; }
+
 // Block: W warps over MMV_ROWS rows of one matrix of the group (blocks [blk0, next blk0) belong to
-// matrix m; numerics do not depend on W or on the grouping); warp w runs K splits
+// matrix m; numerics do not depend on W, PF or on the grouping); warp w runs K splits
 // [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
-// [s*U/ks, (s+1)*U/ks)), its lane group g = lane/4 one row. Weights are loaded PF units ahead.
-// Each split's partial goes to shared memory; warp 0 adds them in split order.
+// [s*U/ks, (s+1)*U/ks)), its lane group g = lane/4 one row. Each split's partial goes to shared
+// memory; warp 0 adds them in split order.
+// Weights in flight: PF units in registers per lane (slot i holds unit u0 + i, is computed, then
+// reloaded with the unit PF further on: no register rotation, as moving a slot whose load is in
+// flight would wait for it).
 template <int QT, int NC>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     typedef typename wv_of<QT>::type wv_t;
-    // units in flight per warp: 3, or 2 for the types whose raw words take more registers
-    constexpr int UB = qt_unit_bytes(QT), PF = (QT == QT_Q6_K || QT == QT_Q5_K) ? 2 : 3;
+    constexpr int UB = qt_unit_bytes(QT), PF = mmv_pf(QT);
     __shared__ float part[32][MMV_ROWS][NC];
     int m = 0;
     while (m + 1 < grp.n && (int64_t)blockIdx.x >= grp.m[m + 1].blk0) m++;
@@ -326,24 +382,12 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     const int U = a.n_units, ks = mat.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
     const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
     const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
-    wv_t buf[PF];
+    int s = s0, u1 = (int)((int64_t)(s0 + 1) * U / ks); // current split and its end
+    float acc[NC];
 #pragma unroll
-    for (int i = 0; i < PF; i++) {
-        if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
-    }
-    int u = ua;
-    for (int s = s0; s < s1; s++) { // warp-uniform
-        const int u1 = (int)((int64_t)(s + 1) * U / ks);
-        float acc[NC];
-#pragma unroll
-        for (int c = 0; c < NC; c++) acc[c] = 0.0f;
-        for (; u < u1; u++) {
-            const wv_t cur = buf[0];
-#pragma unroll
-            for (int i = 0; i + 1 < PF; i++) buf[i] = buf[i + 1];
-            if (u + PF < ub) buf[PF - 1].load(wr + (size_t)(u + PF) * UB, t);
-            unit_acc<QT, NC>(acc, cur, a, u, t, lane);
-        }
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    auto finish_unit = [&](int u) { // after unit u: close the split if it ends there
+        if (u + 1 != u1) return;
         if (ks == 1) { // the only split: straight to y
             if (t == 0 && row < mat.n_out) {
 #pragma unroll
@@ -352,6 +396,25 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
         } else if (t == 0) {
 #pragma unroll
             for (int c = 0; c < NC; c++) part[s][g][c] = acc[c];
+        }
+#pragma unroll
+        for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+        s++;
+        u1 = (int)((int64_t)(s + 1) * U / ks);
+    };
+    wv_t buf[PF];
+#pragma unroll
+    for (int i = 0; i < PF; i++) {
+        if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
+    }
+    for (int u0 = ua; u0 < ub; u0 += PF) { // warp-uniform
+#pragma unroll
+        for (int i = 0; i < PF; i++) {
+            const int u = u0 + i;
+            if (u >= ub) break;
+            unit_acc<QT, NC>(acc, buf[i], a, u, t, lane);
+            if (u + PF < ub) buf[i].load(wr + (size_t)(u + PF) * UB, t);
+            finish_unit(u);
         }
     }
     if (ks == 1) return; // block-uniform
@@ -366,34 +429,57 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     }
 }
 
-// Warps per block: as many as keep the whole grid in about one wave of resident warps (~24 per
-// SM at these register counts), never more than the largest ks or MMV_MAX_WARPS, then trimmed to
-// the fewest warps with the same longest run of splits per warp.
-static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g) {
+// Blocks of `warps` warps of the kernel resident per SM (cached per kernel and warp count).
+template <int QT, int NC> static int mmv_resident(int warps) {
+    static std::atomic<int> cache[MMV_MAX_WARPS + 1];
+    int n = cache[warps].load(std::memory_order_relaxed);
+    if (n == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kernel<QT, NC>, 32 * warps,
+                                                          0) != cudaSuccess || n < 1)
+            n = 1;
+        cache[warps].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+// Warps per block from the kernel's real residency: the candidate with the fewest (waves of
+// resident blocks) x (splits on the busiest warp), the fewer warps on a tie.
+template <int QT, int NC> static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g) {
     const int64_t groups = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     int ks = 1;
     for (int i = 0; i < g.n; i++) ks = DS_MAX(ks, g.m[i].ks);
-    int64_t w = (int64_t)c->n_sm * 24 / groups;
-    w = DS_MAX((int64_t)1, DS_MIN(w, (int64_t)DS_MIN(ks, (int)MMV_MAX_WARPS)));
-    const int per = (int)((ks + w - 1) / w); // splits on the busiest warp
-    return (ks + per - 1) / per;
+    int best = 1;
+    int64_t best_cost = INT64_MAX;
+    for (int w = 1; w <= DS_MIN(ks, (int)MMV_MAX_WARPS); w++) {
+        const int per = (ks + w - 1) / w;
+        if ((ks + per - 1) / per != w) continue; // the same runs as fewer warps
+        const int64_t wave = (int64_t)mmv_resident<QT, NC>(w) * c->n_sm;
+        const int64_t cost = (groups + wave - 1) / wave * per;
+        if (cost < best_cost) best = w, best_cost = cost;
+    }
+    return best;
+}
+
+template <int QT, int NC>
+static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
+    ds_cu_launch(c, mmv_kernel<QT, NC>, blocks, 32 * mmv_warps<QT, NC>(c, g), 0, g);
 }
 
 template <int QT>
 static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
     const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     DS_ASSERT(blocks <= 0x7fffffff);
-    const int th = 32 * mmv_warps(c, g);
-    switch (g.a.ncols) {
-    case 1: ds_cu_launch(c, mmv_kernel<QT, 1>, (unsigned)blocks, th, 0, g); break;
-    default: ds_cu_launch(c, mmv_kernel<QT, 2>, (unsigned)blocks, th, 0, g); break;
-    }
+    if (g.a.ncols == 1) mmv_go<QT, 1>(c, g, (unsigned)blocks);
+    else mmv_go<QT, 2>(c, g, (unsigned)blocks);
 }
 
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
     DS_ASSERT(g.a.ids == NULL && g.a.ncols >= 1 && g.a.ncols <= MMV_MAX_COLS);
     DS_ASSERT(g.n >= 1 && g.n <= MMV_MAX_MATS && g.m[0].blk0 == 0);
-    for (int i = 0; i < g.n; i++) DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
+    for (int i = 0; i < g.n; i++) {
+        DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
+        DS_ASSERT(((uintptr_t)g.m[i].w & 3) == 0); // (aligned word loads of Q8_0 / Q6_K)
+    }
     switch (qt) {
     case QT_Q8_0: mmv_cols<QT_Q8_0>(c, g); break;
     case QT_Q4_K: mmv_cols<QT_Q4_K>(c, g); break;
