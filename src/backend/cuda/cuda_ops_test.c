@@ -508,9 +508,11 @@ static ds_tensor qview(void *data, int64_t hd, int64_t nh, int64_t n) {
 static void test_rmsnorm(void **state) {
     ENV(state);
     const float eps = 1e-6f;
-    // contiguous rows, with and without a weight
-    for (int withw = 0; withw < 2; withw++) {
-        const int64_t ne0 = 5120, n = 5;
+    // contiguous rows, with and without a weight; 5120 (elements in registers) and 12000 (wider
+    // than 8 per thread: the strided loop)
+    for (int k = 0; k < 4; k++) {
+        const int withw = k & 1;
+        const int64_t ne0 = k & 2 ? 12000 : 5120, n = 5;
         float *x = xmalloc((size_t)(ne0 * n) * 4), *w = xmalloc((size_t)ne0 * 4);
         fill_u(e, x, ne0 * n, 3.0f);
         fill_u(e, w, ne0, 1.0f);
