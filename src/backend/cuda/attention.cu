@@ -71,7 +71,9 @@ __device__ __forceinline__ float kv_ld(const char *p, int64_t i) {
 
 // One (kv head, row, chunk): scores of the G query heads over the chunk's keys, softmax
 // numerators, and sum_j p_j * v_j, all in a fixed order.
-template <typename KV, int GM>
+// KB keys in flight per warp (scores) and VB per thread (p . V): only how many loads are issued
+// together; the arithmetic and its order do not depend on them (attn_chunks picks them).
+template <typename KV, int GM, int KB, int VB>
 static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     extern __shared__ float sh[];
@@ -92,34 +94,36 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
         qs[idx] = ((const float *)(a.q + h * a.q_nb1 + t * a.q_nb2))[d];
     }
     __syncthreads();
-    // scores: one warp per key, lanes over head_dim
+    // scores: one warp per key (keys warp, warp + 8, ...), lanes over head_dim; a warp loads
+    // KB keys before reducing any, so that many are in flight per warp
     const int R = hd / 32;
-    float kn[8]; // the warp's next key, loaded while this one is reduced
-    if (warp < cnt) {
-        const char *kp = a.k + key_row(a, np, t, i0 + warp) * a.k_nb1;
+    for (int j0 = warp; j0 < cnt; j0 += ATT_THREADS / 32 * KB) {
+        float kv[KB][8];
 #pragma unroll
-        for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
-    }
-    for (int j = warp; j < cnt; j += ATT_THREADS / 32) {
-        float kv[8];
+        for (int m = 0; m < KB; m++) {
+            const int j = j0 + m * (ATT_THREADS / 32);
+            if (j < cnt) {
+                const char *kp = a.k + key_row(a, np, t, i0 + j) * a.k_nb1;
 #pragma unroll
-        for (int r = 0; r < 8; r++) kv[r] = kn[r];
-        const int jn = j + ATT_THREADS / 32;
-        if (jn < cnt) {
-            const char *kp = a.k + key_row(a, np, t, i0 + jn) * a.k_nb1;
-#pragma unroll
-            for (int r = 0; r < 8; r++) kn[r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+                for (int r = 0; r < 8; r++)
+                    kv[m][r] = r < R ? kv_ld<KV>(kp, (int64_t)kvh * hd + lane + 32 * r) : 0.0f;
+            }
         }
 #pragma unroll
-        for (int gq = 0; gq < GM; gq++) {
-            if (gq >= G) break;
-            float p = 0.0f;
+        for (int m = 0; m < KB; m++) {
+            const int j = j0 + m * (ATT_THREADS / 32);
+            if (j >= cnt) break;
 #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                if (r < R) p = __fmaf_rn(qs[gq * hd + lane + 32 * r], kv[r], p);
+            for (int gq = 0; gq < GM; gq++) {
+                if (gq >= G) break;
+                float p = 0.0f;
+#pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    if (r < R) p = __fmaf_rn(qs[gq * hd + lane + 32 * r], kv[m][r], p);
+                }
+                p = ds_cu_warp_sum(p);
+                if (lane == 0) sc[gq * CH + j] = __fmul_rn(p, a.scale);
             }
-            p = ds_cu_warp_sum(p);
-            if (lane == 0) sc[gq * CH + j] = __fmul_rn(p, a.scale);
         }
     }
     __syncthreads();
@@ -143,23 +147,23 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
         }
     }
     __syncthreads();
-    // p . V: thread per dimension, all G heads, keys in order (V rows loaded 8 at a time so the
-    // loads are in flight together)
+    // p . V: thread per dimension, all G heads, keys in order (V rows loaded VB at a time so
+    // the loads are in flight together)
     if (tid < hd) {
         float acc[GM];
 #pragma unroll
         for (int gq = 0; gq < GM; gq++) acc[gq] = 0.0f;
-        for (int j0 = 0; j0 < cnt; j0 += 8) {
-            float vv[8];
+        for (int j0 = 0; j0 < cnt; j0 += VB) {
+            float vv[VB];
 #pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
+            for (int jj = 0; jj < VB; jj++) {
                 vv[jj] = j0 + jj < cnt
                              ? kv_ld<KV>(a.v + key_row(a, np, t, i0 + j0 + jj) * a.v_nb1,
                                          (int64_t)kvh * hd + tid)
                              : 0.0f;
             }
 #pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
+            for (int jj = 0; jj < VB; jj++) {
                 if (j0 + jj >= cnt) break;
 #pragma unroll
                 for (int gq = 0; gq < GM; gq++) {
@@ -181,28 +185,58 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
     const int64_t tl = blockIdx.y, t = a.t0 + tl;
     const int S = att_nchunks(a.nvis[t]);
     const int64_t base = (tl * a.n_head + h) * a.s_max;
+    // (chunks loaded 8 at a time, then used in order: one round trip per 8 chunks)
     float M = -INFINITY;
-    for (int c = 0; c < S; c++) M = fmaxf(M, a.pm[base + c]);
+    for (int c0 = 0; c0 < S; c0 += 8) {
+        float m8[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) m8[i] = c0 + i < S ? a.pm[base + c0 + i] : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 8; i++) M = fmaxf(M, m8[i]);
+    }
     float L = 0.0f, O = 0.0f;
-    for (int c = 0; c < S; c++) {
-        const float w = expf(__fsub_rn(a.pm[base + c], M));
-        L = __fmaf_rn(a.pl[base + c], w, L);
-        O = __fmaf_rn(a.pacc[(base + c) * a.hd + d], w, O);
+    for (int c0 = 0; c0 < S; c0 += 8) {
+        float m8[8], l8[8], o8[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (c0 + i < S) {
+                m8[i] = a.pm[base + c0 + i];
+                l8[i] = a.pl[base + c0 + i];
+                o8[i] = a.pacc[(base + c0 + i) * a.hd + d];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (c0 + i >= S) break;
+            const float w = expf(__fsub_rn(m8[i], M));
+            L = __fmaf_rn(l8[i], w, L);
+            O = __fmaf_rn(o8[i], w, O);
+        }
     }
     a.out[t * a.out_nb1 + (int64_t)h * a.hd + d] = __fdiv_rn(O, L);
 }
 
+template <typename KV, int KB, int VB>
+static void attn_chunks_kb(ds_cuda_ctx *c, const attn_args &a, dim3 grid, size_t smem, int gm) {
+    switch (gm) {
+    case 1: ds_cu_launch(c, attn_chunk_kernel<KV, 1, KB, VB>, grid, ATT_THREADS, smem, a); break;
+    case 2: ds_cu_launch(c, attn_chunk_kernel<KV, 2, KB, VB>, grid, ATT_THREADS, smem, a); break;
+    case 4: ds_cu_launch(c, attn_chunk_kernel<KV, 4, KB, VB>, grid, ATT_THREADS, smem, a); break;
+    case 8: ds_cu_launch(c, attn_chunk_kernel<KV, 8, KB, VB>, grid, ATT_THREADS, smem, a); break;
+    default: ds_cu_launch(c, attn_chunk_kernel<KV, 16, KB, VB>, grid, ATT_THREADS, smem, a); break;
+    }
+}
+
+// Up to 4 rows (decode, short chains): few blocks, each waiting on memory, so 4 keys per warp and
+// 32 per thread are loaded together (27B Q4_K_M at 8K context, H200: decode step 11.6 -> 11.0
+// ms); wider calls have blocks enough, and the larger batches cost them (16-row verify 32.3 ->
+// 32.8 ms), so 2 and 8 there.
 template <typename KV>
 static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t rows, int gm) {
     const size_t smem = (size_t)gm * (size_t)(a.hd + a.ch_max) * sizeof(float);
     dim3 grid((unsigned)n_kv, (unsigned)rows, (unsigned)a.s_max);
-    switch (gm) {
-    case 1: ds_cu_launch(c, attn_chunk_kernel<KV, 1>, grid, ATT_THREADS, smem, a); break;
-    case 2: ds_cu_launch(c, attn_chunk_kernel<KV, 2>, grid, ATT_THREADS, smem, a); break;
-    case 4: ds_cu_launch(c, attn_chunk_kernel<KV, 4>, grid, ATT_THREADS, smem, a); break;
-    case 8: ds_cu_launch(c, attn_chunk_kernel<KV, 8>, grid, ATT_THREADS, smem, a); break;
-    default: ds_cu_launch(c, attn_chunk_kernel<KV, 16>, grid, ATT_THREADS, smem, a); break;
-    }
+    if (rows <= 4) attn_chunks_kb<KV, 4, 32>(c, a, grid, smem, gm);
+    else attn_chunks_kb<KV, 2, 8>(c, a, grid, smem, gm);
 }
 
 // The grid and shared memory of a call depend on max_vis rounded up to DS_CU_KV_BUCKET only, so
