@@ -28,9 +28,11 @@ grep -E "FAILED|PASSED|ERROR" "$OUT/ops_test.log" | head -10
 for mix in "${@:-q4_k_m iq4_xs q8_0}"; do
   for m in $mix; do
     t "27b $m"
-    # (the bundled tokenizer makes the file runnable by `dspec run`, for SPEC_STEP below)
-    "$B/dspec" synth --preset 27b --mix "$m" --tokenizer models/tiny-target-q8_0.gguf \
-      /tmp/carried.gguf 2>&1 | tail -1
+    # (SPEC_STEP: the bundled tokenizer makes the file runnable by `dspec run`; without it the
+    # bundled models need not travel)
+    TOK=()
+    [ -n "${SPEC_STEP:-}" ] && TOK=(--tokenizer models/tiny-target-q8_0.gguf)
+    "$B/dspec" synth --preset 27b --mix "$m" "${TOK[@]}" /tmp/carried.gguf 2>&1 | tail -1
     if [ -n "${SPEC_STEP:-}" ] && [ "$m" = q4_k_m ]; then # chain step: draft 16 + verify + commit
       for kind in dflash dflash2 dspark; do
         "$B/dspec" synth --draft $kind --target /tmp/carried.gguf --block 16 /tmp/draft.gguf \
