@@ -276,7 +276,7 @@ static void *cuda_alloc(ds_backend *be, size_t n) {
                total_b / 1073741824.0);
         return NULL;
     }
-    if (!DS_CUDA_TRY(c, cudaMemsetAsync(p, 0, n, c->stream))) {
+    if (!DS_CUDA_TRY(c, cudaMemsetAsync(p, 0, n + 16, c->stream))) {
         cudaFree(p);
         return NULL;
     }

@@ -382,6 +382,13 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     const int U = a.n_units, ks = mat.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
     const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
     const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
+    if (U == 0) { // (n_in == 0: y = 0; uniform over the block)
+        if (w == 0 && t == 0 && row < mat.n_out) {
+#pragma unroll
+            for (int c = 0; c < NC; c++) mat.y[(int64_t)c * mat.y_nb1 + row] = 0.0f;
+        }
+        return;
+    }
     int s = s0, u1 = (int)((int64_t)(s0 + 1) * U / ks); // current split and its end
     float acc[NC];
 #pragma unroll
@@ -429,14 +436,18 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     }
 }
 
-// Blocks of `warps` warps of the kernel resident per SM (cached per kernel and warp count).
+// Blocks of `warps` warps of the kernel resident per SM (cached per kernel and warp count, for the
+// process: with GPUs of different kinds one would use another's residency, which changes only
+// the speed).
 template <int QT, int NC> static int mmv_resident(int warps) {
     static std::atomic<int> cache[MMV_MAX_WARPS + 1];
     int n = cache[warps].load(std::memory_order_relaxed);
     if (n == 0) {
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kernel<QT, NC>, 32 * warps,
-                                                          0) != cudaSuccess || n < 1)
+                                                          0) != cudaSuccess || n < 1) {
+            cudaGetLastError(); // (a speed heuristic only: not an error of the next launch)
             n = 1;
+        }
         cache[warps].store(n, std::memory_order_relaxed);
     }
     return n;
