@@ -61,16 +61,14 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
     return d;
 }
 
-// Q4_K/Q5_K scales and mins of groups 2t and 2t+1 (lane t of a row), branch-free (the CPU's
-// k4_scale_min values: groups 0-3 from bytes 0-7, groups 4-7 from bytes 8-11 and the top bits
-// of 0-7). Lanes 0-1 and 2-3 take different words, selected rather than branched on.
+// Q4_K/Q5_K scales and mins of groups 2t and 2t+1 (lane t of a row), branch-free: bytes 2(t%2)
+// and 2(t%2)+1 of k4_unpack's word for groups 0-3 (t < 2) or 4-7, selected rather than indexed.
 __device__ __forceinline__ void k4_lane_scales(const uint4 &h, int t, int &sc0, int &sc1, int &m0,
                                                int &m1) {
-    const bool up = t >= 2;
-    const uint32_t scw = up ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
-    const uint32_t mnw =
-        up ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
-    const uint32_t s0 = 0x4440u | (2u * (t & 1)), s1 = s0 + 1; // byte 2(t%2) (+1), zero above
+    uint32_t sc[2], mn[2];
+    k4_unpack(h, sc, mn);
+    const uint32_t scw = t >= 2 ? sc[1] : sc[0], mnw = t >= 2 ? mn[1] : mn[0];
+    const uint32_t s0 = 0x4440u | (2u * (t & 1)), s1 = s0 + 1; // the byte, zeros above
     sc0 = (int)__byte_perm(scw, 0, s0);
     sc1 = (int)__byte_perm(scw, 0, s1);
     m0 = (int)__byte_perm(mnw, 0, s0);
@@ -291,7 +289,9 @@ struct wv_q8_0 {
     __device__ __forceinline__ uint32_t qs(int j, int i) const {
         return j == 0 ? __funnelshift_r(w[i], w[i + 1], 16) : w[9 + i];
     }
-    __device__ __forceinline__ uint32_t d(int j) const { return j == 0 ? w[0] & 0xffffu : w[8] >> 16; }
+    __device__ __forceinline__ uint32_t d(int j) const {
+        return j == 0 ? w[0] & 0xffffu : w[8] >> 16;
+    }
     // term[c][j]: block 2t + j's float term for column c.
     template <int NC>
     __device__ __forceinline__ void terms(const mm_args &a, int u, int t,

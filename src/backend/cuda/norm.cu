@@ -115,11 +115,12 @@ template <bool GATED, bool ADD, bool Q>
 static void norm_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_cu_rows x,
                         const float *w, ds_cu_rows z, float eps, q8k_out qo) {
     const int64_t ept = (y.ne0 + nt - 1) / nt;
-    const unsigned g = (unsigned)rows;
-    if (ept <= 2) ds_cu_launch(c, rmsnorm_kernel<GATED, ADD, Q, 2>, g, nt, 0, y, x, w, z, eps, qo);
-    else if (ept <= 4) ds_cu_launch(c, rmsnorm_kernel<GATED, ADD, Q, 4>, g, nt, 0, y, x, w, z, eps, qo);
-    else if (ept <= 8) ds_cu_launch(c, rmsnorm_kernel<GATED, ADD, Q, 8>, g, nt, 0, y, x, w, z, eps, qo);
-    else ds_cu_launch(c, rmsnorm_kernel<GATED, ADD, Q, 0>, g, nt, 0, y, x, w, z, eps, qo);
+    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out) =
+        ept <= 2   ? rmsnorm_kernel<GATED, ADD, Q, 2>
+        : ept <= 4 ? rmsnorm_kernel<GATED, ADD, Q, 4>
+        : ept <= 8 ? rmsnorm_kernel<GATED, ADD, Q, 8>
+                   : rmsnorm_kernel<GATED, ADD, Q, 0>;
+    ds_cu_launch(c, k, (unsigned)rows, nt, 0, y, x, w, z, eps, qo);
 }
 
 // Whether a norm of `rows` rows of n with nt threads per row prepares its output for a matmul:

@@ -154,23 +154,9 @@ __device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t
     }
 }
 
-// Q4_K/Q5_K scale and min of group j from the 12 packed bytes (dtype quants.c k4_scale_min).
-__device__ __forceinline__ uint32_t k4_byte(const uint4 &h, int i) {
-    uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
-    return (w >> (8 * (i & 3))) & 0xffu;
-}
-__device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, int &sc, int &m) {
-    if (j < 4) {
-        sc = (int)(k4_byte(h, j) & 63);
-        m = (int)(k4_byte(h, j + 4) & 63);
-    } else {
-        sc = (int)((k4_byte(h, j + 4) & 0xf) | ((k4_byte(h, j - 4) >> 6) << 4));
-        m = (int)((k4_byte(h, j + 4) >> 4) | ((k4_byte(h, j) >> 6) << 4));
-    }
-}
-
-// All 8 scales and mins of a Q4_K/Q5_K header as bytes (sc[0]: groups 0-3, sc[1]: 4-7; the same
-// values as k4_scale_min), and group j's from them (j a compile-time constant after unrolling).
+// All 8 scales and mins of a Q4_K/Q5_K header as bytes (sc[0]: groups 0-3, sc[1]: 4-7; the values
+// of the CPU's k4_scale_min in dtype quants.c), and group j's from them (j a compile-time
+// constant after unrolling).
 __device__ __forceinline__ void k4_unpack(const uint4 &h, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
     sc[0] = h.y & 0x3F3F3F3Fu;
     mn[0] = h.z & 0x3F3F3F3Fu;
