@@ -74,6 +74,9 @@ typedef struct dspec_engine_params {
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
     int no_cuda_graphs;      // 1: CUDA launches every kernel of every step (no step graphs;
                              // same results, slower: for comparison and debugging)
+    int exact_prefill;       // 1: CUDA prompt chunks on the exact int8 kernels (rows bitwise
+                             // those of decode steps; slower) instead of the bf16 tensor-core
+                             // GEMM (docs/cuda.md "Prefill GEMM")
 } dspec_engine_params;
 
 // Loads the model (and drafter), validating every tensor and field. Thread-safe to share.

@@ -180,6 +180,11 @@ typedef struct ds_backend_ops {
     // step that differs from its recording): the caller runs them again without step_begin.
     void (*step_begin)(ds_backend *be, uint64_t key, int64_t kv_len);
     bool (*step_end)(ds_backend *be);
+    // (optional; NULL: no effect) On while the model runs a prompt chunk of more than 64 rows
+    // (never a decode or speculative verify step). The backend may then run its matmuls with
+    // kernels whose rows are not bitwise those of single-row steps but stay within its quantized
+    // matmul tolerance (CUDA: bf16 tensor-core GEMM, docs/cuda.md "Prefill GEMM").
+    void (*prefill_mode)(ds_backend *be, bool on);
 } ds_backend_ops;
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
@@ -219,6 +224,10 @@ void ds_cuda_set_graphs(ds_backend *be, bool on);
 // launched one by one (not in step graphs): on by default; each kernel's launch overlaps the end
 // of the previous one. Results are bitwise the same.
 void ds_cuda_set_pdl(ds_backend *be, bool on);
+// Exact prefill: prompt chunks run on the exact int8 kernels (every row bitwise that of a decode
+// step, as in decode and verify) instead of the bf16 tensor-core GEMM (backend.h prefill_mode;
+// several times faster for long prompts). Off by default.
+void ds_cuda_set_exact_prefill(ds_backend *be, bool on);
 // Free and total memory of the backend's device (cudaMemGetInfo: all processes).
 void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b);
 // Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not

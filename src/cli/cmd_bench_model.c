@@ -11,8 +11,8 @@
 
 typedef struct bm_opts {
     const char *model, *device;
-    int64_t prompt, decode, reps;
-    int threads, no_graphs;
+    int64_t prompt, decode, reps, batch;
+    int threads, no_graphs, exact_prefill;
     int64_t verify[16];
     int n_verify;
     ds_type kv;
@@ -22,6 +22,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspec bench --model FILE [options]\n"
             "  --prompt N       prefill length (default 512)\n"
+            "  --batch N        prefill chunk (default: the whole prompt in one chunk)\n"
             "  --decode N       decode steps timed (default 32)\n"
             "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
@@ -30,7 +31,9 @@ static void usage(FILE *f) {
             "  --device D       cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"
             "                   continues for two more timed runs launched kernel by kernel,\n"
-            "                   with and without programmatic dependent launch)\n");
+            "                   with and without programmatic dependent launch)\n"
+            "  --exact-prefill  CUDA: also time the prompt on the exact int8 kernels, next to\n"
+            "                   the default bf16 tensor-core GEMM\n");
 }
 
 // Copy bandwidth of the backend's memory in GB/s (bytes read + written), the decode roofline's
@@ -92,7 +95,7 @@ static int run_bench(const bm_opts *o) {
     int64_t max_v = 1;
     for (int i = 0; i < o->n_verify; i++) max_v = DS_MAX(max_v, o->verify[i]);
     ds_state_params sp = {.n_ctx = o->prompt + BM_DECODE_RUNS * o->decode + max_v + 8,
-                          .n_batch = o->prompt, .n_verify = max_v, .kv_type = o->kv};
+                          .n_batch = o->batch > 0 ? o->batch : o->prompt, .n_verify = max_v, .kv_type = o->kv};
     if (ds_state_new(&st, m, &sp, &err)) {
         fprintf(stderr, "dspec bench: %s\n", err.msg);
         goto done;
@@ -110,12 +113,29 @@ static int run_bench(const bm_opts *o) {
            "%.2f ms/token (%.0f tok/s)\n", be->name, pool ? ds_pool_n_threads(pool) : 0, bw,
            gb / bw * 1e3, bw / gb);
     int32_t am;
+    // warm-up: a first prompt chunk sizes the scratch and creates the GEMM library's handle
+    ds_batch warm = {.n = DS_MIN(o->prompt, 256), .tokens = toks, .n_logits = 1, .argmax = &am};
+    if (ds_model_forward(m, st, &warm, &err)) goto fail;
+    ds_state_reset(st);
     ds_batch pre = {.n = o->prompt, .tokens = toks, .n_logits = 1, .argmax = &am};
     double t0 = ds_time_now();
     if (ds_model_forward(m, st, &pre, &err)) goto fail;
+    be->ops.sync(be);
     double t_pre = ds_time_now() - t0;
-    printf("prefill %" PRId64 " tokens: %.3f s, %.1f tok/s\n", o->prompt, t_pre,
-           (double)o->prompt / t_pre);
+    printf("prefill %" PRId64 " tokens (chunks of %" PRId64 "): %.3f s, %.1f tok/s\n", o->prompt,
+           sp.n_batch, t_pre, (double)o->prompt / t_pre);
+    if (o->exact_prefill && !strcmp(be->name, "cuda")) { // the exact kernels, side by side
+        ds_state_reset(st);
+        ds_engine_backend_exact_prefill(be, true);
+        t0 = ds_time_now();
+        dspec_status ps = ds_model_forward(m, st, &pre, &err);
+        be->ops.sync(be);
+        double t_ex = ds_time_now() - t0;
+        ds_engine_backend_exact_prefill(be, false);
+        if (ps) goto fail;
+        printf("prefill %" PRId64 " tokens, exact kernels: %.3f s, %.1f tok/s; default %.2fx "
+               "faster\n", o->prompt, t_ex, (double)o->prompt / t_ex, t_ex / t_pre);
+    }
     next = toks + o->prompt;
     double t_dec = time_decode(m, st, o, next, &err);
     next += o->decode;
@@ -204,10 +224,14 @@ int ds_cli_bench_model(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--no-cuda-graphs")) {
             o.no_graphs = 1;
+        } else if (!strcmp(a, "--exact-prefill")) {
+            o.exact_prefill = 1;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
         } else if (!strcmp(a, "--prompt") && v && atoll(v) > 0) {
             o.prompt = atoll(v), i++;
+        } else if (!strcmp(a, "--batch") && v && atoll(v) > 0) {
+            o.batch = atoll(v), i++;
         } else if (!strcmp(a, "--decode") && v && atoll(v) > 0) {
             o.decode = atoll(v), i++;
         } else if (!strcmp(a, "--reps") && v && atoll(v) > 0) {

@@ -11,7 +11,7 @@
 
 typedef struct bs_opts {
     const char *model, *draft, *prompts, *device;
-    int no_graphs;
+    int no_graphs, exact_prefill;
     int blocks[8], n_blocks, threads, ddtree;
     int64_t n_new, max_prompts;
     float temp;
@@ -27,7 +27,8 @@ static void usage(FILE *f) {
                "  --ddtree-budget N  verify DDTrees instead of chains\n"
                "  --temp T --seed S  sampled speculative decoding (default greedy)\n"
                "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n"
-               "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n");
+               "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n"
+               "  --exact-prefill  CUDA: prompts on the exact int8 kernels, not the bf16 GEMM\n");
 }
 
 typedef struct run_stats {
@@ -91,7 +92,8 @@ static int bench_spec(const bs_opts *o) {
     }
     dspec_engine_params ep = {.model_path = o->model, .draft_path = o->draft,
                               .n_threads = o->threads, .device = o->device, .kv_f16 = 1,
-                              .no_cuda_graphs = o->no_graphs};
+                              .no_cuda_graphs = o->no_graphs,
+                              .exact_prefill = o->exact_prefill};
     dspec_engine *e = NULL;
     dspec_session *s = NULL;
     dspec_err err = {0};
@@ -141,6 +143,8 @@ int ds_cli_bench_spec(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--no-cuda-graphs")) {
             o.no_graphs = 1;
+        } else if (!strcmp(a, "--exact-prefill")) {
+            o.exact_prefill = 1;
         } else if (!strcmp(a, "--spec")) {
             continue;
         } else if (!strcmp(a, "--model") && v) {

@@ -48,6 +48,9 @@ static void usage(FILE *f) {
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
+            "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
+            "                            bitwise those of decode steps; slower) instead of the\n"
+            "                            bf16 tensor-core GEMM\n"
             "  --special                 parse control tokens in a raw prompt (<|im_start|>, ...)\n");
 }
 
@@ -101,6 +104,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
         if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
         if (IS("--no-cuda-graphs")) { o->ep.no_cuda_graphs = 1; continue; }
+        if (IS("--exact-prefill")) { o->ep.exact_prefill = 1; continue; }
         if (IS("--ddtree-raw")) { o->gp.ddtree_raw = 1; continue; }
         if (!v) {
             fprintf(stderr, "dspec run: unknown option or missing value: %s\n", a);

@@ -26,6 +26,14 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
     return ds_err_set(err, DSPEC_ERR_INVALID, "--device %s: expected cpu, cuda or cuda:N", device);
 }
 
+void ds_engine_backend_exact_prefill(ds_backend *be, bool on) {
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) ds_cuda_set_exact_prefill(be, on);
+#else
+    (void)be, (void)on;
+#endif
+}
+
 void ds_engine_backend_graphs(ds_backend *be, bool on) {
 #ifdef DSPEC_HAVE_CUDA
     if (!strcmp(be->name, "cuda")) ds_cuda_set_graphs(be, on);

@@ -22,6 +22,7 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
     e->p = *p;
     dspec_status st = ds_engine_backend_new(p->device, p->n_threads, &e->be, err);
     if (st == DSPEC_OK) ds_engine_backend_graphs(e->be, !p->no_cuda_graphs);
+    if (st == DSPEC_OK) ds_engine_backend_exact_prefill(e->be, p->exact_prefill != 0);
     if (st == DSPEC_OK) st = ds_model_load(&e->m, p->model_path, e->be, err);
     if (st == DSPEC_OK) {
         st = ds_tok_load_gguf(&e->tok, ds_model_gguf(e->m), err);

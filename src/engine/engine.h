@@ -100,3 +100,5 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
                                    dspec_err *err);
 // Step graphs on or off (CUDA: docs/cuda.md "Step graphs"; other backends have none: no-op).
 void ds_engine_backend_graphs(ds_backend *be, bool on);
+// Exact prefill on a CUDA backend (ds_cuda_set_exact_prefill); no effect on the CPU.
+void ds_engine_backend_exact_prefill(ds_backend *be, bool on);

@@ -76,6 +76,12 @@ typedef struct ds_cuda_ctx {
     // ds_cu_grid_wait() before touching memory. Step graphs are captured without it (measured
     // on the H200: 11.20 ms per 27B decode step without, 11.46 ms with).
     bool pdl;
+    // Prefill GEMM (gemm.cu): prefill is the model's prefill_mode (a prompt chunk is running),
+    // exact_prefill the user's switch that keeps prompt chunks on the exact kernels; cublas is
+    // the cuBLAS handle (created at the first GEMM), gemm_tile a test hook.
+    bool prefill, exact_prefill;
+    void *cublas;
+    int64_t gemm_tile;        // weight elements per dequantized tile (0: gemm.cu's default)
 } ds_cuda_ctx;
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
@@ -110,6 +116,8 @@ bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n);
 // Drops every captured step graph (a buffer they point at moved), or frees them all (graph.cu).
 void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);
+// Destroys the prefill GEMM's cuBLAS handle, if any (gemm.cu).
+void ds_cuda_gemm_free(ds_cuda_ctx *c);
 // Device -> host copy of n bytes for an op's result: waits for the stream, except inside a step
 // graph, where the bytes reach dst_host at step_end (graph.cu).
 void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n);

@@ -308,6 +308,7 @@ static void cuda_destroy(ds_backend *be) {
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
     prof_free(c);
+    ds_cuda_gemm_free(c);
     ds_cuda_graphs_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->stage_d) cudaFree(c->stage_d);
@@ -447,6 +448,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.scale_softcap = ds_cuda_scale_softcap;
     ops.step_begin = ds_cuda_step_begin;
     ops.step_end = ds_cuda_step_end;
+    ops.prefill_mode = ds_cuda_prefill_mode;
     be->ops = ops;
     ds_log(DS_LOG_INFO, "cuda: device %d: %s, %d SMs, %.1f GiB", device, prop.name, c->n_sm,
            prop.totalGlobalMem / 1073741824.0);

@@ -27,6 +27,10 @@ bool ds_cuda_matmul_supports(ds_type t);
 // Activation-preparation launches so far (matmuls that quantized their input themselves, rather
 // than reusing it from the previous matmul or from the op that produced it): for tests.
 uint64_t ds_cuda_prep_launches(ds_backend *be);
+// gemm.cu (backend.h prefill_mode: prompt chunks of >= 65 rows on the bf16 tensor-core GEMM)
+void ds_cuda_prefill_mode(ds_backend *be, bool on);
+// For tests: weight elements per dequantized GEMM tile (0: the default, 96 Mi).
+void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
 // elem.cu (MoE)
 void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
                          const float *w, int64_t k);

@@ -332,6 +332,125 @@ static void test_matmul_27b(void **state) {
     }
 }
 
+// The prefill GEMM (gemm.cu): matmuls of >= 65 columns in prefill mode round the activations and
+// the dequantized weights to bf16 and sum in f32 on the tensor cores. Against the dequantized
+// weights times the f32 activations in double: each product is within ~2^-8 relative, so the
+// outputs' relative L2 error is a few 1e-3 (a numpy model of the rounding: 2.2e-3; measured on the
+// H200 up to 4.05e-3, Q5_K; the exact kernels' own int8 activations are ~4e-3 off the f32 values)
+// and no element may be off by more than a few times its column's rms times that (an all-zero
+// column: exactly 0). The same
+// with the weights cut into 256-row tiles; and 64 columns, exact prefill or prefill mode off stay
+// on the exact kernels (rows bitwise those computed alone).
+#define TOL_GEMM_L2 8e-3
+#define TOL_GEMM_COL 4e-2
+static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, bool strided) {
+    const int64_t ld = n_in + (strided ? 32 : 0);
+    size_t wbytes = ds_type_row_size(t, n_in) * (size_t)n_out;
+    uint8_t *w = xmalloc(wbytes);
+    fill_weights(e, t, w, n_out, n_in);
+    float *x = xmalloc((size_t)(ld * n) * 4), *wf = xmalloc((size_t)(n_in * n_out) * 4);
+    fill_u(e, x, ld * n, 1.0f);
+    for (int64_t i = 0; i < n_in; i++) x[i] *= 40.0f;       // a large-range column
+    memset(x + 2 * ld, 0, (size_t)n_in * 4);                 // an all-zero column
+    for (int64_t r = 0; r < n_out; r++) {
+        ds_dequantize_row(t, wf + r * n_in, w + (size_t)r * ds_type_row_size(t, n_in), n_in);
+    }
+    float *ref = xmalloc((size_t)(n_out * n) * 4);
+    for (int64_t c = 0; c < n; c++) {
+        for (int64_t r = 0; r < n_out; r++) {
+            double acc = 0.0;
+            for (int64_t i = 0; i < n_in; i++) acc += (double)wf[r * n_in + i] * x[c * ld + i];
+            ref[c * n_out + r] = (float)acc;
+        }
+    }
+    ds_tensor wt = ds_tensor_2d(w, t, n_in, n_out);
+    ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, n_in, n);
+    xt.nb[1] = (size_t)ld * 4;
+    xt.nb[2] = xt.nb[3] = xt.nb[1] * (size_t)n;
+    void *wd = up(e, w, wbytes), *xd = up(e, x, (size_t)(ld * n) * 4);
+    float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * n) * 4);
+    ds_tensor wg = with_data(&wt, wd), xg = with_data(&xt, xd);
+    ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, n_out, n);
+    float *got = xmalloc((size_t)(n_out * n) * 4), *tiled = xmalloc((size_t)(n_out * n) * 4);
+    char what[160];
+    snprintf(what, sizeof(what), "gemm %s %lldx%lld N=%lld vs f64", ds_type_name(t),
+             (long long)n_in, (long long)n_out, (long long)n);
+    ds_cuda_prefill_mode(e->gpu, true);
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, got, yd, (size_t)(n_out * n) * 4);
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n_out * n; i++) {
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    print_message("%s: relative L2 %.3g\n", what, sqrt(num / den));
+    expect_rel_l2(what, got, ref, n_out * n, TOL_GEMM_L2);
+    for (int64_t c = 0; c < n; c++) {
+        const double rc = rms(ref + c * n_out, n_out);
+        expect_close(what, got + c * n_out, ref + c * n_out, n_out, 0.0, TOL_GEMM_COL * rc);
+    }
+    ds_cuda_set_gemm_tile(e->gpu, 256 * n_in); // 256-row tiles (and a partial last one)
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, tiled, yd, (size_t)(n_out * n) * 4);
+    ds_cuda_set_gemm_tile(e->gpu, 0);
+    snprintf(what, sizeof(what), "gemm %s %lldx%lld N=%lld in 256-row tiles vs f64",
+             ds_type_name(t), (long long)n_in, (long long)n_out, (long long)n);
+    expect_rel_l2(what, tiled, ref, n_out * n, TOL_GEMM_L2);
+    for (int64_t c = 0; c < n; c++) {
+        const double rc = rms(ref + c * n_out, n_out);
+        expect_close(what, tiled + c * n_out, ref + c * n_out, n_out, 0.0, TOL_GEMM_COL * rc);
+    }
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, wd), dfree(e, xd), dfree(e, yd);
+    free(w), free(x), free(wf), free(ref), free(got), free(tiled);
+}
+
+// Rows a step would compute alone equal the rows of an n-column matmul, bitwise: the exact kernels
+// run (prefill mode off, or exact prefill, or fewer than 65 columns).
+static void expect_exact_rows(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n) {
+    size_t wbytes = ds_type_row_size(t, n_in) * (size_t)n_out;
+    ds_tensor wg;
+    void *wd = up_weights(e, t, n_in, n_out, &wg);
+    float *x = xmalloc((size_t)(n_in * n) * 4);
+    fill_u(e, x, n_in * n, 1.0f);
+    void *xd = up(e, x, (size_t)(n_in * n) * 4);
+    float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * n) * 4);
+    float *all = xmalloc((size_t)(n_out * n) * 4), *one = xmalloc((size_t)n_out * 4);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n), yg = ds_tensor_2d(yd, DS_TYPE_F32, n_out, n);
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, all, yd, (size_t)(n_out * n) * 4);
+    char what[128];
+    snprintf(what, sizeof(what), "exact %s N=%lld row vs alone", ds_type_name(t), (long long)n);
+    for (int64_t r = 0; r < n; r += n / 4 + 1) {
+        ds_tensor xr = ds_tensor_2d((float *)xd + r * n_in, DS_TYPE_F32, n_in, 1);
+        ds_tensor yr = ds_tensor_2d(yd, DS_TYPE_F32, n_out, 1);
+        e->gpu->ops.matmul(e->gpu, &yr, &wg, &xr);
+        down(e, one, yd, (size_t)n_out * 4);
+        expect_bitwise(what, all + r * n_out, one, n_out);
+    }
+    (void)wbytes;
+    dfree(e, wd), dfree(e, xd), dfree(e, yd);
+    free(x), free(all), free(one);
+}
+
+static void test_matmul_gemm(void **state) {
+    ENV(state);
+    static const ds_type types[] = {DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0, DS_TYPE_Q4_K,
+                                    DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS};
+    for (size_t i = 0; i < DS_ARRAY_LEN(types); i++) {
+        run_gemm(e, types[i], 512, 600, 65, false);
+        run_gemm(e, types[i], 1280, 300, 130, true);
+    }
+    run_gemm(e, DS_TYPE_Q4_K, 5120, 1024, 300, false); // 27B row length, a wider chunk
+    ds_cuda_prefill_mode(e->gpu, true);
+    expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 64);   // below the GEMM's width
+    ds_cuda_set_exact_prefill(e->gpu, true);
+    expect_exact_rows(e, DS_TYPE_Q6_K, 512, 200, 100);  // exact prefill asked for
+    ds_cuda_set_exact_prefill(e->gpu, false);
+    ds_cuda_prefill_mode(e->gpu, false);
+    expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 100);  // not in a prompt chunk
+}
+
 // Consecutive matmuls of one input share its quantized activations; any other op in between
 // (here an in-place add that doubles x) makes the next matmul quantize again.
 static void test_matmul_prep_reuse(void **state) {
@@ -1169,6 +1288,7 @@ int main(void) {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
         cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
         cmocka_unit_test(test_fused_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),

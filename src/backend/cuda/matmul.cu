@@ -601,8 +601,8 @@ static xsrc xsrc_of(const ds_tensor *x) {
 // Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
 // matmul with no other op in between (a matmul never writes its own input, and every other op,
 // copy and write included, bumps op_gen); records them as prepared otherwise.
-static bool prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_in, int64_t ncx,
-                       int kind) {
+bool ds_cuda_prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_in, int64_t ncx,
+                        int kind) {
     const bool same = c->prep.gen == c->op_gen && c->prep.scratch == s &&
                       c->prep.data == xs.data && c->prep.ne1 == xs.ne1 &&
                       c->prep.nb1 == xs.nb1 && c->prep.nb2 == xs.nb2 &&
@@ -623,6 +623,7 @@ static void prep_layout(int64_t n_in, int64_t ncx, size_t *sz_q, size_t *sz_d) {
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     const int64_t n_in = y->ne[0], ncx = y->ne[1];
     if ((c->prep_last != 1 && c->prep_last != 2) || c->prof || y->type != DS_TYPE_F32 ||
+        (c->prefill && !c->exact_prefill && y->ne[1] >= DS_CUDA_GEMM_MIN_COLS) || // gemm.cu
         y->nb[0] != 4 || n_in % UNIT != 0 || y->ne[2] != 1 || y->ne[3] != 1 || ncx < 1 ||
         ncx > 65535) {
         return false;
@@ -635,7 +636,7 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     o->xd = (float *)(s + sz_q);
     o->xb = (int32_t *)(s + sz_q + sz_d);
     o->perm = c->prep_last == 1;
-    prep_reuse(c, s, xsrc_of(y), n_in, ncx, c->prep_last); // records it, as prep_quant would
+    ds_cuda_prep_reuse(c, s, xsrc_of(y), n_in, ncx, c->prep_last); // records it, as prep_quant would
     return true;
 }
 
@@ -655,7 +656,7 @@ static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size
     a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + 2 * sz_d);
     const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
     c->prep_last = kind;
-    if (prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
+    if (ds_cuda_prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
     c->n_prep++;
     dim3 pg((unsigned)(n_in / UNIT), (unsigned)ncx);
     if (qt == QT_Q8_0) {
@@ -680,11 +681,16 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         op = ds_cuda_prof_label(c, label);
     }
     DS_ASSERT(ncx >= 1 && ncx <= 65535 && a.ncols >= 1 && a.ncols <= 65535);
+    if (ds_cuda_gemm_wanted(c, wt, n_in, a.ncols, moe)) { // prompt chunks: gemm.cu
+        ds_cuda_gemm(c, wt, a, xs, ncx);
+        ds_cuda_launched(c, op);
+        return;
+    }
     if (is_float_type(wt)) {
         float *xf = (float *)ds_cuda_scratch(c, (size_t)ncx * (size_t)n_in * sizeof(float));
         if (!xf) return;
         dim3 pg((unsigned)((n_in + 255) / 256), (unsigned)ncx);
-        if (!prep_reuse(c, xf, xs, n_in, ncx, 16 + (int)wt)) {
+        if (!ds_cuda_prep_reuse(c, xf, xs, n_in, ncx, 16 + (int)wt)) {
             if (wt == DS_TYPE_F32) ds_cu_launch(c, prep_f_kernel<DS_TYPE_F32>, pg, 256, 0, xs, n_in, xf);
             if (wt == DS_TYPE_F16) ds_cu_launch(c, prep_f_kernel<DS_TYPE_F16>, pg, 256, 0, xs, n_in, xf);
             if (wt == DS_TYPE_BF16) ds_cu_launch(c, prep_f_kernel<DS_TYPE_BF16>, pg, 256, 0, xs, n_in, xf);

@@ -203,3 +203,21 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
 // op's kernel writes them (q8k_group_out), and the next matmul of y reuses them (a wrong guess
 // only costs that matmul its own preparation). False: no fusion (the op runs alone).
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
+
+// Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
+// matmul with no other op in between; records them as prepared otherwise (matmul.cu).
+bool ds_cuda_prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_in, int64_t ncx,
+                        int kind);
+// Preparation kinds (prep_reuse): 0 q8_0, 1 q8_K in IQ4_XS order, 2 q8_K, 16 + type: float
+// weights' f32 copy, DS_CUDA_PREP_BF16: the prefill GEMM's bf16 copy.
+enum { DS_CUDA_PREP_BF16 = 64 };
+
+// The prefill GEMM (gemm.cu): matmuls of at least DS_CUDA_GEMM_MIN_COLS columns while the model
+// runs a prompt chunk (prefill_mode on, exact prefill off), outside step graphs, for F16, BF16
+// and the quantized types with rows of a multiple of 32 elements. Rows of more than 64 columns:
+// decode and verify steps (at most 64 rows in a step graph) never qualify even if the mode were
+// left on.
+enum { DS_CUDA_GEMM_MIN_COLS = 65 };
+bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe);
+// y = W x through bf16 tiles and cuBLAS (a: w, w_nb1, n_out, n_in, ncols, y, y_nb1; dense only).
+void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx);

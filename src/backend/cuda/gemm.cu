@@ -1,0 +1,158 @@
+// gemm.cu: the prefill GEMM. y{n_out, N} = W · x for the matmuls of a prompt chunk of
+// N >= DS_CUDA_GEMM_MIN_COLS rows (backend.h prefill_mode): the activations are rounded to bf16,
+// the weights dequantized with the CPU's float operations (dequant.cuh deq32) and rounded to
+// bf16, a tile of rows at a time, into scratch (BF16 weights are used in place), then cuBLAS
+// multiplies them on the tensor cores with f32 accumulation (cublasGemmEx, bf16 x bf16 -> f32).
+// Calls common.cuh, dequant.cuh, cuBLAS. Called by matmul.cu (mm_run). Spec: docs/cuda.md
+// "Prefill GEMM".
+//
+// Numerics: not the exact kernels' terms. Each product is w_bf16 * x_bf16 (both within 2^-9 of
+// the CPU's dequantized weight and of the activation), summed in f32 in cuBLAS's order; so a
+// row's result depends on the kernel cuBLAS picks for the shape, not only on the row: prefill
+// rows are not bitwise those of a decode step. Decode and speculative verify never run here
+// (prefill_mode is off for them), so verify rows stay bitwise equal to decode steps.
+//   bytes: n_out*n_in*(bpw/8 + 2 + 2) (dequantize: read + write, GEMM: read) + N*n_in*(4+2+2)
+//          + N*n_out*4;  flops: 2*n_out*n_in*N (bf16 tensor cores)
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/quant.cuh"
+
+#include <cublas_v2.h>
+#include <stdio.h>
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+#include "core/core.h"
+}
+
+// Weight elements dequantized per tile (the bf16 tile is twice this in bytes): every 27B matrix
+// but the LM head fits in one tile.
+enum { GEMM_TILE_ELEMS = 96 << 20 };
+
+// x (f32 columns of xs) -> xb [ncx][n_in] bf16, round to nearest even. One thread per 2 elements.
+static __global__ __launch_bounds__(256) void gemm_x_kernel(xsrc src, int64_t n_in,
+                                                            __nv_bfloat162 *xb) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t c = blockIdx.y;
+    const int64_t i = ((int64_t)blockIdx.x * 256 + threadIdx.x) * 2;
+    if (i >= n_in) return;
+    const float *x = xcol_ptr(src, c);
+    xb[(c * n_in + i) / 2] = __floats2bfloat162_rn(x[i], x[i + 1]);
+}
+
+// Rows [r0, r0 + rows) of W -> wt [rows][n_in] bf16: one thread per 32-element sub-block.
+template <int T>
+static __global__ __launch_bounds__(256) void gemm_w_kernel(const uint8_t *w, size_t w_nb1,
+                                                            int64_t r0, int64_t rows,
+                                                            int64_t n_in, uint4 *wt) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t subs = n_in / 32;
+    const int64_t g = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (g >= rows * subs) return;
+    const int64_t r = g / subs, s = g % subs;
+    float v[32];
+    deq32<T>(w + (size_t)(r0 + r) * w_nb1, s, v);
+    uint4 *o = wt + g * 4;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t u[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            __nv_bfloat162 p = __floats2bfloat162_rn(v[8 * k + 2 * h], v[8 * k + 2 * h + 1]);
+            memcpy(&u[h], &p, 4);
+        }
+        o[k] = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+}
+
+static bool gemm_type_ok(ds_type t) {
+    switch (t) {
+    case DS_TYPE_F16: case DS_TYPE_BF16: case DS_TYPE_Q8_0: case DS_TYPE_Q4_K:
+    case DS_TYPE_Q5_K: case DS_TYPE_Q6_K: case DS_TYPE_IQ4_XS: return true;
+    default: return false;
+    }
+}
+
+bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe) {
+    return c->prefill && !c->exact_prefill && !moe && c->gmode == DS_CU_EAGER &&
+           ncols >= DS_CUDA_GEMM_MIN_COLS && n_in % 32 == 0 && gemm_type_ok(wt);
+}
+
+static bool cublas_ok(ds_cuda_ctx *c, cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    ds_log(DS_LOG_ERROR, "cuda: %s failed: %s (%d)", what, cublasGetStatusName(st), (int)st);
+    c->dead = true;
+    return false;
+}
+
+static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb1, int64_t r0,
+                          int64_t rows, int64_t n_in, uint4 *wt) {
+    const dim3 grid((unsigned)((rows * (n_in / 32) + 255) / 256));
+    switch (t) {
+#define GW(T) case T: ds_cu_launch(c, gemm_w_kernel<T>, grid, 256, 0, w, nb1, r0, rows, n_in, wt); break;
+        GW(DS_TYPE_F16)
+        GW(DS_TYPE_Q8_0)
+        GW(DS_TYPE_Q4_K)
+        GW(DS_TYPE_Q5_K)
+        GW(DS_TYPE_Q6_K)
+        GW(DS_TYPE_IQ4_XS)
+#undef GW
+    default: DS_ASSERT(!"gemm: weight type");
+    }
+}
+
+void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
+    const int64_t n_in = a.n_in, n_out = a.n_out;
+    DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
+    if (!c->cublas) {
+        cublasHandle_t h;
+        if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return;
+        c->cublas = h;
+    }
+    cublasHandle_t h = (cublasHandle_t)c->cublas;
+    if (!cublas_ok(c, cublasSetStream(h, c->stream), "cublasSetStream")) return;
+    const bool in_place = wt == DS_TYPE_BF16 && a.w_nb1 == (size_t)n_in * 2;
+    const int64_t tile_elems = c->gemm_tile > 0 ? c->gemm_tile : (int64_t)GEMM_TILE_ELEMS;
+    const int64_t tile = in_place ? n_out : DS_MIN(n_out, DS_MAX((int64_t)256, tile_elems / n_in));
+    const size_t sz_x = ds_cuda_align((size_t)ncx * (size_t)n_in * 2, 256);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_x + (in_place ? 0 : (size_t)tile * n_in * 2));
+    if (!s) return;
+    __nv_bfloat162 *xb = (__nv_bfloat162 *)s;
+    uint4 *wtile = (uint4 *)(s + sz_x);
+    c->prep_last = -1; // the ops before the next matmuls need not prepare int8 activations
+    if (!ds_cuda_prep_reuse(c, s, xs, n_in, ncx, DS_CUDA_PREP_BF16)) {
+        dim3 g((unsigned)((n_in / 2 + 255) / 256), (unsigned)ncx);
+        ds_cu_launch(c, gemm_x_kernel, g, 256, 0, xs, n_in, xb);
+    }
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
+        const int64_t rows = DS_MIN(tile, n_out - r0);
+        const void *A = a.w + (size_t)r0 * a.w_nb1;
+        if (!in_place) {
+            gemm_w_launch(c, wt, a.w, a.w_nb1, r0, rows, n_in, wtile);
+            A = wtile;
+        }
+        // column-major view: A^T (rows x n_in) times x (n_in x N) -> y (rows x N, ld y_nb1)
+        cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)ncx,
+                                         (int)n_in, &one, A, CUDA_R_16BF, (int)n_in, xb,
+                                         CUDA_R_16BF, (int)n_in, &zero, a.y + r0, CUDA_R_32F,
+                                         (int)a.y_nb1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (!cublas_ok(c, st, "cublasGemmEx")) return;
+    }
+}
+
+extern "C" void ds_cuda_prefill_mode(ds_backend *be, bool on) {
+    ds_cuda_of(be)->prefill = on;
+}
+
+extern "C" void ds_cuda_set_exact_prefill(ds_backend *be, bool on) {
+    ds_cuda_of(be)->exact_prefill = on;
+}
+
+extern "C" void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems) {
+    ds_cuda_of(be)->gemm_tile = elems;
+}
+
+void ds_cuda_gemm_free(ds_cuda_ctx *c) {
+    if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
+    c->cublas = NULL;
+}
