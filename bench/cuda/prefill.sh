@@ -4,7 +4,8 @@
 # the CUDA tests, then `dspec bench --model` at 512 / 2K / 8K prompt tokens with the bf16 GEMM
 # and (--exact-prefill) the exact int8 kernels side by side, 8K prompts in chunks of 256 / 1024 /
 # 2048, and a per-op GPU-time profile of a 2K prompt (DSPEC_CUDA_PROFILE).
-# Usage (repo root, on the GPU machine): [TESTS=0] [MIX=q4_k_m] bash bench/cuda/prefill.sh
+# Usage (repo root, on the GPU machine):
+#   [TESTS=0] [MIX=q4_k_m] [BATCHES="256 1024 2048 8192"] [LONG="32768"] bash bench/cuda/prefill.sh
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh prefill.sh || exit 1
@@ -30,9 +31,13 @@ t "512 (+ exact), decode and verify 1 / 16"
 bm --prompt 512 --decode 16 --reps 3 --verify 1,16 --exact-prefill
 t "2048 (+ exact)"
 bm --prompt 2048 --decode 4 --reps 1 --verify 1 --exact-prefill
-for b in 256 1024 2048 8192; do
+for b in ${BATCHES:-256 1024 2048 8192}; do
   t "8192 in chunks of $b"
   bm --prompt 8192 --batch $b --decode 4 --reps 1 --verify 1
+done
+for n in ${LONG:-}; do # longer prompts in one chunk
+  t "$n in one chunk"
+  bm --prompt "$n" --decode 4 --reps 1 --verify 1
 done
 t "profile: 2048-token prompt"
 DSPEC_CUDA_PROFILE=1 timeout 300 "$B/dspec" bench --model /tmp/prefill.gguf --device cuda \

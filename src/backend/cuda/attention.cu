@@ -309,6 +309,10 @@ extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tenso
     DS_ASSERT(p->n_past >= 0 && p->n_past + n <= k->ne[1] && k->ne[1] <= v->ne[1]);
     if (n == 0) return;
     attn_args a = attn_common(out, q, k, v, n_kv, p->scale);
+    if (ds_cuda_attn_prefill_wanted(c, q, k, p)) { // a prompt chunk: attention_prefill.cu
+        ds_cuda_attn_prefill(c, out, q, k, v, n_kv, p);
+        return;
+    }
     const size_t tree_bytes = p->parent ? (size_t)n * (size_t)(n + 1) * 4 : 0;
     int32_t *host = (int32_t *)malloc((size_t)(n + 1) * 4 + tree_bytes);
     DS_ASSERT(host != NULL);

@@ -118,6 +118,15 @@ void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);
 // Destroys the prefill GEMM's cuBLAS handle, if any (gemm.cu).
 void ds_cuda_gemm_free(ds_cuda_ctx *c);
+// Prefill kernels (prefill_mode on, exact prefill off, eager): matmuls (gemm.cu) and chain
+// attention (attention_prefill.cu) of at least this many rows; a step graph holds at most 64.
+enum { DS_CUDA_PREFILL_MIN_ROWS = 65 };
+// Whether attention of q against k qualifies for the flash-attention prefill kernel, and that
+// kernel (attention_prefill.cu; shapes and types already checked by attention.cu).
+bool ds_cuda_attn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *q, const ds_tensor *k,
+                                 const ds_attn_params *p);
+void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
+                          const ds_tensor *v, int n_kv, const ds_attn_params *p);
 // Device -> host copy of n bytes for an op's result: waits for the stream, except inside a step
 // graph, where the bytes reach dst_host at step_end (graph.cu).
 void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n);

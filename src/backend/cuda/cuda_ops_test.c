@@ -996,6 +996,85 @@ static void test_attention(void **state) {
     }
 }
 
+// Flash-attention prefill (attention_prefill.cu): a chain of >= 65 rows in prefill mode, Q, K, V
+// and P in f16 with f32 accumulation, against the CPU's f32 attention: f16 rounding (2^-11) of
+// the scores' factors and of P gives ~1e-3 relative; 64 rows, a tree or prefill mode off keep
+// the split-KV kernel (bitwise its own rows alone: test_attention). qmul sharpens the softmax.
+#define TOL_FA_L2 3e-3
+#define TOL_FA_RMS 2e-2
+static void run_attention_prefill(env *e, const att_case *c, float qmul, bool fast) {
+    const int64_t kvd = c->hd * c->nkv, rows = c->n_past + c->n;
+    const size_t cb = ds_type_row_size(c->kvt, kvd) * (size_t)rows;
+    uint8_t *kc = xmalloc(cb), *vc = xmalloc(cb);
+    float *tmp = xmalloc((size_t)(kvd * rows) * 4);
+    ds_tensor kt = ds_tensor_2d(kc, c->kvt, kvd, rows), vt = ds_tensor_2d(vc, c->kvt, kvd, rows);
+    ds_tensor tt = ds_tensor_2d(tmp, DS_TYPE_F32, kvd, rows);
+    fill_u(e, tmp, kvd * rows, 1.5f);
+    e->cpu->ops.store_rows(e->cpu, &kt, 0, &tt);
+    fill_u(e, tmp, kvd * rows, 1.5f);
+    e->cpu->ops.store_rows(e->cpu, &vt, 0, &tt);
+    const size_t qb = (size_t)(2 * c->hd * c->nh * c->n) * 4;
+    float *q = xmalloc(qb);
+    fill_u(e, q, 2 * c->hd * c->nh * c->n, qmul);
+    const size_t ob = (size_t)(c->hd * c->nh * c->n) * 4;
+    float *ref = xmalloc(ob), *got = xmalloc(ob), *exact = xmalloc(ob);
+    ds_tensor qt = qview(q, c->hd, c->nh, c->n);
+    ds_tensor ot = ds_tensor_2d(ref, DS_TYPE_F32, c->hd * c->nh, c->n);
+    ds_attn_params p = {.n_past = c->n_past, .parent = c->parent,
+                        .scale = 1.0f / sqrtf((float)c->hd)};
+    e->cpu->ops.attention(e->cpu, &ot, &qt, &kt, &vt, (int)c->nkv, &p);
+    void *kd = up(e, kc, cb), *vd = up(e, vc, cb), *qd = up(e, q, qb);
+    void *od = e->gpu->ops.alloc(e->gpu, ob);
+    ds_tensor kg = with_data(&kt, kd), vg = with_data(&vt, vd), qg = qview(qd, c->hd, c->nh, c->n);
+    ds_tensor og = with_data(&ot, od);
+    e->gpu->ops.attention(e->gpu, &og, &qg, &kg, &vg, (int)c->nkv, &p); // split-KV kernel
+    down(e, exact, od, ob);
+    ds_cuda_prefill_mode(e->gpu, true);
+    e->gpu->ops.attention(e->gpu, &og, &qg, &kg, &vg, (int)c->nkv, &p);
+    ds_cuda_prefill_mode(e->gpu, false);
+    down(e, got, od, ob);
+    char what[160];
+    snprintf(what, sizeof(what), "prefill attention hd=%lld nh=%lld nkv=%lld n_past=%lld n=%lld "
+             "%s q x%.0f%s", (long long)c->hd, (long long)c->nh, (long long)c->nkv,
+             (long long)c->n_past, (long long)c->n, ds_type_name(c->kvt), qmul,
+             c->parent ? " tree" : "");
+    const int64_t ne = c->hd * c->nh * c->n;
+    if (fast) {
+        double num = 0.0, den = 0.0;
+        for (int64_t i = 0; i < ne; i++) {
+            num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        print_message("%s: relative L2 %.3g vs cpu\n", what, sqrt(num / den));
+        expect_rel_l2(what, got, ref, ne, TOL_FA_L2);
+        expect_close(what, got, ref, ne, 0.0, TOL_FA_RMS * rms(ref, ne));
+    } else {
+        expect_bitwise(what, got, exact, ne); // the split-KV kernel ran
+    }
+    dfree(e, kd), dfree(e, vd), dfree(e, qd), dfree(e, od);
+    free(kc), free(vc), free(tmp), free(q), free(ref), free(got), free(exact);
+}
+
+static void test_attention_prefill(void **state) {
+    ENV(state);
+    static const int32_t tree[70] = {-1}; // a 70-row tree: every row a child of the prefix
+    int32_t par[70];
+    for (int i = 0; i < 70; i++) par[i] = tree[0];
+    const att_case cases[] = {
+        {256, 24, 4, 0, 100, DS_TYPE_F16, NULL}, {256, 12, 2, 37, 200, DS_TYPE_F32, NULL},
+        {128, 4, 4, 70, 130, DS_TYPE_F16, NULL}, {64, 6, 1, 5, 65, DS_TYPE_F16, NULL},
+        {256, 24, 4, 300, 257, DS_TYPE_F16, NULL},
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        run_attention_prefill(e, &cases[i], 1.0f, true);
+        run_attention_prefill(e, &cases[i], 8.0f, true);
+    }
+    const att_case narrow = {256, 24, 4, 10, 64, DS_TYPE_F16, NULL};
+    run_attention_prefill(e, &narrow, 1.0f, false);
+    const att_case treec = {128, 4, 2, 10, 70, DS_TYPE_F16, par};
+    run_attention_prefill(e, &treec, 1.0f, false);
+}
+
 static void test_attention_rows(void **state) {
     ENV(state);
     const int64_t hd = 128, nh = 8, nkv = 2, rows = 600, n = 6;
@@ -1294,6 +1373,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
+        cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_gdn_gates),
         cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_dyn_conv),
         cmocka_unit_test(test_staging),

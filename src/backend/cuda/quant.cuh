@@ -217,7 +217,7 @@ enum { DS_CUDA_PREP_BF16 = 64 };
 // and the quantized types with rows of a multiple of 32 elements. Rows of more than 64 columns:
 // decode and verify steps (at most 64 rows in a step graph) never qualify even if the mode were
 // left on.
-enum { DS_CUDA_GEMM_MIN_COLS = 65 };
+enum { DS_CUDA_GEMM_MIN_COLS = DS_CUDA_PREFILL_MIN_ROWS };
 bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe);
 // y = W x through bf16 tiles and cuBLAS (a: w, w_nb1, n_out, n_in, ncols, y, y_nb1; dense only).
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx);
