@@ -70,7 +70,7 @@ typedef struct dspec_engine_params {
     int n_threads;           // CPU threads (0 = all online CPUs)
     const char *device;      // "cpu" (NULL), "cuda" or "cuda:N": where the model runs
     int64_t n_ctx;           // context per session in tokens (0 = 4096)
-    int64_t n_batch;         // prefill chunk (0 = 256)
+    int64_t n_batch;         // prefill chunk (0 = 256 on the CPU, 1024 on CUDA)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
     int no_cuda_graphs;      // 1: CUDA launches every kernel of every step (no step graphs;
                              // same results, slower: for comparison and debugging)

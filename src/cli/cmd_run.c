@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --long-ctx N              past N context tokens verify at most W rows (default\n"
             "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
             "  -c, --ctx N               context size in tokens (default 4096)\n"
-            "  --batch N                 prefill chunk (default 256)\n"
+            "  --batch N                 prefill chunk (default 256; CUDA: 1024)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"

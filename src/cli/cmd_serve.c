@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "  --ddtree-raw              DDTree from raw per-slot logits, not the DSpark Markov /\n"
             "                            DFlash 2 selector scores along each branch's parent\n"
             "engine:\n"
-            "  --batch N                 prefill chunk (default 256)\n"
+            "  --batch N                 prefill chunk (default 256; CUDA: 1024)\n"
             "  --kv-type f32|f16         KV cache type (default f16)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"

@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct dspec_engine {
     dspec_engine_params p;
@@ -23,6 +24,8 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
     dspec_status st = ds_engine_backend_new(p->device, p->n_threads, &e->be, err);
     if (st == DSPEC_OK) ds_engine_backend_graphs(e->be, !p->no_cuda_graphs);
     if (st == DSPEC_OK) ds_engine_backend_exact_prefill(e->be, p->exact_prefill != 0);
+    // prompt chunks: wider on CUDA, whose prefill GEMM re-dequantizes the weights per chunk
+    if (st == DSPEC_OK && e->p.n_batch <= 0) e->p.n_batch = strcmp(e->be->name, "cuda") ? 256 : 1024;
     if (st == DSPEC_OK) st = ds_model_load(&e->m, p->model_path, e->be, err);
     if (st == DSPEC_OK) {
         st = ds_tok_load_gguf(&e->tok, ds_model_gguf(e->m), err);

@@ -127,6 +127,13 @@ bool ds_cuda_attn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *q, const
                                  const ds_attn_params *p);
 void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
                           const ds_tensor *v, int n_kv, const ds_attn_params *p);
+// The same for the gated delta rule (deltanet_prefill.cu; chains with state_out only).
+bool ds_cuda_gdn_prefill_wanted(const ds_cuda_ctx *c, int64_t n, int64_t dk, int64_t dv,
+                                const ds_tensor *state_out, const ds_gdn_params *p);
+void ds_cuda_gdn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *qkv,
+                         const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
+                         ds_tensor *state_out, int hk, int hv, int64_t dk, int64_t dv,
+                         const ds_gdn_params *p);
 // Device -> host copy of n bytes for an op's result: waits for the stream, except inside a step
 // graph, where the bytes reach dst_host at step_end (graph.cu).
 void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n);

@@ -1297,6 +1297,69 @@ static void test_gated_delta(void **state) {
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_gated_delta(e, &cases[i]);
 }
 
+// The prefill gated delta rule (deltanet_prefill.cu): a chain of >= 65 rows in prefill mode,
+// the same f32 math in another order, against the CPU (output and final state); 64 rows stay on
+// the exact kernel (bitwise its result with prefill mode off).
+#define TOL_GDP_L2 2e-4
+static void run_gated_delta_prefill(env *e, int hk, int hv, int64_t d, int64_t n, bool fast) {
+    const int64_t cd = 2 * hk * d + hv * d;
+    const size_t qb = (size_t)(cd * n) * 4, sb = (size_t)(d * d * hv) * 4, ob = (size_t)(d * hv * n) * 4;
+    float *qkv = xmalloc(qb), *beta = xmalloc((size_t)(hv * n) * 4), *g = xmalloc((size_t)(hv * n) * 4);
+    float *s0 = xmalloc(sb), *s_ref = xmalloc(sb), *s_got = xmalloc(sb), *s_ex = xmalloc(sb);
+    float *ref = xmalloc(ob), *got = xmalloc(ob), *ex = xmalloc(ob);
+    fill_u(e, qkv, cd * n, 1.0f);
+    for (int64_t i = 0; i < hv * n; i++) beta[i] = 0.5f + 0.5f * randu(e);
+    for (int64_t i = 0; i < hv * n; i++) g[i] = -0.3f * (1.0f + randu(e));
+    fill_u(e, s0, d * d * hv, 0.5f);
+    ds_gdn_params p = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)d), .eps = 1e-6f};
+    ds_tensor qt = ds_tensor_2d(qkv, DS_TYPE_F32, cd, n), bt = ds_tensor_2d(beta, DS_TYPE_F32, hv, n);
+    ds_tensor gt = ds_tensor_2d(g, DS_TYPE_F32, hv, n), ot = ds_tensor_2d(ref, DS_TYPE_F32, d * hv, n);
+    ds_tensor st = ds_tensor_2d(s_ref, DS_TYPE_F32, d * d, hv);
+    memcpy(s_ref, s0, sb);
+    e->cpu->ops.gated_delta(e->cpu, &ot, &qt, &bt, &gt, &st, &st, hk, hv, &p);
+    void *qd = up(e, qkv, qb), *bd = up(e, beta, (size_t)(hv * n) * 4), *gd = up(e, g, (size_t)(hv * n) * 4);
+    void *sd = up(e, s0, sb), *od = e->gpu->ops.alloc(e->gpu, ob);
+    ds_tensor qg = with_data(&qt, qd), bg = with_data(&bt, bd), gg = with_data(&gt, gd);
+    ds_tensor og = with_data(&ot, od), sg = with_data(&st, sd);
+    e->gpu->ops.gated_delta(e->gpu, &og, &qg, &bg, &gg, &sg, &sg, hk, hv, &p); // exact kernel
+    down(e, ex, od, ob);
+    down(e, s_ex, sd, sb);
+    e->gpu->ops.write(e->gpu, sd, s0, sb);
+    ds_cuda_prefill_mode(e->gpu, true);
+    e->gpu->ops.gated_delta(e->gpu, &og, &qg, &bg, &gg, &sg, &sg, hk, hv, &p);
+    ds_cuda_prefill_mode(e->gpu, false);
+    down(e, got, od, ob);
+    down(e, s_got, sd, sb);
+    char what[128];
+    snprintf(what, sizeof(what), "prefill gated_delta hk=%d hv=%d d=%lld n=%lld", hk, hv,
+             (long long)d, (long long)n);
+    if (fast) {
+        double num = 0.0, den = 0.0;
+        for (int64_t i = 0; i < d * hv * n; i++) {
+            num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        print_message("%s: relative L2 %.3g vs cpu\n", what, sqrt(num / den));
+        expect_rel_l2(what, got, ref, d * hv * n, TOL_GDP_L2);
+        expect_rel_l2(what, s_got, s_ref, d * d * hv, TOL_GDP_L2);
+    } else {
+        expect_bitwise(what, got, ex, d * hv * n);
+        expect_bitwise(what, s_got, s_ex, d * d * hv);
+    }
+    dfree(e, qd), dfree(e, bd), dfree(e, gd), dfree(e, sd), dfree(e, od);
+    free(qkv), free(beta), free(g), free(s0), free(s_ref), free(s_got), free(s_ex);
+    free(ref), free(got), free(ex);
+}
+
+static void test_gated_delta_prefill(void **state) {
+    ENV(state);
+    run_gated_delta_prefill(e, 16, 48, 128, 300, true); // the 27B shapes
+    run_gated_delta_prefill(e, 2, 4, 64, 70, true);
+    run_gated_delta_prefill(e, 1, 2, 32, 100, true);
+    run_gated_delta_prefill(e, 2, 2, 256, 130, true);
+    run_gated_delta_prefill(e, 2, 4, 128, 64, false);
+}
+
 static void test_dyn_conv(void **state) {
     ENV(state);
     const int64_t C = 768, n = 8, K = 4, group = 64;
@@ -1376,6 +1439,7 @@ int main(void) {
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_gdn_gates),
         cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_dyn_conv),
+        cmocka_unit_test(test_gated_delta_prefill),
         cmocka_unit_test(test_staging),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

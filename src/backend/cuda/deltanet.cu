@@ -288,6 +288,10 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
         }
         return;
     }
+    if (ds_cuda_gdn_prefill_wanted(c, n, dk, dv, state_out, p)) { // deltanet_prefill.cu
+        ds_cuda_gdn_prefill(c, out, qkv, beta, g, state, state_out, (int)hk, (int)hv, dk, dv, p);
+        return;
+    }
     // Row schedule: where each row's starting state comes from, and which states to keep.
     int32_t *sched = (int32_t *)malloc((size_t)n * 2 * 4);
     DS_ASSERT(sched != NULL);
