@@ -481,7 +481,8 @@ static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
     const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     DS_ASSERT(blocks <= 0x7fffffff);
     if (g.a.ncols == 1) mmv_go<QT, 1>(c, g, (unsigned)blocks);
-    else mmv_go<QT, 2>(c, g, (unsigned)blocks);
+    else if (g.a.ncols == 2) mmv_go<QT, 2>(c, g, (unsigned)blocks);
+    else mmv_go<QT, 3>(c, g, (unsigned)blocks);
 }
 
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {

@@ -1,5 +1,5 @@
 // quant.cuh: what the quantized matmul kernels share (matmul.cu: int8 mma.sync for any N;
-// matmul_vec.cu: dp4a GEMV for N <= 2): the weight-type codes, the argument block, the activation
+// matmul_vec.cu: dp4a GEMV for N <= 3): the weight-type codes, the argument block, the activation
 // source view, the per-super-block float step that reproduces the CPU's rounding, and the
 // Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
 // sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
@@ -180,7 +180,9 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
 // MMV_MAX_MATS weight matrices of one type and one input (the prepared activations in `a`), in
 // one launch. Matrix i: its own weights, rows, output, K splits (mmq_splits of its shape) and
 // first block blk0 (blocks of 8 rows, matrices in order).
-enum { MMV_MAX_COLS = 2, MMV_MAX_MATS = 4 }; // wider N: the mma kernel is faster (RESULTS.md)
+// (27B Q4_K_M verify on the H200: N = 3 14.1 ms here against 14.8 on the mma kernel; N = 4 18.1
+// against 15.1 -- four columns exceed the GEMV's 128 registers)
+enum { MMV_MAX_COLS = 3, MMV_MAX_MATS = 4 }; // wider N: the mma kernel is faster (RESULTS.md)
 struct mmv_mat {
     const uint8_t *w;
     size_t w_nb1;
