@@ -95,6 +95,8 @@ int64_t ds_state_n_past(const ds_state *st);
 int64_t ds_state_n_ctx(const ds_state *st);
 // Largest speculative batch (ds_state_params.n_verify).
 int64_t ds_state_n_verify(const ds_state *st);
+// Rows per prefill chunk (ds_state_params.n_batch after defaults).
+int64_t ds_state_n_batch(const ds_state *st);
 // Copies the full state (KV rows [0, n_past), conv windows, S) of src into dst (same model and
 // capacities). Used for snapshots (prefix reuse) and tests.
 dspec_status ds_state_copy(ds_state *dst, const ds_state *src, dspec_err *err);

@@ -177,6 +177,9 @@ int64_t ds_state_n_ctx(const ds_state *st) {
 int64_t ds_state_n_verify(const ds_state *st) {
     return st->p.n_verify;
 }
+int64_t ds_state_n_batch(const ds_state *st) {
+    return st->p.n_batch;
+}
 
 size_t ds_state_recurrent_bytes(const ds_state *st) {
     size_t n = 0;

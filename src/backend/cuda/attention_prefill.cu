@@ -74,7 +74,8 @@ __device__ __forceinline__ void fa_load_tile(__half *dst, const char *src, int64
             const uint32_t sa = (uint32_t)__cvta_generic_to_shared(d);
             const char *g = src + (key < lim ? key : 0) * nb1 + ch * 16;
             const int sz = key < lim ? 16 : 0; // zero-fill past the visible keys
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(sz));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                         ::"r"(sa), "l"(g), "r"(sz));
         } else {
             uint4 u = make_uint4(0, 0, 0, 0);
             if (key < lim) {
@@ -207,7 +208,8 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
         const float inv = 1.0f / l[i];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            *(float2 *)(out + j * 8 + 2 * c4) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+            *(float2 *)(out + j * 8 + 2 * c4) =
+                make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
         }
     }
 }
@@ -215,14 +217,11 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
 template <typename KV, int D>
 static bool fa_launch(ds_cuda_ctx *c, const fa_args &a, int n_head) {
     const size_t smem = (size_t)(FA_BM + 2 * FA_BN) * (D + FA_PAD) * sizeof(__half);
-    static bool attr_set = false; // (per instantiation; one device per process in practice)
-    if (!attr_set) {
-        if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(fa_kernel<KV, D>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem))) {
-            return false;
-        }
-        attr_set = true;
+    // (a per-device kernel attribute: set at every launch, a cheap host call next to the kernel)
+    if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(fa_kernel<KV, D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem))) {
+        return false;
     }
     dim3 grid((unsigned)((a.n + FA_BM - 1) / FA_BM), (unsigned)n_head);
     ds_cu_launch(c, fa_kernel<KV, D>, grid, FA_WARPS * 32, smem, a);
@@ -252,11 +251,12 @@ void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, co
     a.scale_log2 = p->scale * 1.4426950408889634f;
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     const bool f16 = k->type == DS_TYPE_F16;
+    const int nh = (int)n_head;
     bool ok;
     switch (hd) {
-    case 64: ok = f16 ? fa_launch<__half, 64>(c, a, (int)n_head) : fa_launch<float, 64>(c, a, (int)n_head); break;
-    case 128: ok = f16 ? fa_launch<__half, 128>(c, a, (int)n_head) : fa_launch<float, 128>(c, a, (int)n_head); break;
-    default: ok = f16 ? fa_launch<__half, 256>(c, a, (int)n_head) : fa_launch<float, 256>(c, a, (int)n_head); break;
+    case 64: ok = f16 ? fa_launch<__half, 64>(c, a, nh) : fa_launch<float, 64>(c, a, nh); break;
+    case 128: ok = f16 ? fa_launch<__half, 128>(c, a, nh) : fa_launch<float, 128>(c, a, nh); break;
+    default: ok = f16 ? fa_launch<__half, 256>(c, a, nh) : fa_launch<float, 256>(c, a, nh); break;
     }
     if (ok) ds_cuda_launched(c, "attention");
 }

@@ -40,7 +40,8 @@ static __global__ __launch_bounds__(32) void gdp_norm_kernel(const char *qkv, in
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t r = blockIdx.x;
     const int head = blockIdx.y, which = blockIdx.z, lane = threadIdx.x;
-    const float *src = (const float *)(qkv + (t0 + r) * qkv_nb1) + (int64_t)(which * hk + head) * DK;
+    const float *src =
+        (const float *)(qkv + (t0 + r) * qkv_nb1) + (int64_t)(which * hk + head) * DK;
     float v[DK / 32], ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < DK / 32; i++) {

@@ -123,7 +123,8 @@ __device__ __forceinline__ void deq32(const uint8_t *__restrict__ row, int64_t s
         const uint8_t *ql = b + 64 * n + 32 * (qt & 1), *qh = b + 128 + 32 * n;
 #pragma unroll
         for (int l = 0; l < 32; l++) {
-            const int q = (((ql[l] >> (4 * (qt >> 1))) & 0xf) | (((qh[l] >> (2 * qt)) & 3) << 4)) - 32;
+            const int lo = (ql[l] >> (4 * (qt >> 1))) & 0xf, hi = (qh[l] >> (2 * qt)) & 3;
+            const int q = (lo | (hi << 4)) - 32;
             v[l] = __fmul_rn(l < 16 ? d0 : d1, (float)q);
         }
         return;

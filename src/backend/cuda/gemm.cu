@@ -88,7 +88,8 @@ static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb
                           int64_t rows, int64_t n_in, uint4 *wt) {
     const dim3 grid((unsigned)((rows * (n_in / 32) + 255) / 256));
     switch (t) {
-#define GW(T) case T: ds_cu_launch(c, gemm_w_kernel<T>, grid, 256, 0, w, nb1, r0, rows, n_in, wt); break;
+#define GW(T)                                                                                      \
+    case T: ds_cu_launch(c, gemm_w_kernel<T>, grid, 256, 0, w, nb1, r0, rows, n_in, wt); break;
         GW(DS_TYPE_F16)
         GW(DS_TYPE_Q8_0)
         GW(DS_TYPE_Q4_K)
