@@ -45,10 +45,11 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     ds_spec_policy_init(&s->policy, &s->params.policy);
     if (budget && !s->params.tree_topk) s->params.tree_topk = DS_MIN(budget, 8);
     int64_t rows = DS_MAX(n_slots, budget + 1);
-    // prompt pieces of at least the state's chunk size (ds_model_forward cuts them into its
+    // prompt pieces of a whole number of the state's chunks (ds_model_forward cuts each into
     // n_batch chunks, as it cuts a plain prefill): a backend's prefill kernels (CUDA) give rows
     // that depend on the chunking, so both paths must cut the prompt alike to stay lossless
-    s->feat_rows = DS_MAX(DS_MAX((int64_t)256, rows), ds_state_n_batch(st));
+    const int64_t nb = ds_state_n_batch(st);
+    s->feat_rows = (DS_MAX((int64_t)256, rows) + nb - 1) / nb * nb;
     s->verify_tok = calloc((size_t)rows, sizeof(int32_t));
     s->target_tok = calloc((size_t)rows, sizeof(int32_t));
     s->feats = malloc((size_t)(s->feat_rows * p->n_taps * hp->n_embd) * sizeof(float) + 1);

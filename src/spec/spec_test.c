@@ -1,6 +1,7 @@
 // spec_test.c: the chain speculative loop with a scripted proposer on a random synthetic target:
 // output byte-identical to plain greedy decoding for block sizes 2..16 and any error pattern,
-// accept counts as scripted, the drafter fed exactly the committed rows' tap features, stats.
+// accept counts as scripted, the drafter fed exactly the committed rows' tap features, stats,
+// prompts cut into the same forward chunks as plain prefill.
 // Sampled verification (chain, conditional q, DDTree): two-sample chi-square against plain
 // sampling, and every emitted token tested against its exact target distribution with proposers
 // scripted so that residual / wrong-q / tree-bonus bugs show large closed-form distortions.
@@ -603,6 +604,58 @@ static void test_sampled_exact_tree(void **state) {
     x_check(X_TREE_COND, "tree, conditional children");
 }
 
+// Prompt chunking: ds_spec_prefill must cut a prompt into the same forward chunks as a plain
+// ds_model_forward of it (backends with prefill kernels, CUDA, give chunk-dependent low bits, so
+// different cuts would make speculative output differ from plain output there; on the CPU the
+// bits would not show it). The chunks are seen through the embedding lookup (one per chunk).
+static int64_t g_chunks[64], g_n_chunks;
+static void (*g_get_rows)(ds_backend *, ds_tensor *, const ds_tensor *, const int32_t *);
+static void rec_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *t, const int32_t *ids) {
+    if (g_n_chunks < 64) g_chunks[g_n_chunks++] = y->ne[1];
+    g_get_rows(be, y, t, ids);
+}
+static dspec_status null_append(void *ctx, const float *f, int64_t n, dspec_err *err) {
+    (void)ctx, (void)f, (void)n, (void)err;
+    return DSPEC_OK;
+}
+
+static void test_prefill_chunks(void **state) {
+    (void)state;
+    env *e = &g_env;
+    enum { N = 300 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 53 + 5) % 500);
+    g_get_rows = e->be->ops.get_rows;
+    e->be->ops.get_rows = rec_get_rows;
+    static const int64_t batches[] = {100, 64, 256, 1024};
+    for (size_t k = 0; k < sizeof(batches) / sizeof(batches[0]); k++) {
+        ds_state_params sp = {.n_ctx = 512, .n_batch = batches[k]};
+        ds_state *st;
+        assert_int_equal(ds_state_new(&st, e->m, &sp, NULL), DSPEC_OK);
+        int32_t am;
+        ds_batch b = {.n = N, .tokens = toks, .n_logits = 1, .argmax = &am};
+        g_n_chunks = 0;
+        assert_int_equal(ds_model_forward(e->m, st, &b, NULL), DSPEC_OK);
+        int64_t plain[64], n_plain = g_n_chunks;
+        memcpy(plain, g_chunks, sizeof(plain));
+        ds_state_reset(st);
+        ds_proposer p = {.n_taps = N_TAPS, .tap_layers = k_taps, .block_size = 8,
+                         .append = null_append, .propose = script_propose};
+        ds_spec *s;
+        assert_int_equal(ds_spec_new(&s, e->m, st, &p, &(ds_spec_params){.n_slots = 8}, NULL),
+                         DSPEC_OK);
+        int32_t first;
+        g_n_chunks = 0;
+        assert_int_equal(ds_spec_prefill(s, toks, N, &first, NULL), DSPEC_OK);
+        assert_int_equal(g_n_chunks, n_plain);
+        assert_memory_equal(g_chunks, plain, (size_t)n_plain * sizeof(int64_t));
+        assert_int_equal(first, am);
+        ds_spec_free(s);
+        ds_state_free(st);
+    }
+    e->be->ops.get_rows = g_get_rows;
+}
+
 static void test_accept_greedy(void **s) {
     (void)s;
     int32_t d[4] = {1, 2, 3, 4}, t[5] = {1, 2, 9, 4, 7};
@@ -628,6 +681,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accept_greedy),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_prefill_chunks),
         cmocka_unit_test(test_lossless_perfect),
         cmocka_unit_test(test_lossless_errors),
         cmocka_unit_test(test_tree_lossless),
