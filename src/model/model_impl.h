@@ -64,7 +64,8 @@ typedef struct ds_acts {
     ds_tensor router;                 // {n_expert, n}
     ds_tensor moe_out;                // {n_embd, k, n}
     ds_tensor shgate;                 // {1, n}
-    ds_tensor logits;                 // {n_vocab, n}
+    ds_tensor logits;                 // {n_vocab, n_logit_rows}: logits are computed in groups
+    int64_t n_logit_rows;             // min(n, max(n_verify, 64)): a verify step is one group
 } ds_acts;
 
 struct ds_state {
@@ -82,6 +83,7 @@ struct ds_state {
     float *wts;               // host scratch [max rows * n_expert_used]
     float *router_h;          // host scratch [max rows * n_expert]
     int32_t *logit_rows;      // host [max rows]
+    int32_t *logit_src;       // host [max rows]: chunk row of each requested logits row
     void **buffers;           // backend allocations, freed with the state
     int n_buffers, cap_buffers;
 };

@@ -81,6 +81,33 @@ static void check_batch_invariance(fixture *f) {
 
 // Speculative batch of 5 then commit(k) == plain decoding of those k tokens, for every k; the
 // verify logits equal the single-step logits.
+// Logits of more rows than the state's logits buffer holds (min(rows, max(n_verify, 64)) = 64
+// here) come in groups: a 100-row chunk with every row's logits (two groups) equals chunks of 10
+// rows (one group each), bitwise; so do 70 scattered rows out of 50-row chunks (the argmax
+// scatter path: a chunk's requested rows are not consecutive in the caller's order).
+static void check_logits_groups(fixture *f) {
+    enum { N = 100, NS = 70 };
+    int32_t toks[N], rows[NS], am_a[NS], am_b[N];
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 37 + 11) % 500);
+    for (int i = 0; i < NS; i++) rows[i] = (int32_t)((i * 31 + 7) % N); // distinct (31, 100 coprime)
+    float *a = malloc((size_t)(N * f->V) * 4), *b = malloc((size_t)(N * f->V) * 4);
+    float *c = malloc((size_t)(NS * f->V) * 4);
+    ds_state *s1 = new_state(f, 128), *s2 = new_state(f, 10), *s3 = new_state(f, 50);
+    step(f, s1, toks, N, a);
+    ds_batch bb = {.n = N, .tokens = toks, .n_logits = N, .logits = b, .argmax = am_b};
+    assert_int_equal(ds_model_forward(f->m, s2, &bb, NULL), DSPEC_OK);
+    ds_batch bc = {.n = N, .tokens = toks, .n_logits = NS, .logits_rows = rows, .logits = c,
+                   .argmax = am_a};
+    assert_int_equal(ds_model_forward(f->m, s3, &bc, NULL), DSPEC_OK);
+    assert_memory_equal(a, b, (size_t)(N * f->V) * 4);
+    for (int i = 0; i < NS; i++) {
+        assert_memory_equal(c + (size_t)i * f->V, a + (size_t)rows[i] * f->V, (size_t)f->V * 4);
+        assert_int_equal(am_a[i], am_b[rows[i]]);
+    }
+    ds_state_free(s1), ds_state_free(s2), ds_state_free(s3);
+    free(a), free(b), free(c);
+}
+
 static void check_commit_exact(fixture *f) {
     int64_t V = f->V;
     float *spec = malloc((size_t)(5 * V) * 4), *ref = malloc((size_t)(5 * V) * 4);
@@ -164,6 +191,7 @@ static void run_all(ds_arch arch, ds_type wt, bool fused, bool tied) {
     fixture f;
     assert_int_equal(fixture_open(&f, arch, wt, fused, tied), 0);
     check_batch_invariance(&f);
+    check_logits_groups(&f);
     check_commit_exact(&f);
     check_tree(&f);
     check_errors(&f);

@@ -141,21 +141,12 @@ static void capture_taps(const ds_model *m, ds_state *st, const ds_batch *b, con
     }
 }
 
-static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
+// Logits of the nl rows staged at the start of acts.cur (caller indices out_idx[0..nl)).
+static void logits_group(const ds_model *m, ds_state *st, const ds_batch *b,
+                         const int32_t *out_idx, int64_t nl) {
     ds_backend *be = m->be;
     ds_acts *a = &st->acts;
     const ds_model_hparams *hp = &m->hp;
-    // rows of this chunk that were asked for, in the caller's order
-    int64_t nl = 0;
-    int32_t *out_idx = st->ids; // host scratch (>= rows)
-    for (int64_t j = 0; j < b->n_logits; j++) {
-        int64_t row = b->logits_rows ? b->logits_rows[j] : b->n - b->n_logits + j;
-        if (row < c->row0 || row >= c->row0 + c->n) continue;
-        be->ops.copy(be, ds_tensor_rows(&a->cur, nl, 1).data,
-                     ds_tensor_rows(&a->x, row - c->row0, 1).data, a->x.nb[1]);
-        out_idx[nl++] = (int32_t)j;
-    }
-    if (nl == 0) return;
     ds_tensor h = view(&a->cur, hp->n_embd, nl), lg = view(&a->logits, hp->n_vocab, nl);
     be->ops.rmsnorm(be, &h, &h, &m->output_norm.t, hp->eps);
     ds_qwen35_mm(be, &lg, &m->output, &h);
@@ -179,6 +170,29 @@ static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, c
             be->ops.argmax(be, am, &lg);
             for (int64_t i = 0; i < nl; i++) b->argmax[out_idx[i]] = am[i];
         }
+    }
+}
+
+static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
+    ds_backend *be = m->be;
+    ds_acts *a = &st->acts;
+    // rows of this chunk that were asked for, in the caller's order
+    int64_t nl = 0;
+    int32_t *out_idx = st->ids; // host scratch (>= rows)
+    for (int64_t j = 0; j < b->n_logits; j++) {
+        int64_t row = b->logits_rows ? b->logits_rows[j] : b->n - b->n_logits + j;
+        if (row < c->row0 || row >= c->row0 + c->n) continue;
+        st->logit_src[nl] = (int32_t)(row - c->row0);
+        out_idx[nl++] = (int32_t)j;
+    }
+    // in groups of the logits buffer's rows (a verify step: one group)
+    for (int64_t g0 = 0; g0 < nl; g0 += a->n_logit_rows) {
+        const int64_t gn = DS_MIN(a->n_logit_rows, nl - g0);
+        for (int64_t i = 0; i < gn; i++) {
+            be->ops.copy(be, ds_tensor_rows(&a->cur, i, 1).data,
+                         ds_tensor_rows(&a->x, st->logit_src[g0 + i], 1).data, a->x.nb[1]);
+        }
+        logits_group(m, st, b, out_idx + g0, gn);
     }
 }
 

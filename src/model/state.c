@@ -73,7 +73,10 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
         a->moe_out = buf2d(st, DS_TYPE_F32, hp->n_embd * k, n, err, &s);
         a->shgate = buf2d(st, DS_TYPE_F32, 1, n, err, &s);
     }
-    a->logits = buf2d(st, DS_TYPE_F32, hp->n_vocab, n, err, &s);
+    // (a prompt chunk's logits rows, when all are asked for, go through it in groups: a
+    // 1,024-row chunk would otherwise hold ~1 GB of logits for a 248K vocabulary)
+    a->n_logit_rows = DS_MIN(n, DS_MAX(st->p.n_verify, (int64_t)64));
+    a->logits = buf2d(st, DS_TYPE_F32, hp->n_vocab, a->n_logit_rows, err, &s);
     return s;
 }
 
@@ -101,12 +104,14 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
     st->pos = calloc((size_t)rows, sizeof(int32_t));
     st->pending_parent = calloc((size_t)st->p.n_verify, sizeof(int32_t));
     st->logit_rows = calloc((size_t)rows, sizeof(int32_t));
+    st->logit_src = calloc((size_t)rows, sizeof(int32_t));
     int64_t k = DS_MAX(hp->n_expert_used, 1);
     st->ids = calloc((size_t)(rows * k), sizeof(int32_t));
     st->wts = calloc((size_t)(rows * k), sizeof(float));
     st->router_h = calloc((size_t)(rows * DS_MAX(hp->n_expert, 1)), sizeof(float));
     if (s == DSPEC_OK && (!st->kv || !st->rec || !st->pos || !st->pending_parent ||
-                          !st->logit_rows || !st->ids || !st->wts || !st->router_h)) {
+                          !st->logit_rows || !st->logit_src || !st->ids || !st->wts ||
+                          !st->router_h)) {
         s = ds_err_set(err, DSPEC_ERR_NOMEM, "state: out of memory");
     }
     int64_t kvdim = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -141,6 +146,7 @@ void ds_state_free(ds_state *st) {
     free(st->pos);
     free(st->pending_parent);
     free(st->logit_rows);
+    free(st->logit_src);
     free(st->ids);
     free(st->wts);
     free(st->router_h);
