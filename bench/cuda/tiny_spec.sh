@@ -14,7 +14,10 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90 "${CMAKE_EXTRA[
   || { tail -30 "$OUT/build.log"; exit 1; }
 D=$B/dspec
 M=models/tiny-target-q8_0.gguf
-for P in $'import os\nimport sys\n\n\ndef main():\n' "The ls command lists"; do
+# (the third prompt, ~900 tokens, spans several 256-row pieces and exercises the prefill kernels:
+# the speculative path must cut it into the same chunks as plain decoding to stay identical)
+LONG=$(for i in $(seq 1 60); do printf 'def f%d(x):\n    return x * %d + %d\n\n' $i $i $((i*7)); done)
+for P in $'import os\nimport sys\n\n\ndef main():\n' "The ls command lists" "$LONG"; do
   $D run -m $M --device cuda -p "$P" -n 128 --no-adaptive >/tmp/plain.txt 2>/tmp/plain.err
   echo "plain: $(grep -o 'decode [0-9.]* tok/s' /tmp/plain.err)"
   for d in dspark-g7 dflash2-b8 dflash-b8 dflash-b16; do
