@@ -913,33 +913,60 @@ typedef struct att_case {
     const int32_t *parent;
 } att_case;
 
+// One attention case on both backends' memory: caches {hd*nkv, n_past+n} of random rows, q
+// (uniform * qmul, every other head-sized slot: the model's interleaved q/gate layout), the CPU
+// reference output, and device copies (og: a device output of the same shape).
+typedef struct att_setup {
+    uint8_t *kc, *vc;
+    float *tmp, *q, *ref;
+    size_t cb, qb, ob;
+    ds_tensor kt, vt, qt, ot, kg, vg, qg, og;
+    ds_attn_params p;
+    void *kd, *vd, *qd, *od;
+} att_setup;
+
+static void att_setup_new(env *e, const att_case *c, float qmul, att_setup *a) {
+    const int64_t kvd = c->hd * c->nkv, rows = c->n_past + c->n;
+    a->cb = ds_type_row_size(c->kvt, kvd) * (size_t)rows;
+    a->kc = xmalloc(a->cb), a->vc = xmalloc(a->cb);
+    a->tmp = xmalloc((size_t)(kvd * rows) * 4);
+    a->kt = ds_tensor_2d(a->kc, c->kvt, kvd, rows), a->vt = ds_tensor_2d(a->vc, c->kvt, kvd, rows);
+    ds_tensor tt = ds_tensor_2d(a->tmp, DS_TYPE_F32, kvd, rows);
+    fill_u(e, a->tmp, kvd * rows, 1.5f);
+    e->cpu->ops.store_rows(e->cpu, &a->kt, 0, &tt);
+    fill_u(e, a->tmp, kvd * rows, 1.5f);
+    e->cpu->ops.store_rows(e->cpu, &a->vt, 0, &tt);
+    a->qb = (size_t)(2 * c->hd * c->nh * c->n) * 4;
+    a->q = xmalloc(a->qb);
+    fill_u(e, a->q, 2 * c->hd * c->nh * c->n, qmul);
+    a->ob = (size_t)(c->hd * c->nh * c->n) * 4;
+    a->ref = xmalloc(a->ob);
+    a->qt = qview(a->q, c->hd, c->nh, c->n);
+    a->ot = ds_tensor_2d(a->ref, DS_TYPE_F32, c->hd * c->nh, c->n);
+    a->p = (ds_attn_params){.n_past = c->n_past, .parent = c->parent,
+                            .scale = 1.0f / sqrtf((float)c->hd)};
+    e->cpu->ops.attention(e->cpu, &a->ot, &a->qt, &a->kt, &a->vt, (int)c->nkv, &a->p);
+    a->kd = up(e, a->kc, a->cb), a->vd = up(e, a->vc, a->cb), a->qd = up(e, a->q, a->qb);
+    a->od = e->gpu->ops.alloc(e->gpu, a->ob);
+    a->kg = with_data(&a->kt, a->kd), a->vg = with_data(&a->vt, a->vd);
+    a->qg = qview(a->qd, c->hd, c->nh, c->n), a->og = with_data(&a->ot, a->od);
+}
+
+static void att_setup_free(env *e, att_setup *a) {
+    dfree(e, a->kd), dfree(e, a->vd), dfree(e, a->qd), dfree(e, a->od);
+    free(a->kc), free(a->vc), free(a->tmp), free(a->q), free(a->ref);
+}
+
 // Runs attention on both backends (caches {hd*nkv, n_past+n} filled with random rows).
 static void run_attention(env *e, const att_case *c) {
-    const int64_t kvd = c->hd * c->nkv, rows = c->n_past + c->n;
-    const size_t cb = ds_type_row_size(c->kvt, kvd) * (size_t)rows;
-    uint8_t *kc = xmalloc(cb), *vc = xmalloc(cb);
-    float *tmp = xmalloc((size_t)(kvd * rows) * 4);
-    ds_tensor kt = ds_tensor_2d(kc, c->kvt, kvd, rows), vt = ds_tensor_2d(vc, c->kvt, kvd, rows);
-    ds_tensor tt = ds_tensor_2d(tmp, DS_TYPE_F32, kvd, rows);
-    fill_u(e, tmp, kvd * rows, 1.5f);
-    e->cpu->ops.store_rows(e->cpu, &kt, 0, &tt);
-    fill_u(e, tmp, kvd * rows, 1.5f);
-    e->cpu->ops.store_rows(e->cpu, &vt, 0, &tt);
-    const size_t qb = (size_t)(2 * c->hd * c->nh * c->n) * 4;
-    float *q = xmalloc(qb);
-    fill_u(e, q, 2 * c->hd * c->nh * c->n, 1.0f);
-    const size_t ob = (size_t)(c->hd * c->nh * c->n) * 4;
-    float *ref = xmalloc(ob), *got = xmalloc(ob), *one = xmalloc(ob);
-    ds_tensor qt = qview(q, c->hd, c->nh, c->n);
-    ds_tensor ot = ds_tensor_2d(ref, DS_TYPE_F32, c->hd * c->nh, c->n);
-    ds_attn_params p = {.n_past = c->n_past, .parent = c->parent,
-                        .scale = 1.0f / sqrtf((float)c->hd)};
-    e->cpu->ops.attention(e->cpu, &ot, &qt, &kt, &vt, (int)c->nkv, &p);
-    void *kd = up(e, kc, cb), *vd = up(e, vc, cb), *qd = up(e, q, qb);
-    void *od = e->gpu->ops.alloc(e->gpu, ob);
-    ds_tensor kg = with_data(&kt, kd), vg = with_data(&vt, vd), qg = qview(qd, c->hd, c->nh, c->n);
-    ds_tensor og = with_data(&ot, od);
-    e->gpu->ops.attention(e->gpu, &og, &qg, &kg, &vg, (int)c->nkv, &p);
+    att_setup as;
+    att_setup_new(e, c, 1.0f, &as);
+    float *ref = as.ref, *got = xmalloc(as.ob), *one = xmalloc(as.ob);
+    const size_t cb = as.cb, ob = as.ob;
+    void *kd = as.kd, *vd = as.vd, *qd = as.qd, *od = as.od;
+    ds_tensor kt = as.kt, vt = as.vt;
+    ds_attn_params p = as.p;
+    e->gpu->ops.attention(e->gpu, &as.og, &as.qg, &as.kg, &as.vg, (int)c->nkv, &p);
     down(e, got, od, ob);
     char what[128];
     snprintf(what, sizeof(what), "attention hd=%lld nh=%lld nkv=%lld n_past=%lld n=%lld %s%s",
@@ -970,8 +997,9 @@ static void run_attention(env *e, const att_case *c) {
     }
     snprintf(what + strlen(what), sizeof(what) - strlen(what), ": row alone (batch invariance)");
     expect_bitwise(what, got, one, c->hd * c->nh * c->n);
-    dfree(e, kd), dfree(e, vd), dfree(e, qd), dfree(e, od), dfree(e, kd2), dfree(e, vd2);
-    free(kc), free(vc), free(tmp), free(q), free(ref), free(got), free(one);
+    dfree(e, kd2), dfree(e, vd2);
+    att_setup_free(e, &as);
+    free(got), free(one);
 }
 
 static void test_attention(void **state) {
@@ -1003,36 +1031,15 @@ static void test_attention(void **state) {
 #define TOL_FA_L2 3e-3
 #define TOL_FA_RMS 2e-2
 static void run_attention_prefill(env *e, const att_case *c, float qmul, bool fast) {
-    const int64_t kvd = c->hd * c->nkv, rows = c->n_past + c->n;
-    const size_t cb = ds_type_row_size(c->kvt, kvd) * (size_t)rows;
-    uint8_t *kc = xmalloc(cb), *vc = xmalloc(cb);
-    float *tmp = xmalloc((size_t)(kvd * rows) * 4);
-    ds_tensor kt = ds_tensor_2d(kc, c->kvt, kvd, rows), vt = ds_tensor_2d(vc, c->kvt, kvd, rows);
-    ds_tensor tt = ds_tensor_2d(tmp, DS_TYPE_F32, kvd, rows);
-    fill_u(e, tmp, kvd * rows, 1.5f);
-    e->cpu->ops.store_rows(e->cpu, &kt, 0, &tt);
-    fill_u(e, tmp, kvd * rows, 1.5f);
-    e->cpu->ops.store_rows(e->cpu, &vt, 0, &tt);
-    const size_t qb = (size_t)(2 * c->hd * c->nh * c->n) * 4;
-    float *q = xmalloc(qb);
-    fill_u(e, q, 2 * c->hd * c->nh * c->n, qmul);
-    const size_t ob = (size_t)(c->hd * c->nh * c->n) * 4;
-    float *ref = xmalloc(ob), *got = xmalloc(ob), *exact = xmalloc(ob);
-    ds_tensor qt = qview(q, c->hd, c->nh, c->n);
-    ds_tensor ot = ds_tensor_2d(ref, DS_TYPE_F32, c->hd * c->nh, c->n);
-    ds_attn_params p = {.n_past = c->n_past, .parent = c->parent,
-                        .scale = 1.0f / sqrtf((float)c->hd)};
-    e->cpu->ops.attention(e->cpu, &ot, &qt, &kt, &vt, (int)c->nkv, &p);
-    void *kd = up(e, kc, cb), *vd = up(e, vc, cb), *qd = up(e, q, qb);
-    void *od = e->gpu->ops.alloc(e->gpu, ob);
-    ds_tensor kg = with_data(&kt, kd), vg = with_data(&vt, vd), qg = qview(qd, c->hd, c->nh, c->n);
-    ds_tensor og = with_data(&ot, od);
-    e->gpu->ops.attention(e->gpu, &og, &qg, &kg, &vg, (int)c->nkv, &p); // split-KV kernel
-    down(e, exact, od, ob);
+    att_setup a;
+    att_setup_new(e, c, qmul, &a);
+    float *ref = a.ref, *got = xmalloc(a.ob), *exact = xmalloc(a.ob);
+    e->gpu->ops.attention(e->gpu, &a.og, &a.qg, &a.kg, &a.vg, (int)c->nkv, &a.p); // split-KV
+    down(e, exact, a.od, a.ob);
     ds_cuda_prefill_mode(e->gpu, true);
-    e->gpu->ops.attention(e->gpu, &og, &qg, &kg, &vg, (int)c->nkv, &p);
+    e->gpu->ops.attention(e->gpu, &a.og, &a.qg, &a.kg, &a.vg, (int)c->nkv, &a.p);
     ds_cuda_prefill_mode(e->gpu, false);
-    down(e, got, od, ob);
+    down(e, got, a.od, a.ob);
     char what[160];
     snprintf(what, sizeof(what), "prefill attention hd=%lld nh=%lld nkv=%lld n_past=%lld n=%lld "
              "%s q x%.0f%s", (long long)c->hd, (long long)c->nh, (long long)c->nkv,
@@ -1051,8 +1058,8 @@ static void run_attention_prefill(env *e, const att_case *c, float qmul, bool fa
     } else {
         expect_bitwise(what, got, exact, ne); // the split-KV kernel ran
     }
-    dfree(e, kd), dfree(e, vd), dfree(e, qd), dfree(e, od);
-    free(kc), free(vc), free(tmp), free(q), free(ref), free(got), free(exact);
+    att_setup_free(e, &a);
+    free(got), free(exact);
 }
 
 static void test_attention_prefill(void **state) {
