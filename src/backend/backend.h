@@ -228,6 +228,9 @@ void ds_cuda_set_pdl(ds_backend *be, bool on);
 // step, as in decode and verify) instead of the bf16 tensor-core GEMM (backend.h prefill_mode;
 // several times faster for long prompts). Off by default.
 void ds_cuda_set_exact_prefill(ds_backend *be, bool on);
+// Measured rate of the prefill GEMM's library call on this device: bf16 x bf16 -> f32 products
+// of 8192^3 (cuBLAS, best of 5), in TFLOP/s; 0 on failure. For the prefill roofline of benches.
+double ds_cuda_gemm_tflops(ds_backend *be);
 // Free and total memory of the backend's device (cudaMemGetInfo: all processes).
 void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b);
 // Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not

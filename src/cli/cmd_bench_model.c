@@ -112,6 +112,16 @@ static int run_bench(const bm_opts *o) {
     printf("backend %s, %d threads; measured copy bandwidth %.1f GB/s -> decode roofline "
            "%.2f ms/token (%.0f tok/s)\n", be->name, pool ? ds_pool_n_threads(pool) : 0, bw,
            gb / bw * 1e3, bw / gb);
+    // prefill roofline (CUDA): weight-matmul FLOPs per token / the bf16 GEMM rate measured now
+    double pre_roof = 0.0;
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) {
+        const double tf = ds_cuda_gemm_tflops(be), gf = ds_model_matmul_flops(m) / 1e9;
+        pre_roof = tf > 0 ? tf * 1e3 / gf : 0.0;
+        printf("measured bf16 GEMM rate %.0f TFLOP/s (cuBLAS, 8192^3); %.1f GFLOP of weight "
+               "matmuls per token -> prefill roofline %.0f tok/s\n", tf, gf, pre_roof);
+    }
+#endif
     int32_t am;
     // warm-up: a first prompt chunk sizes the scratch and creates the GEMM library's handle
     ds_batch warm = {.n = DS_MIN(o->prompt, 256), .tokens = toks, .n_logits = 1, .argmax = &am};
@@ -122,8 +132,12 @@ static int run_bench(const bm_opts *o) {
     if (ds_model_forward(m, st, &pre, &err)) goto fail;
     be->ops.sync(be);
     double t_pre = ds_time_now() - t0;
-    printf("prefill %" PRId64 " tokens (chunks of %" PRId64 "): %.3f s, %.1f tok/s\n", o->prompt,
+    printf("prefill %" PRId64 " tokens (chunks of %" PRId64 "): %.3f s, %.1f tok/s", o->prompt,
            sp.n_batch, t_pre, (double)o->prompt / t_pre);
+    if (pre_roof > 0) {
+        printf(" (%.0f%% of the prefill roofline)", (double)o->prompt / t_pre / pre_roof * 100.0);
+    }
+    printf("\n");
     if (o->exact_prefill && !strcmp(be->name, "cuda")) { // the exact kernels, side by side
         ds_state_reset(st);
         ds_engine_backend_exact_prefill(be, true);

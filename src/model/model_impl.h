@@ -33,6 +33,7 @@ struct ds_model {
     ds_weight token_embd, output_norm, output;
     ds_layer *layers;         // [n_layer]
     size_t weight_bytes;      // bytes read per token
+    double matmul_flops;      // weight-matmul FLOPs per token (MoE: the routed experts only)
     void **device_buffers;    // uploaded weights (non-host backends); freed with the model
     const void **host_of_buffer; // the mapping address each buffer was uploaded from
     int n_device_buffers;

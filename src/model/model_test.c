@@ -108,6 +108,28 @@ static void check_logits_groups(fixture *f) {
     free(a), free(b), free(c);
 }
 
+// ds_model_matmul_flops against the file's own tensor table: 2 x ne0 x ne1 for every matrix a
+// token multiplies (experts: n_expert_used of them), i.e. every 2-D+ weight but the embedding
+// table (unless the head is tied to it), the norms and the DeltaNet conv taps, plus the shared
+// expert's gate vector (a 1 x n_embd matmul stored 1-D).
+static void check_matmul_flops(fixture *f) {
+    const ds_gguf *g = ds_model_gguf(f->m);
+    const ds_model_hparams *hp = ds_model_hparams_get(f->m);
+    double want = 0.0;
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        const bool vec_mm = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
+        if ((t->n_dims < 2 && !vec_mm) || strstr(t->name, "norm") || strstr(t->name, "ssm_conv1d")) {
+            continue;
+        }
+        if (!strcmp(t->name, "token_embd.weight") && !hp->tied_output) continue;
+        want += 2.0 * (double)t->ne[0] * (double)t->ne[1] *
+                (double)(t->ne[2] > 1 ? hp->n_expert_used : 1);
+    }
+    assert_true(want > 0.0);
+    assert_true(fabs(ds_model_matmul_flops(f->m) - want) <= 1e-9 * want);
+}
+
 static void check_commit_exact(fixture *f) {
     int64_t V = f->V;
     float *spec = malloc((size_t)(5 * V) * 4), *ref = malloc((size_t)(5 * V) * 4);
@@ -192,6 +214,7 @@ static void run_all(ds_arch arch, ds_type wt, bool fused, bool tied) {
     assert_int_equal(fixture_open(&f, arch, wt, fused, tied), 0);
     check_batch_invariance(&f);
     check_logits_groups(&f);
+    check_matmul_flops(&f);
     check_commit_exact(&f);
     check_tree(&f);
     check_errors(&f);

@@ -256,6 +256,10 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
     memcpy(w->t.ne, t->ne, sizeof(w->t.ne));
     memcpy(w->t.nb, t->nb, sizeof(w->t.nb));
     ld->m->weight_bytes += t->nbytes;
+    if (flags & W_MATMUL) { // (expert tensors: n_expert_used of their ne2 experts per token)
+        const int64_t used = ne2 > 1 ? DS_MAX(ld->m->hp.n_expert_used, 1) : 1;
+        ld->m->matmul_flops += 2.0 * (double)ne0 * (double)ne1 * (double)used;
+    }
     if (!ld->m->be->weights_in_host_memory) {
         dspec_status st = upload(ld, w, t);
         if (st != DSPEC_OK) return st;
@@ -448,4 +452,8 @@ const ds_tensor *ds_model_output(const ds_model *m) {
 }
 size_t ds_model_weight_bytes(const ds_model *m) {
     return m->weight_bytes;
+}
+
+double ds_model_matmul_flops(const ds_model *m) {
+    return m->matmul_flops;
 }

@@ -141,6 +141,61 @@ void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, 
     }
 }
 
+// Non-zero bf16 test values (a hash of the index, in [-1, 1)): tensor cores draw less power on
+// zeros, which would flatter the rate.
+static __global__ __launch_bounds__(256) void gemm_fill_kernel(__nv_bfloat16 *p, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u;
+    h ^= h >> 15;
+    p[i] = __float2bfloat16_rn((float)(h & 0xffff) / 32768.0f - 1.0f);
+}
+
+extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "gemm_tflops")) return 0.0;
+    const int S = 8192; // 1.1 TFLOP per product
+    const int64_t n = (int64_t)S * S;
+    __nv_bfloat16 *a = NULL, *b = NULL;
+    float *y = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 0.0;
+    if (!c->cublas) {
+        cublasHandle_t h;
+        if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return 0.0;
+        c->cublas = h;
+    }
+    cublasHandle_t h = (cublasHandle_t)c->cublas;
+    if (DS_CUDA_TRY(c, cudaMalloc((void **)&a, (size_t)n * 2)) &&
+        DS_CUDA_TRY(c, cudaMalloc((void **)&b, (size_t)n * 2)) &&
+        DS_CUDA_TRY(c, cudaMalloc((void **)&y, (size_t)n * 4)) &&
+        DS_CUDA_TRY(c, cudaEventCreate(&e0)) && DS_CUDA_TRY(c, cudaEventCreate(&e1)) &&
+        cublas_ok(c, cublasSetStream(h, c->stream), "cublasSetStream")) {
+        gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(a, n);
+        gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(b, n);
+        const float one = 1.0f, zero = 0.0f;
+        for (int rep = 0; rep < 6; rep++) { // rep 0 warms up (kernel selection, clocks)
+            cudaEventRecord(e0, c->stream);
+            cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a,
+                                             CUDA_R_16BF, S, b, CUDA_R_16BF, S, &zero, y,
+                                             CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            cudaEventRecord(e1, c->stream);
+            if (!cublas_ok(c, st, "cublasGemmEx") || !DS_CUDA_TRY(c, cudaEventSynchronize(e1))) {
+                break;
+            }
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double tf = 2.0 * S * (double)S * S / (ms * 1e-3) / 1e12;
+            if (rep > 0 && tf > best) best = tf;
+        }
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a), cudaFree(b), cudaFree(y);
+    return best;
+}
+
 extern "C" void ds_cuda_prefill_mode(ds_backend *be, bool on) {
     ds_cuda_of(be)->prefill = on;
 }
