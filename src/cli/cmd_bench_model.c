@@ -117,9 +117,14 @@ static int run_bench(const bm_opts *o) {
 #ifdef DSPEC_HAVE_CUDA
     if (!strcmp(be->name, "cuda")) {
         const double tf = ds_cuda_gemm_tflops(be), gf = ds_model_matmul_flops(m) / 1e9;
-        pre_roof = tf > 0 ? tf * 1e3 / gf : 0.0;
-        printf("measured bf16 GEMM rate %.0f TFLOP/s (cuBLAS, 8192^3); %.1f GFLOP of weight "
-               "matmuls per token -> prefill roofline %.0f tok/s\n", tf, gf, pre_roof);
+        pre_roof = tf > 0 && gf > 0 ? tf * 1e3 / gf : 0.0;
+        if (pre_roof > 0) {
+            printf("measured bf16 GEMM rate %.0f TFLOP/s (cuBLAS, 8192^3); %.1f GFLOP of weight "
+                   "matmuls per token (LM head aside) -> prefill roofline %.0f tok/s\n", tf, gf,
+                   pre_roof);
+        } else {
+            printf("prefill roofline: the GEMM rate could not be measured\n");
+        }
     }
 #endif
     int32_t am;

@@ -75,7 +75,8 @@ const ds_tensor *ds_model_output(const ds_model *m);
 // Weight bytes the forward reads per token (for roofline reports).
 size_t ds_model_weight_bytes(const ds_model *m);
 // FLOPs of the weight matmuls per token, 2 x n_in x n_out each (MoE: the n_expert_used routed
-// experts; attention scores not included): the prefill roofline's numerator.
+// experts), without the LM head (2 x n_embd x n_vocab more per row that wants logits) and the
+// attention scores: the prefill roofline's numerator.
 double ds_model_matmul_flops(const ds_model *m);
 
 // ---- state ---------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ typedef struct ds_acts {
     ds_tensor moe_out;                // {n_embd, k, n}
     ds_tensor shgate;                 // {1, n}
     ds_tensor logits;                 // {n_vocab, n_logit_rows}: logits are computed in groups
-    int64_t n_logit_rows;             // min(n, max(n_verify, 64)): a verify step is one group
+    int64_t n_logit_rows;             // min(n, max(n_verify, 128)): a verify step is one group
 } ds_acts;
 
 struct ds_state {

@@ -79,38 +79,42 @@ static void check_batch_invariance(fixture *f) {
     free(a), free(b), free(c);
 }
 
-// Speculative batch of 5 then commit(k) == plain decoding of those k tokens, for every k; the
-// verify logits equal the single-step logits.
-// Logits of more rows than the state's logits buffer holds (min(rows, max(n_verify, 64)) = 64
-// here) come in groups: a 100-row chunk with every row's logits (two groups) equals chunks of 10
-// rows (one group each), bitwise; so do 70 scattered rows out of 50-row chunks (the argmax
-// scatter path: a chunk's requested rows are not consecutive in the caller's order).
+// Logits of more rows than the state's logits buffer holds (min(rows, max(n_verify, 128)) = 128
+// here) come in groups: a 200-row chunk with every row's logits (two groups) equals chunks of 10
+// rows (one group each), bitwise; so do 150 scattered rows out of 190-row chunks (two groups in
+// the first chunk, and the argmax scatter path: a chunk's requested rows are not consecutive in
+// the caller's order).
 static void check_logits_groups(fixture *f) {
-    enum { N = 100, NS = 70 };
+    enum { N = 200, NS = 150 };
     int32_t toks[N], rows[NS], am_a[NS], am_b[N];
     for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 37 + 11) % 500);
-    for (int i = 0; i < NS; i++) rows[i] = (int32_t)((i * 31 + 7) % N); // distinct (31, 100 coprime)
+    for (int i = 0; i < NS; i++) rows[i] = (int32_t)((i * 31 + 7) % N); // distinct (31, 200 coprime)
     float *a = malloc((size_t)(N * f->V) * 4), *b = malloc((size_t)(N * f->V) * 4);
     float *c = malloc((size_t)(NS * f->V) * 4);
-    ds_state *s1 = new_state(f, 128), *s2 = new_state(f, 10), *s3 = new_state(f, 50);
-    step(f, s1, toks, N, a);
+    ds_state *st[3];
+    static const int64_t batches[3] = {256, 10, 190};
+    for (int k = 0; k < 3; k++) {
+        ds_state_params sp = {.n_ctx = 256, .n_batch = batches[k], .n_verify = 16};
+        assert_int_equal(ds_state_new(&st[k], f->m, &sp, NULL), DSPEC_OK);
+    }
+    step(f, st[0], toks, N, a);
     ds_batch bb = {.n = N, .tokens = toks, .n_logits = N, .logits = b, .argmax = am_b};
-    assert_int_equal(ds_model_forward(f->m, s2, &bb, NULL), DSPEC_OK);
+    assert_int_equal(ds_model_forward(f->m, st[1], &bb, NULL), DSPEC_OK);
     ds_batch bc = {.n = N, .tokens = toks, .n_logits = NS, .logits_rows = rows, .logits = c,
                    .argmax = am_a};
-    assert_int_equal(ds_model_forward(f->m, s3, &bc, NULL), DSPEC_OK);
+    assert_int_equal(ds_model_forward(f->m, st[2], &bc, NULL), DSPEC_OK);
     assert_memory_equal(a, b, (size_t)(N * f->V) * 4);
     for (int i = 0; i < NS; i++) {
         assert_memory_equal(c + (size_t)i * f->V, a + (size_t)rows[i] * f->V, (size_t)f->V * 4);
         assert_int_equal(am_a[i], am_b[rows[i]]);
     }
-    ds_state_free(s1), ds_state_free(s2), ds_state_free(s3);
+    for (int k = 0; k < 3; k++) ds_state_free(st[k]);
     free(a), free(b), free(c);
 }
 
 // ds_model_matmul_flops against the file's own tensor table: 2 x ne0 x ne1 for every matrix a
-// token multiplies (experts: n_expert_used of them), i.e. every 2-D+ weight but the embedding
-// table (unless the head is tied to it), the norms and the DeltaNet conv taps, plus the shared
+// token multiplies in the layers (experts: n_expert_used of them), i.e. every 2-D+ weight but
+// the embedding table, the LM head, the norms and the DeltaNet conv taps, plus the shared
 // expert's gate vector (a 1 x n_embd matmul stored 1-D).
 static void check_matmul_flops(fixture *f) {
     const ds_gguf *g = ds_model_gguf(f->m);
@@ -122,7 +126,7 @@ static void check_matmul_flops(fixture *f) {
         if ((t->n_dims < 2 && !vec_mm) || strstr(t->name, "norm") || strstr(t->name, "ssm_conv1d")) {
             continue;
         }
-        if (!strcmp(t->name, "token_embd.weight") && !hp->tied_output) continue;
+        if (!strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight")) continue;
         want += 2.0 * (double)t->ne[0] * (double)t->ne[1] *
                 (double)(t->ne[2] > 1 ? hp->n_expert_used : 1);
     }
@@ -130,6 +134,8 @@ static void check_matmul_flops(fixture *f) {
     assert_true(fabs(ds_model_matmul_flops(f->m) - want) <= 1e-9 * want);
 }
 
+// Speculative batch of 5 then commit(k) == plain decoding of those k tokens, for every k; the
+// verify logits equal the single-step logits.
 static void check_commit_exact(fixture *f) {
     int64_t V = f->V;
     float *spec = malloc((size_t)(5 * V) * 4), *ref = malloc((size_t)(5 * V) * 4);

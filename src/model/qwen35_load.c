@@ -407,6 +407,8 @@ dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be
     // bytes per token: everything except the unused embedding rows (one row is read)
     const ds_gguf_tensor *te = ds_gguf_find_tensor(g, "token_embd.weight");
     m->weight_bytes -= te->nbytes;
+    // matmul FLOPs per token: without the LM head, which runs only for rows that want logits
+    m->matmul_flops -= 2.0 * (double)m->hp.n_embd * (double)m->hp.n_vocab;
     *out = m;
     return DSPEC_OK;
 }

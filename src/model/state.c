@@ -74,8 +74,9 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
         a->shgate = buf2d(st, DS_TYPE_F32, 1, n, err, &s);
     }
     // (a prompt chunk's logits rows, when all are asked for, go through it in groups: a
-    // 1,024-row chunk would otherwise hold ~1 GB of logits for a 248K vocabulary)
-    a->n_logit_rows = DS_MIN(n, DS_MAX(st->p.n_verify, (int64_t)64));
+    // 1,024-row chunk would otherwise hold ~1 GB of logits for a 248K vocabulary; groups of 128
+    // keep such chunks' LM head on a backend's prefill GEMM, which starts at 65 rows)
+    a->n_logit_rows = DS_MIN(n, DS_MAX(st->p.n_verify, (int64_t)128));
     a->logits = buf2d(st, DS_TYPE_F32, hp->n_vocab, a->n_logit_rows, err, &s);
     return s;
 }

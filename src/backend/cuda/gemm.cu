@@ -151,48 +151,57 @@ static __global__ __launch_bounds__(256) void gemm_fill_kernel(__nv_bfloat16 *p,
     p[i] = __float2bfloat16_rn((float)(h & 0xffff) / 32768.0f - 1.0f);
 }
 
+// (a measurement, not an op: a failure -- no memory for its 0.5 GB, say -- returns 0 and leaves
+// the backend usable; the CUDA error state is cleared)
 extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "gemm_tflops")) return 0.0;
-    const int S = 8192; // 1.1 TFLOP per product
-    const int64_t n = (int64_t)S * S;
-    __nv_bfloat16 *a = NULL, *b = NULL;
-    float *y = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    double best = 0.0;
     if (!c->cublas) {
         cublasHandle_t h;
         if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return 0.0;
         c->cublas = h;
     }
     cublasHandle_t h = (cublasHandle_t)c->cublas;
-    if (DS_CUDA_TRY(c, cudaMalloc((void **)&a, (size_t)n * 2)) &&
-        DS_CUDA_TRY(c, cudaMalloc((void **)&b, (size_t)n * 2)) &&
-        DS_CUDA_TRY(c, cudaMalloc((void **)&y, (size_t)n * 4)) &&
-        DS_CUDA_TRY(c, cudaEventCreate(&e0)) && DS_CUDA_TRY(c, cudaEventCreate(&e1)) &&
-        cublas_ok(c, cublasSetStream(h, c->stream), "cublasSetStream")) {
+    const int S = 8192; // 1.1 TFLOP per product
+    const int64_t n = (int64_t)S * S;
+    __nv_bfloat16 *a = NULL, *b = NULL;
+    float *y = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 0.0;
+    bool ok = cudaStreamSynchronize(c->stream) == cudaSuccess &&
+              cudaMalloc((void **)&a, (size_t)n * 2) == cudaSuccess &&
+              cudaMalloc((void **)&b, (size_t)n * 2) == cudaSuccess &&
+              cudaMalloc((void **)&y, (size_t)n * 4) == cudaSuccess &&
+              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+              cublasSetStream(h, c->stream) == CUBLAS_STATUS_SUCCESS;
+    if (ok) {
         gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(a, n);
         gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(b, n);
-        const float one = 1.0f, zero = 0.0f;
-        for (int rep = 0; rep < 6; rep++) { // rep 0 warms up (kernel selection, clocks)
-            cudaEventRecord(e0, c->stream);
-            cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a,
-                                             CUDA_R_16BF, S, b, CUDA_R_16BF, S, &zero, y,
-                                             CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
-                                             CUBLAS_GEMM_DEFAULT);
-            cudaEventRecord(e1, c->stream);
-            if (!cublas_ok(c, st, "cublasGemmEx") || !DS_CUDA_TRY(c, cudaEventSynchronize(e1))) {
-                break;
-            }
-            float ms = 0.0f;
-            cudaEventElapsedTime(&ms, e0, e1);
-            const double tf = 2.0 * S * (double)S * S / (ms * 1e-3) / 1e12;
-            if (rep > 0 && tf > best) best = tf;
-        }
+        ok = cudaGetLastError() == cudaSuccess;
     }
+    const float one = 1.0f, zero = 0.0f;
+    for (int rep = 0; ok && rep < 6; rep++) { // rep 0 warms up (kernel selection, clocks)
+        float ms = 0.0f;
+        ok = cudaEventRecord(e0, c->stream) == cudaSuccess &&
+             cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a, CUDA_R_16BF, S, b,
+                          CUDA_R_16BF, S, &zero, y, CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS &&
+             cudaEventRecord(e1, c->stream) == cudaSuccess &&
+             cudaEventSynchronize(e1) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0.0f;
+        const double tf = ok ? 2.0 * S * (double)S * S / (ms * 1e-3) / 1e12 : 0.0;
+        if (rep > 0 && tf > best) best = tf;
+    }
+    if (!ok) {
+        ds_log(DS_LOG_WARN, "cuda: the GEMM rate could not be measured (%s)",
+               cudaGetErrorName(cudaGetLastError()));
+        best = 0.0;
+    }
+    cudaStreamSynchronize(c->stream);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaFree(a), cudaFree(b), cudaFree(y);
+    cudaGetLastError(); // leave no error behind for the next op's check
     return best;
 }
 
