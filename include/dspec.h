@@ -76,7 +76,7 @@ typedef struct dspec_engine_params {
                              // same results, slower: for comparison and debugging)
     int exact_prefill;       // 1: CUDA prompt chunks on the exact int8 kernels (rows bitwise
                              // those of decode steps; slower) instead of the bf16 tensor-core
-                             // GEMM (docs/cuda.md "Prefill GEMM")
+                             // GEMM (docs/cuda.md "Prefill")
 } dspec_engine_params;
 
 // Loads the model (and drafter), validating every tensor and field. Thread-safe to share.

@@ -183,7 +183,7 @@ typedef struct ds_backend_ops {
     // (optional; NULL: no effect) On while the model runs a prompt chunk of more than 64 rows
     // (never a decode or speculative verify step). The backend may then run its matmuls with
     // kernels whose rows are not bitwise those of single-row steps but stay within its quantized
-    // matmul tolerance (CUDA: bf16 tensor-core GEMM, docs/cuda.md "Prefill GEMM").
+    // matmul tolerance (CUDA: bf16 tensor-core GEMM, docs/cuda.md "Prefill").
     void (*prefill_mode)(ds_backend *be, bool on);
 } ds_backend_ops;
 

@@ -67,9 +67,8 @@ struct dspec_session {
     ds_tok_stream *stream;
     float *logits;          // [n_vocab]
     ds_sample_probs probs;
-    int64_t n_batch;
     int64_t row;            // floats per feature row (n_taps * n_embd), 0 without a drafter
-    float *feats;           // [n_batch * row] tap scratch of a prefill chunk
+    float *feats;           // [state's n_batch * row] tap scratch of a prefill chunk
     gen_run run;
 };
 
@@ -97,14 +96,13 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
     int64_t V = hp->n_vocab;
     s->sp = (ds_state_params){.n_ctx = ep->n_ctx, .n_batch = ep->n_batch,
                               .kv_type = ep->kv_f16 ? DS_TYPE_F16 : DS_TYPE_F32};
-    s->n_batch = ep->n_batch > 0 ? ep->n_batch : 256;
     dspec_status st = ds_state_new(&s->st, m, &s->sp, err);
     const ds_drafter *d = ds_engine_drafter(e);
     if (st == DSPEC_OK && d) {
         st = ds_draft_ctx_new(&s->dctx, d, ds_state_n_ctx(s->st), err);
         s->row = (int64_t)ds_drafter_config(d)->n_taps * hp->n_embd;
         if (st == DSPEC_OK &&
-            !(s->feats = malloc((size_t)(s->n_batch * s->row) * sizeof(float)))) {
+            !(s->feats = malloc((size_t)(ds_state_n_batch(s->st) * s->row) * sizeof(float)))) {
             st = ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory");
         }
     }
@@ -484,7 +482,7 @@ dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err) {
     }
     dspec_status st;
     if (r->phase == RUN_PREFILL) {
-        int64_t end = DS_MIN(r->cursor + s->n_batch, r->n);
+        int64_t end = DS_MIN(r->cursor + ds_state_n_batch(s->st), r->n);
         if (r->i_save < r->n_save) end = DS_MIN(end, r->save_at[r->i_save]);
         st = end < r->n ? prefill_chunk(s, end, err) : prefill_last(s, err);
     } else {

@@ -1,6 +1,6 @@
 // attention_prefill.cu: causal attention of a prompt chunk on the tensor cores (flash attention:
 // one pass over the keys with an online softmax, nothing but the output written). Used by
-// attention.cu for chains of >= DS_CUDA_GEMM_MIN_COLS rows in prefill mode (backend.h
+// attention.cu for chains of >= DS_CUDA_PREFILL_MIN_ROWS rows in prefill mode (backend.h
 // prefill_mode), head dims 64 / 128 / 256; decode and verify keep attention.cu's split-KV kernel,
 // whose rows are bitwise those of single steps. Calls common.cuh. Spec: backend.h (attention),
 // docs/cuda.md "Prefill".
@@ -231,8 +231,7 @@ static bool fa_launch(ds_cuda_ctx *c, const fa_args &a, int n_head) {
 bool ds_cuda_attn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *q, const ds_tensor *k,
                                  const ds_attn_params *p) {
     const int64_t hd = q->ne[0], n = q->ne[2];
-    return c->prefill && !c->exact_prefill && c->gmode == DS_CU_EAGER && !p->parent &&
-           n >= DS_CUDA_PREFILL_MIN_ROWS && n <= 65535 * (int64_t)FA_BM &&
+    return ds_cuda_prefill_rows(c, n) && !p->parent && n <= 65535 * (int64_t)FA_BM &&
            (hd == 64 || hd == 128 || hd == 256) && q->nb[1] % 16 == 0 && q->nb[2] % 16 == 0 &&
            (uintptr_t)q->data % 16 == 0 && k->nb[1] % 16 == 0 && (uintptr_t)k->data % 16 == 0;
 }

@@ -118,9 +118,15 @@ void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);
 // Destroys the prefill GEMM's cuBLAS handle, if any (gemm.cu).
 void ds_cuda_gemm_free(ds_cuda_ctx *c);
-// Prefill kernels (prefill_mode on, exact prefill off, eager): matmuls (gemm.cu) and chain
-// attention (attention_prefill.cu) of at least this many rows; a step graph holds at most 64.
+// Prefill kernels (gemm.cu, attention_prefill.cu, deltanet_prefill.cu) run for ops of at least
+// DS_CUDA_PREFILL_MIN_ROWS rows while the model runs a prompt chunk (prefill_mode on), exact
+// prefill is off and the op is launched eagerly; a step graph holds at most 64 rows. Each op adds
+// its own shape and type conditions to this one.
 enum { DS_CUDA_PREFILL_MIN_ROWS = 65 };
+static inline bool ds_cuda_prefill_rows(const ds_cuda_ctx *c, int64_t rows) {
+    return c->prefill && !c->exact_prefill && c->gmode == DS_CU_EAGER &&
+           rows >= DS_CUDA_PREFILL_MIN_ROWS;
+}
 // Whether attention of q against k qualifies for the flash-attention prefill kernel, and that
 // kernel (attention_prefill.cu; shapes and types already checked by attention.cu).
 bool ds_cuda_attn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *q, const ds_tensor *k,

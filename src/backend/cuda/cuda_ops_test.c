@@ -1207,6 +1207,16 @@ typedef struct gdn_case {
     int64_t d, n;
 } gdn_case;
 
+// Random gated-delta inputs: qkv {cd, n} in [-1, 1), beta in [0, 1), g (log decay) in
+// (-0.6, 0], the starting state {d*d, hv} in [-0.5, 0.5).
+static void gdn_fill(env *e, int64_t cd, int64_t hv, int64_t d, int64_t n, float *qkv,
+                     float *beta, float *g, float *s0) {
+    fill_u(e, qkv, cd * n, 1.0f);
+    for (int64_t i = 0; i < hv * n; i++) beta[i] = 0.5f + 0.5f * randu(e);
+    for (int64_t i = 0; i < hv * n; i++) g[i] = -0.3f * (1.0f + randu(e));
+    fill_u(e, s0, d * d * hv, 0.5f);
+}
+
 static void run_gated_delta(env *e, const gdn_case *c) {
     static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
     const int64_t d = c->d, n = c->n, hv = c->hv, hk = c->hk;
@@ -1215,10 +1225,7 @@ static void run_gated_delta(env *e, const gdn_case *c) {
     float *qkv = xmalloc(qb), *beta = xmalloc((size_t)(hv * n) * 4), *g = xmalloc((size_t)(hv * n) * 4);
     float *s0 = xmalloc(sb), *s_ref = xmalloc(sb), *s_got = xmalloc(sb);
     float *ref = xmalloc(ob), *got = xmalloc(ob), *one = xmalloc(ob);
-    fill_u(e, qkv, cd * n, 1.0f);
-    for (int64_t i = 0; i < hv * n; i++) beta[i] = 0.5f + 0.5f * randu(e);
-    for (int64_t i = 0; i < hv * n; i++) g[i] = -0.3f * (1.0f + randu(e));
-    fill_u(e, s0, d * d * hv, 0.5f);
+    gdn_fill(e, cd, hv, d, n, qkv, beta, g, s0);
     ds_gdn_params p = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)d), .eps = 1e-6f};
     ds_tensor qt = ds_tensor_2d(qkv, DS_TYPE_F32, cd, n), bt = ds_tensor_2d(beta, DS_TYPE_F32, hv, n);
     ds_tensor gt = ds_tensor_2d(g, DS_TYPE_F32, hv, n), ot = ds_tensor_2d(ref, DS_TYPE_F32, d * hv, n);
@@ -1314,10 +1321,7 @@ static void run_gated_delta_prefill(env *e, int hk, int hv, int64_t d, int64_t n
     float *qkv = xmalloc(qb), *beta = xmalloc((size_t)(hv * n) * 4), *g = xmalloc((size_t)(hv * n) * 4);
     float *s0 = xmalloc(sb), *s_ref = xmalloc(sb), *s_got = xmalloc(sb), *s_ex = xmalloc(sb);
     float *ref = xmalloc(ob), *got = xmalloc(ob), *ex = xmalloc(ob);
-    fill_u(e, qkv, cd * n, 1.0f);
-    for (int64_t i = 0; i < hv * n; i++) beta[i] = 0.5f + 0.5f * randu(e);
-    for (int64_t i = 0; i < hv * n; i++) g[i] = -0.3f * (1.0f + randu(e));
-    fill_u(e, s0, d * d * hv, 0.5f);
+    gdn_fill(e, cd, hv, d, n, qkv, beta, g, s0);
     ds_gdn_params p = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)d), .eps = 1e-6f};
     ds_tensor qt = ds_tensor_2d(qkv, DS_TYPE_F32, cd, n), bt = ds_tensor_2d(beta, DS_TYPE_F32, hv, n);
     ds_tensor gt = ds_tensor_2d(g, DS_TYPE_F32, hv, n), ot = ds_tensor_2d(ref, DS_TYPE_F32, d * hv, n);

@@ -117,8 +117,7 @@ static __global__ __launch_bounds__(GDP_THREADS) void gdp_kernel(gdp_args a) {
 
 bool ds_cuda_gdn_prefill_wanted(const ds_cuda_ctx *c, int64_t n, int64_t dk, int64_t dv,
                                 const ds_tensor *state_out, const ds_gdn_params *p) {
-    return c->prefill && !c->exact_prefill && c->gmode == DS_CU_EAGER && !p->parent &&
-           state_out && n >= DS_CUDA_PREFILL_MIN_ROWS && dv % GDP_J == 0 &&
+    return ds_cuda_prefill_rows(c, n) && !p->parent && state_out && dv % GDP_J == 0 &&
            (dk == 32 || dk == 64 || dk == 128 || dk == 256);
 }
 

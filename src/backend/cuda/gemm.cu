@@ -1,10 +1,10 @@
 // gemm.cu: the prefill GEMM. y{n_out, N} = W · x for the matmuls of a prompt chunk of
-// N >= DS_CUDA_GEMM_MIN_COLS rows (backend.h prefill_mode): the activations are rounded to bf16,
+// N >= DS_CUDA_PREFILL_MIN_ROWS rows (backend.h prefill_mode): the activations are rounded to bf16,
 // the weights dequantized with the CPU's float operations (dequant.cuh deq32) and rounded to
 // bf16, a tile of rows at a time, into scratch (BF16 weights are used in place), then cuBLAS
 // multiplies them on the tensor cores with f32 accumulation (cublasGemmEx, bf16 x bf16 -> f32).
 // Calls common.cuh, dequant.cuh, cuBLAS. Called by matmul.cu (mm_run). Spec: docs/cuda.md
-// "Prefill GEMM".
+// "Prefill".
 //
 // Numerics: not the exact kernels' terms. Each product is w_bf16 * x_bf16 (both within 2^-9 of
 // the CPU's dequantized weight and of the activation), summed in f32 in cuBLAS's order; so a
@@ -73,8 +73,7 @@ static bool gemm_type_ok(ds_type t) {
 }
 
 bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe) {
-    return c->prefill && !c->exact_prefill && !moe && c->gmode == DS_CU_EAGER &&
-           ncols >= DS_CUDA_GEMM_MIN_COLS && n_in % 32 == 0 && gemm_type_ok(wt);
+    return ds_cuda_prefill_rows(c, ncols) && !moe && n_in % 32 == 0 && gemm_type_ok(wt);
 }
 
 static bool cublas_ok(ds_cuda_ctx *c, cublasStatus_t st, const char *what) {
@@ -82,6 +81,17 @@ static bool cublas_ok(ds_cuda_ctx *c, cublasStatus_t st, const char *what) {
     ds_log(DS_LOG_ERROR, "cuda: %s failed: %s (%d)", what, cublasGetStatusName(st), (int)st);
     c->dead = true;
     return false;
+}
+
+// The backend's cuBLAS handle on its stream (created at the first use); NULL after an error.
+static cublasHandle_t gemm_handle(ds_cuda_ctx *c) {
+    if (!c->cublas) {
+        cublasHandle_t h;
+        if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return NULL;
+        c->cublas = h;
+    }
+    cublasHandle_t h = (cublasHandle_t)c->cublas;
+    return cublas_ok(c, cublasSetStream(h, c->stream), "cublasSetStream") ? h : NULL;
 }
 
 static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb1, int64_t r0,
@@ -104,13 +114,8 @@ static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
     const int64_t n_in = a.n_in, n_out = a.n_out;
     DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
-    if (!c->cublas) {
-        cublasHandle_t h;
-        if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return;
-        c->cublas = h;
-    }
-    cublasHandle_t h = (cublasHandle_t)c->cublas;
-    if (!cublas_ok(c, cublasSetStream(h, c->stream), "cublasSetStream")) return;
+    cublasHandle_t h = gemm_handle(c);
+    if (!h) return;
     const bool in_place = wt == DS_TYPE_BF16 && a.w_nb1 == (size_t)n_in * 2;
     const int64_t tile_elems = c->gemm_tile > 0 ? c->gemm_tile : (int64_t)GEMM_TILE_ELEMS;
     const int64_t tile = in_place ? n_out : DS_MIN(n_out, DS_MAX((int64_t)256, tile_elems / n_in));
@@ -156,12 +161,8 @@ static __global__ __launch_bounds__(256) void gemm_fill_kernel(__nv_bfloat16 *p,
 extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "gemm_tflops")) return 0.0;
-    if (!c->cublas) {
-        cublasHandle_t h;
-        if (!cublas_ok(c, cublasCreate(&h), "cublasCreate")) return 0.0;
-        c->cublas = h;
-    }
-    cublasHandle_t h = (cublasHandle_t)c->cublas;
+    cublasHandle_t h = gemm_handle(c);
+    if (!h) return 0.0;
     const int S = 8192; // 1.1 TFLOP per product
     const int64_t n = (int64_t)S * S;
     __nv_bfloat16 *a = NULL, *b = NULL;
@@ -172,8 +173,7 @@ extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
               cudaMalloc((void **)&a, (size_t)n * 2) == cudaSuccess &&
               cudaMalloc((void **)&b, (size_t)n * 2) == cudaSuccess &&
               cudaMalloc((void **)&y, (size_t)n * 4) == cudaSuccess &&
-              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
-              cublasSetStream(h, c->stream) == CUBLAS_STATUS_SUCCESS;
+              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
     if (ok) {
         gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(a, n);
         gemm_fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(b, n);

@@ -623,7 +623,7 @@ static void prep_layout(int64_t n_in, int64_t ncx, size_t *sz_q, size_t *sz_d) {
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     const int64_t n_in = y->ne[0], ncx = y->ne[1];
     if ((c->prep_last != 1 && c->prep_last != 2) || c->prof || y->type != DS_TYPE_F32 ||
-        (c->prefill && !c->exact_prefill && y->ne[1] >= DS_CUDA_GEMM_MIN_COLS) || // gemm.cu
+        ds_cuda_prefill_rows(c, y->ne[1]) || // the prefill GEMM reads f32 rows (gemm.cu)
         y->nb[0] != 4 || n_in % UNIT != 0 || y->ne[2] != 1 || y->ne[3] != 1 || ncx < 1 ||
         ncx > 65535) {
         return false;

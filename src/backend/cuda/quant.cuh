@@ -214,12 +214,10 @@ bool ds_cuda_prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n
 // weights' f32 copy, DS_CUDA_PREP_BF16: the prefill GEMM's bf16 copy.
 enum { DS_CUDA_PREP_BF16 = 64 };
 
-// The prefill GEMM (gemm.cu): matmuls of at least DS_CUDA_GEMM_MIN_COLS columns while the model
-// runs a prompt chunk (prefill_mode on, exact prefill off), outside step graphs, for F16, BF16
-// and the quantized types with rows of a multiple of 32 elements. The model turns prefill_mode
-// on only around non-speculative chunks of more than 64 rows, so decode and verify steps (DDTree
+// The prefill GEMM (gemm.cu): dense matmuls that ds_cuda_prefill_rows admits, for F16, BF16 and
+// the quantized types with rows of a multiple of 32 elements. The model turns prefill_mode on
+// only around non-speculative chunks of more than 64 rows, so decode and verify steps (DDTree
 // verifies of more than 64 rows included) always run the exact kernels.
-enum { DS_CUDA_GEMM_MIN_COLS = DS_CUDA_PREFILL_MIN_ROWS };
 bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe);
 // y = W x through bf16 tiles and cuBLAS (a: w, w_nb1, n_out, n_in, ncols, y, y_nb1; dense only).
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx);
