@@ -2,14 +2,17 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
-// Usage: gemv_bench [iters] [small]   ("small": only the small-op table: launch floor, fused
-// residual + RMSNorm, attention at 512 / 8K / 32K context).
+// Usage: gemv_bench [iters] [small|mmv]   ("small": only the small-op table: launch floor, fused
+// residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types at
+// N = 1..3, the decode GEMV with its activations staged in shared memory and read from global
+// memory, side by side).
 //
 // Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
 // each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
 // syncs, timed on the host (so the per-call time includes launch overhead, as a real step does).
 // GB/s counts weight bytes only (the activations are < 1% of the bytes at these shapes).
 #include "backend/backend.h"
+#include "backend/cuda/cuda_ops.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -186,7 +189,10 @@ int main(int argc, char **argv) {
                                    {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320}};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,
                                     DS_TYPE_Q8_0, DS_TYPE_BF16, DS_TYPE_F16, DS_TYPE_F32};
-    static const int ns[] = {1, 2, 4, 8, 16, 32};
+    static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1, 2, 3};
+    const bool mmv = argc > 2 && strcmp(argv[2], "mmv") == 0;
+    const int *ns = mmv ? ns_mmv : ns_all;
+    const size_t n_ns = mmv ? 3 : 6;
     enum { COPIES = 4, NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
            "t(N)/t(1)");
@@ -194,6 +200,7 @@ int main(int argc, char **argv) {
         for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
             ds_type t = types[ti];
             const shape *s = &shapes[si];
+            if (mmv && ti >= 5) continue; // (float types: no GEMV)
             if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
             size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
             uint8_t *h = malloc(bytes);
@@ -215,8 +222,10 @@ int main(int argc, char **argv) {
             be->ops.write(be, x, xh, (size_t)(s->n_in * NMAX) * 4);
             free(xh);
             double t1 = 0.0;
-            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-                int n = ns[ni];
+            for (size_t ni = 0; ni < n_ns * (mmv ? 2 : 1); ni++) {
+                int n = ns[mmv ? ni / 2 : ni];
+                const bool global_x = mmv && (ni & 1);
+                ds_cuda_set_mmv_staged(be, !global_x);
                 ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
                 ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
                 for (int i = 0; i < 3; i++) {
@@ -231,10 +240,11 @@ int main(int argc, char **argv) {
                 }
                 be->ops.sync(be);
                 double dt = (ds_time_now() - t0) / iters;
-                if (n == 1) t1 = dt;
+                if (ni == 0) t1 = dt;
                 double gbs = (double)bytes / dt / 1e9;
-                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f\n", ds_type_name(t), s->name, n,
-                       dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1);
+                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s\n", ds_type_name(t), s->name, n,
+                       dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,
+                       global_x ? "  (activations from global memory)" : "");
             }
             fflush(stdout);
             for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);

@@ -220,10 +220,14 @@ int ds_cuda_device_count(void);
 // Step graphs (docs/cuda.md): on by default; off launches every kernel of every step (for
 // comparison and debugging; results are bitwise the same). Off while DSPEC_CUDA_PROFILE is set.
 void ds_cuda_set_graphs(ds_backend *be, bool on);
-// Programmatic dependent launch (sm_90+ devices with kernels built for sm_90+) for kernels
-// launched one by one (not in step graphs): on by default; each kernel's launch overlaps the end
-// of the previous one. Results are bitwise the same.
+// Programmatic dependent launch (sm_90+ devices with kernels built for sm_90+): on by default;
+// each kernel's launch (and the decode GEMV's first weight loads) overlaps the end of the
+// previous one. Results are bitwise the same.
 void ds_cuda_set_pdl(ds_backend *be, bool on);
+// Whether it also applies inside captured step graphs (programmatic edges between the graph's
+// kernels): off by default (docs/cuda.md); takes effect at the next capture (the graphs so far
+// are dropped).
+void ds_cuda_set_graph_pdl(ds_backend *be, bool on);
 // Exact prefill: prompt chunks run on the exact int8 kernels (every row bitwise that of a decode
 // step, as in decode and verify) instead of the bf16 tensor-core GEMM (backend.h prefill_mode;
 // several times faster for long prompts). Off by default.

@@ -75,7 +75,7 @@ static double time_decode(const ds_model *m, ds_state *st, const bm_opts *o, con
     return (ds_time_now() - t0) / (double)o->decode;
 }
 
-enum { BM_DECODE_RUNS = 3 }; // decode timed with graphs, then the two comparisons (CUDA)
+enum { BM_DECODE_RUNS = 4 }; // decode timed as the default, then the three comparisons (CUDA)
 
 static int run_bench(const bm_opts *o) {
     dspec_err err = {0};
@@ -171,13 +171,15 @@ static int run_bench(const bm_opts *o) {
                    gs.captures, gs.replays, gs.reruns, gs.replay_host_s * 1e3 / gs.replays,
                    gs.replay_run_s * 1e3 / gs.replays);
         }
-        static const struct { bool graphs, pdl; const char *what; } alt[] = {
-            {false, true, "no graphs, programmatic launch"},
-            {false, false, "no graphs, no programmatic launch"},
+        static const struct { bool graphs, pdl, graph_pdl; const char *what; } alt[] = {
+            {true, true, true, "step graphs with programmatic launch"},
+            {false, true, false, "no graphs, programmatic launch"},
+            {false, false, false, "no graphs, no programmatic launch"},
         };
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             ds_engine_backend_graphs(be, alt[k].graphs);
             ds_cuda_set_pdl(be, alt[k].pdl);
+            ds_cuda_set_graph_pdl(be, alt[k].graph_pdl);
             double t = time_decode(m, st, o, next, &err);
             next += o->decode;
             if (t < 0) goto fail;
@@ -186,6 +188,7 @@ static int run_bench(const bm_opts *o) {
         }
         ds_engine_backend_graphs(be, true);
         ds_cuda_set_pdl(be, true);
+        ds_cuda_set_graph_pdl(be, false);
     }
 #endif
     printf("verify step (speculative batch + commit of 0 rows), median of %" PRId64 ":\n",

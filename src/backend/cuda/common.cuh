@@ -73,15 +73,22 @@ typedef struct ds_cuda_ctx {
     struct ds_cuda_graphs *graphs;
     // Programmatic dependent launch (sm_90 code on an sm_90 device) for eager launches: each
     // kernel may be launched while the previous one finishes; it waits for it in
-    // ds_cu_grid_wait() before touching memory. Step graphs are captured without it (measured
-    // on the H200: 11.20 ms per 27B decode step without, 11.46 ms with).
+    // ds_cu_grid_wait() before touching memory (but weights). pdl_graphs: also in captured step
+    // graphs (ds_cuda_set_graph_pdl; off by default until cuda_model_test has run with it: 27B
+    // decode on the H200 9.07-9.15 ms with it, 9.38-9.48 ms without, once the GEMV loads its
+    // first weights before the wait; session 3, before that: 11.46 ms with, 11.20 without).
     bool pdl;
+    bool pdl_graphs;
     // Prefill GEMM (gemm.cu): prefill is the model's prefill_mode (a prompt chunk is running),
     // exact_prefill the user's switch that keeps prompt chunks on the exact kernels; cublas is
     // the cuBLAS handle (created at the first GEMM), gemm_tile a test hook.
     bool prefill, exact_prefill;
     void *cublas;
     int64_t gemm_tile;        // weight elements per dequantized tile (0: gemm.cu's default)
+    // Decode GEMV (matmul_vec.cu): activations staged in shared memory (ds_cuda_set_mmv_staged),
+    // and the device's shared memory per SM (its residency bound).
+    bool mmv_staged;
+    size_t smem_per_sm;
 } ds_cuda_ctx;
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
@@ -191,7 +198,8 @@ static inline uint64_t ds_cu_hash_arg(uint64_t h, const A &a) {
 
 // First statement of every kernel. With programmatic dependent launch (ctx->pdl) a kernel's blocks
 // may start while the previous kernel on the stream still runs: griddepcontrol.wait blocks until
-// that kernel completed and its writes are visible, so nothing before it may touch global memory.
+// that kernel completed and its writes are visible, so nothing before it may touch global memory
+// (but weights, which no kernel writes: the decode GEMV loads its first units before it).
 // launch_dependents then lets the next kernel start launching its blocks (they wait in turn),
 // which hides the launch latency between consecutive kernels. Without PDL both are no-ops.
 __device__ __forceinline__ void ds_cu_grid_wait() {
@@ -210,7 +218,7 @@ static inline void ds_cu_launch(ds_cuda_ctx *c, void (*k)(P...), dim3 grid, dim3
         ((h = ds_cu_hash_arg<P>(h, args)), ...);
         if (!ds_cuda_graph_sig(c, h)) return;
     }
-    if (c->pdl && c->gmode == DS_CU_EAGER) {
+    if (c->pdl && (c->gmode == DS_CU_EAGER || (c->gmode == DS_CU_CAPTURE && c->pdl_graphs))) {
         cudaLaunchAttribute attr;
         attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr.val.programmaticStreamSerializationAllowed = 1;

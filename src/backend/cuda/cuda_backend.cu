@@ -330,7 +330,7 @@ extern "C" void ds_cuda_set_pdl(ds_backend *be, bool on) {
                 cudaFuncGetAttributes(&fa, (const void *)pdl_probe_kernel) == cudaSuccess &&
                 fa.ptxVersion >= 90;
     cudaGetLastError();
-    c->pdl = on && able; // (eager launches only: step graphs are captured without it)
+    c->pdl = on && able; // (in step graphs too while pdl_graphs: ds_cuda_set_graph_pdl)
 }
 
 extern "C" void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b) {
@@ -401,6 +401,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
                           cudaGetErrorName(e), cudaGetErrorString(e));
     }
     c->n_sm = prop.multiProcessorCount;
+    c->smem_per_sm = prop.sharedMemPerMultiprocessor;
+    c->mmv_staged = true;
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {
         cudaStreamDestroy(c->stream);

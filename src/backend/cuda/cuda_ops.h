@@ -31,6 +31,9 @@ uint64_t ds_cuda_prep_launches(ds_backend *be);
 void ds_cuda_prefill_mode(ds_backend *be, bool on);
 // For tests: weight elements per dequantized GEMM tile (0: the default, 96 Mi).
 void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
+// matmul_vec.cu: whether the decode GEMV reads its activations from a shared-memory copy (the
+// default) or from global memory (for tests and A/B timing; the results are bitwise the same).
+void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
 // elem.cu (MoE)
 void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
                          const float *w, int64_t k);

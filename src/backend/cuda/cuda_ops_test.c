@@ -294,6 +294,15 @@ static void run_matmul(env *e, const mm_case *c) {
         snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld vs N=1 (batch invariance)",
                  ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
         expect_bitwise(what, got, single, c->n_out * n);
+        if (n <= 3 && !exact) { // the decode GEMV reading its activations from global memory
+            ds_cuda_set_mmv_staged(e->gpu, false);
+            e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+            ds_cuda_set_mmv_staged(e->gpu, true);
+            down(e, got, yd, (size_t)(c->n_out * n) * 4);
+            snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld unstaged vs staged GEMV",
+                     ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
+            expect_bitwise(what, got, single, c->n_out * n);
+        }
     }
     dfree(e, wd), dfree(e, xd), dfree(e, yd);
     free(w), free(x), free(ref), free(single), free(got);

@@ -298,6 +298,12 @@ extern "C" void ds_cuda_set_graphs(ds_backend *be, bool on) {
     if (!on) ds_cuda_graphs_clear(c);
 }
 
+extern "C" void ds_cuda_set_graph_pdl(ds_backend *be, bool on) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (c->pdl_graphs != on) ds_cuda_graphs_clear(c);
+    c->pdl_graphs = on;
+}
+
 extern "C" void ds_cuda_graph_stats_get(ds_backend *be, ds_cuda_graph_stats *out) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     memset(out, 0, sizeof(*out));

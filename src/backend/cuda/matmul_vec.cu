@@ -7,20 +7,27 @@
 // matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
 // lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups
 // of a warp read 8 rows' units with 16-byte loads while the activation words they need are the
-// same (broadcast) for all groups. Each lane keeps 3-4 units of weights in flight in registers
-// (mmv_pf); the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into place
-// only when computing. The warps per block follow the kernel's real residency (mmv_warps), as the
+// same (broadcast) for all groups. The activations of the warp's units are first copied into
+// shared memory (mmv_stage: activation loads inside the loop waited behind the weight loads of
+// later units); the first weight units are loaded before the wait for the previous kernel
+// (programmatic launch). Each lane keeps 3-4 units of weights in flight in registers (mmv_pf);
+// the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into place only when
+// computing. The warps per block follow the kernel's real residency (mmv_warps), as the
 // kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
 // exact (dp4a, then a 4-lane butterfly); its float term is the CPU's (quant.cuh ksum); terms are
 // added in unit order within the split, and the split partials in split order in shared memory
 // -- the same float operations in the same order as the mma kernel plus its reduction, so a row
 // is bitwise equal whichever kernel (and whatever N) computed it. No split-K scratch in global
 // memory.
-//   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.1 per row block (activations, L1/L2)
+//   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.14 per block (activations, L2 -> shared)
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
 #include "backend/cuda/quant.cuh"
 
 #include <atomic>
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
 
 // rows per block (one per 4-lane group of a warp); most warps per block
 enum { MMV_ROWS = 8, MMV_MAX_WARPS = 8 };
@@ -61,6 +68,38 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
     return d;
 }
 
+// The prepared activations as the dot products read them (column c; indices absolute: unit u,
+// 32-group i, scale i). SX: from the block's copy in shared memory (mmv_stage put it there), where
+// the 16-byte chunks of a unit are swizzled (chunk j at j ^ ((j >> 2) & 2)) so that the four
+// lanes of a row, which read chunks 4t + k (or 8n + hs + 2q for Q6_K) at once, hit distinct
+// banks; else straight from global memory (L1/L2).
+template <bool SX> struct xview {
+    const int8_t *q;
+    const int32_t *b;
+    const float *d;
+    int64_t sq, sb, sd; // per-column strides in elements
+    __device__ __forceinline__ uint4 q16(int c, int u, int off) const {
+        if constexpr (SX) {
+            const int j = off >> 4, p = j ^ ((j >> 2) & 2);
+            const uint32_t s = (uint32_t)__cvta_generic_to_shared(q + c * sq + (int64_t)u * UNIT + 16 * p);
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(s));
+            return v;
+        } else {
+            return __ldg((const uint4 *)(q + c * sq + (int64_t)u * UNIT + off));
+        }
+    }
+    __device__ __forceinline__ int2 b2(int c, int64_t i) const {
+        if constexpr (SX) return *(const int2 *)(b + c * sb + i);
+        else return __ldg((const int2 *)(b + c * sb + i));
+    }
+    __device__ __forceinline__ float d1(int c, int64_t i) const {
+        if constexpr (SX) return d[c * sd + i];
+        else return __ldg(d + c * sd + i);
+    }
+};
+
 // Q4_K/Q5_K scales and mins of groups 2t and 2t+1 (lane t of a row), branch-free: bytes 2(t%2)
 // and 2(t%2)+1 of the word quant.cuh k4_unpack would give for groups 0-3 (t < 2) or 4-7, but
 // only the lane's word is built (going through k4_unpack, which builds both, cost the 27B
@@ -96,15 +135,15 @@ __device__ __forceinline__ uint32_t q6_x4(uint32_t src, int ls, uint32_t qh, int
 // int8 words (8 per group), dotted with each column's activations, scaled and min-weighted as the
 // CPU does. The words come from a decoder called inside the dot loop (Q4_K decodes there: decoding
 // all 16 words first cost 96 -> 78 registers and 15% of its speed; Q5_K hands precomputed words).
-template <int NC, typename V>
-__device__ __forceinline__ void k45_dot(const mm_args &a, int u, int t, const uint4 &h, const V &v,
+template <int NC, typename X, typename V>
+__device__ __forceinline__ void k45_dot(const X &xv, int u, int t, const uint4 &h, const V &v,
                                         int (&is)[NC], int (&ms)[NC], float &dw, float &dmw) {
     int sc0, sc1, m0, m1;
     k4_lane_scales(h, t, sc0, sc1, m0, m1);
 #pragma unroll
     for (int c = 0; c < NC; c++) {
-        const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
-        const uint4 l0 = __ldg(x), l1 = __ldg(x + 1), h0 = __ldg(x + 2), h1 = __ldg(x + 3);
+        const uint4 l0 = xv.q16(c, u, 64 * t), l1 = xv.q16(c, u, 64 * t + 16);
+        const uint4 h0 = xv.q16(c, u, 64 * t + 32), h1 = xv.q16(c, u, 64 * t + 48);
         const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
         const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         int dl = 0, dh = 0;
@@ -113,7 +152,7 @@ __device__ __forceinline__ void k45_dot(const mm_args &a, int u, int t, const ui
             dl = __dp4a((int)v.lo(i), (int)xl[i], dl);
             dh = dp4a_us(v.hi(i), (int)xh[i], dh);
         }
-        const int2 bs = __ldg((const int2 *)(a.xb + c * (a.n_in / 32) + (int64_t)u * 8 + 2 * t));
+        const int2 bs = xv.b2(c, (int64_t)u * 8 + 2 * t);
         is[c] = sc0 * dl + sc1 * (dh >> V::HI_SHIFT);
         ms[c] = m0 * bs.x + m1 * bs.y;
     }
@@ -143,11 +182,11 @@ struct wv_q4_k {
         ldw(q0, p + 16 + 32 * t);
         ldw(q1, p + 32 + 32 * t);
     }
-    template <int NC>
-    __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
+    template <int NC, typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const k4_words v = {{q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}};
-        k45_dot<NC>(a, u, t, h, v, is, ms, dw, dmw);
+        k45_dot<NC>(xv, u, t, h, v, is, ms, dw, dmw);
     }
 };
 
@@ -160,8 +199,8 @@ struct wv_q5_k {
         ldw(q0, p + 48 + 32 * t);
         ldw(q1, p + 64 + 32 * t);
     }
-    template <int NC>
-    __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
+    template <int NC, typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t qh[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
@@ -171,7 +210,7 @@ struct wv_q5_k {
             v.l[i] = (q[i] & M4) | (((qh[i] >> (2 * t)) & 0x01010101u) << 4);
             v.h[i] = ((q[i] >> 4) & M4) | (((qh[i] >> (2 * t + 1)) & 0x01010101u) << 4);
         }
-        k45_dot<NC>(a, u, t, h, v, is, ms, dw, dmw);
+        k45_dot<NC>(xv, u, t, h, v, is, ms, dw, dmw);
     }
 };
 
@@ -191,8 +230,8 @@ struct wv_q6_k {
         // the low half, and the word's other half is past the unit: allocations are padded)
         ldw(d, (const uint8_t *)((uintptr_t)(p + 208) & ~(uintptr_t)3));
     }
-    template <int NC>
-    __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
+    template <int NC, typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const int n = t >> 1, hs = t & 1;
         uint32_t v[4][4]; // 4 x (q - 32) of sub-block 8n + 2q + hs
@@ -207,11 +246,10 @@ struct wv_q6_k {
         }
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            const int8_t *xb = a.xq + c * a.n_in + (int64_t)u * UNIT + 128 * n + 16 * hs;
             int acc = 0;
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                const uint4 x = __ldg((const uint4 *)(xb + 32 * q));
+                const uint4 x = xv.q16(c, u, 128 * n + 16 * hs + 32 * q);
                 int dq = __dp4a((int)v[q][0], (int)x.x, 0);
                 dq = __dp4a((int)v[q][1], (int)x.y, dq);
                 dq = __dp4a((int)v[q][2], (int)x.z, dq);
@@ -236,8 +274,8 @@ struct wv_iq4_xs {
 #pragma unroll
         for (int i = 0; i < 4; i++) ldw(q[i], p + 8 + 32 * t + 8 * i);
     }
-    template <int NC>
-    __device__ __forceinline__ void dot(const mm_args &a, int u, int t, int (&is)[NC],
+    template <int NC, typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
                                         int (&ms)[NC], float &dw, float &dmw) const {
         const uint32_t sh = h.x >> 16;
         int ls[2];
@@ -257,11 +295,10 @@ struct wv_iq4_xs {
         }
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + (int64_t)u * UNIT + 64 * t);
             int acc = 0;
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const uint4 x0 = __ldg(x + 2 * j), x1 = __ldg(x + 2 * j + 1);
+                const uint4 x0 = xv.q16(c, u, 64 * t + 32 * j), x1 = xv.q16(c, u, 64 * t + 32 * j + 16);
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int dj = 0;
 #pragma unroll
@@ -296,23 +333,21 @@ struct wv_q8_0 {
         return j == 0 ? w[0] & 0xffffu : w[8] >> 16;
     }
     // term[c][j]: block 2t + j's float term for column c.
-    template <int NC>
-    __device__ __forceinline__ void terms(const mm_args &a, int u, int t,
+    template <int NC, typename X>
+    __device__ __forceinline__ void terms(const X &xv, int u, int t,
                                           float (&term)[NC][2]) const {
-        const int64_t nxd = a.n_in / 32;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 const int64_t blk = (int64_t)u * 8 + 2 * t + j;
-                const uint4 *x = (const uint4 *)(a.xq + c * a.n_in + blk * 32);
-                const uint4 x0 = __ldg(x), x1 = __ldg(x + 1);
+                const uint4 x0 = xv.q16(c, u, 32 * (2 * t + j)), x1 = xv.q16(c, u, 32 * (2 * t + j) + 16);
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int is = 0;
 #pragma unroll
                 for (int i = 0; i < 8; i++) is = __dp4a((int)qs(j, i), (int)xw[i], is);
                 term[c][j] = __fmul_rn(__int2float_rn(is),
-                                       __fmul_rn(ds_cu_h2f(d(j)), __ldg(a.xd + c * nxd + blk)));
+                                       __fmul_rn(ds_cu_h2f(d(j)), xv.d1(c, blk)));
             }
         }
     }
@@ -327,12 +362,12 @@ template <> struct wv_of<QT_IQ4_XS> { typedef wv_iq4_xs type; };
 
 // One unit of one row into the running sums (every lane of the row's 4-lane group ends with the
 // same acc). Warp-uniform: all groups of a warp are at the same unit.
-template <int QT, int NC>
+template <int QT, int NC, typename X>
 __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<QT>::type &w,
-                                         const mm_args &a, int u, int t, int lane) {
+                                         const X &xv, int u, int t, int lane) {
     if constexpr (QT == QT_Q8_0) {
         float term[NC][2];
-        w.template terms<NC>(a, u, t, term);
+        w.template terms<NC>(xv, u, t, term);
 #pragma unroll
         for (int b = 0; b < 8; b++) { // blocks in order: block b is lane b/2's term b%2
 #pragma unroll
@@ -344,15 +379,14 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
     } else {
         int is[NC], ms[NC];
         float dw, dmw;
-        w.template dot<NC>(a, u, t, is, ms, dw, dmw);
-        const int64_t nxd = a.n_in / UNIT;
+        w.template dot<NC>(xv, u, t, is, ms, dw, dmw);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             is[c] += __shfl_xor_sync(0xffffffffu, is[c], 1);
             is[c] += __shfl_xor_sync(0xffffffffu, is[c], 2);
             ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 1);
             ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 2);
-            acc[c] = __fadd_rn(acc[c], ksum(dw, dmw, __ldg(a.xd + c * nxd + u), is[c], ms[c]));
+            acc[c] = __fadd_rn(acc[c], ksum(dw, dmw, xv.d1(c, u), is[c], ms[c]));
         }
     }
 }
@@ -361,6 +395,61 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
 // 10.45 / 9.83 / 9.99 ms per step, Q6_K 2 / 3 / 4 10.08 / 9.83 / 9.89 ms)
 static constexpr int mmv_pf(int qt) { return qt == QT_Q4_K || qt == QT_IQ4_XS ? 4 : 3; }
 
+// Shared-memory copy of the activations (SX): per column, the xq bytes of every unit, then the
+// 32-group sums (types with mins), then the scales (per unit; Q8_0: per 32), each region indexed
+// by absolute unit so that every warp writes only its own units [ua, ub).
+template <int QT> struct mmv_smem {
+    static constexpr int DPU = QT == QT_Q8_0 ? 8 : 1;  // scales per unit
+    static constexpr int BPU = QT == QT_Q8_0 ? 0 : 8;  // group sums per unit
+    static constexpr int BYTES_PER_UNIT = UNIT + 4 * BPU + 4 * DPU;
+};
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// Warp-cooperative: start copying the activations of units [ua, ub) of the NC columns into the
+// block's shared copy (asynchronously: the caller issues its first weight loads, then waits).
+// Why: the activations read from global memory inside the unit loop came back behind the
+// weight loads issued before them, so every unit waited out a DRAM latency (docs/cuda.md).
+template <int QT, int NC>
+__device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, int ua, int ub,
+                                                 int lane) {
+    typedef mmv_smem<QT> L;
+    const int U = a.n_units;
+    int8_t *q = (int8_t *)sm;
+    int32_t *b = (int32_t *)(sm + (size_t)NC * U * UNIT);
+    float *d = (float *)(sm + (size_t)NC * U * (UNIT + 4 * L::BPU));
+    const int64_t nb = a.n_in / 32, nd = (int64_t)U * L::DPU;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        for (int i = lane; i < (ub - ua) * 16; i += 32) {
+            const int u = ua + (i >> 4), j = i & 15, p = j ^ ((j >> 2) & 2);
+            cp_async16((uint32_t)__cvta_generic_to_shared(q + ((int64_t)c * U + u) * UNIT + 16 * p),
+                       a.xq + c * a.n_in + (int64_t)u * UNIT + 16 * j);
+        }
+        if constexpr (L::BPU > 0) {
+            for (int i = lane; i < (ub - ua) * 2; i += 32)
+                cp_async16((uint32_t)__cvta_generic_to_shared(b + (int64_t)c * U * 8 + ua * 8 + 4 * i),
+                           a.xb + c * nb + (int64_t)ua * 8 + 4 * i);
+        }
+        if constexpr (L::DPU == 8) {
+            for (int i = lane; i < (ub - ua) * 2; i += 32)
+                cp_async16((uint32_t)__cvta_generic_to_shared(d + c * nd + ua * 8 + 4 * i),
+                           a.xd + c * nd + (int64_t)ua * 8 + 4 * i);
+        } else {
+            for (int i = lane; i < ub - ua; i += 32)
+                cp_async4((uint32_t)__cvta_generic_to_shared(d + c * nd + ua + i),
+                          a.xd + c * nd + ua + i);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    return xview<true>{q, b, d, (int64_t)U * UNIT, (int64_t)U * 8, nd};
+}
+
 // Block: W warps over MMV_ROWS rows of one matrix of the group (blocks [blk0, next blk0) belong to
 // matrix m; numerics do not depend on W, PF or on the grouping); warp w runs K splits
 // [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
@@ -368,10 +457,9 @@ static constexpr int mmv_pf(int qt) { return qt == QT_Q4_K || qt == QT_IQ4_XS ? 
 // memory; warp 0 adds them in split order.
 // Weights in flight: PF units in registers per lane (slot i holds unit u0 + i, is computed, then
 // reloaded with the unit PF further on: no register rotation, as moving a slot whose load is in
-// flight would wait for it).
-template <int QT, int NC>
+// flight would wait for it). SX: the activations are read from a shared-memory copy (mmv_stage).
+template <int QT, int NC, bool SX>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     typedef typename wv_of<QT>::type wv_t;
     constexpr int UB = qt_unit_bytes(QT), PF = mmv_pf(QT);
     __shared__ float part[32][MMV_ROWS][NC];
@@ -385,12 +473,28 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     const int U = a.n_units, ks = mat.ks, W = blockDim.x >> 5, w = threadIdx.x >> 5;
     const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
     const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
+    // The first PF units of weights are loaded before the wait for the previous kernel (no kernel
+    // writes weights): with programmatic dependent launch their latency hides behind its tail.
+    wv_t buf[PF];
+#pragma unroll
+    for (int i = 0; i < PF; i++) {
+        if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
+    }
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     if (U == 0) { // (n_in == 0: y = 0; uniform over the block)
         if (w == 0 && t == 0 && row < mat.n_out) {
 #pragma unroll
             for (int c = 0; c < NC; c++) mat.y[(int64_t)c * mat.y_nb1 + row] = 0.0f;
         }
         return;
+    }
+    extern __shared__ __align__(16) uint8_t xs_sm[];
+    xview<SX> xv;
+    if constexpr (SX) {
+        xv = mmv_stage<QT, NC>(a, xs_sm, ua, ub, lane);
+    } else {
+        const int64_t nd = QT == QT_Q8_0 ? a.n_in / 32 : U;
+        xv = xview<false>{a.xq, a.xb, a.xd, a.n_in, a.n_in / 32, nd};
     }
     int s = s0, u1 = (int)((int64_t)(s0 + 1) * U / ks); // current split and its end
     float acc[NC];
@@ -412,17 +516,16 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
         s++;
         u1 = (int)((int64_t)(s + 1) * U / ks);
     };
-    wv_t buf[PF];
-#pragma unroll
-    for (int i = 0; i < PF; i++) {
-        if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
+    if constexpr (SX) {
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
     }
     for (int u0 = ua; u0 < ub; u0 += PF) { // warp-uniform
 #pragma unroll
         for (int i = 0; i < PF; i++) {
             const int u = u0 + i;
             if (u >= ub) break;
-            unit_acc<QT, NC>(acc, buf[i], a, u, t, lane);
+            unit_acc<QT, NC>(acc, buf[i], xv, u, t, lane);
             if (u + PF < ub) buf[i].load(wr + (size_t)(u + PF) * UB, t);
             finish_unit(u);
         }
@@ -439,26 +542,33 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     }
 }
 
-// Blocks of `warps` warps of the kernel resident per SM (cached per kernel and warp count, for the
-// process: with GPUs of different kinds one would use another's residency, which changes only
-// the speed).
-template <int QT, int NC> static int mmv_resident(int warps) {
+// Blocks of `warps` warps of the kernel resident per SM with `smem` bytes of dynamic shared
+// memory: the register bound is cached per kernel and warp count, for the process (with GPUs of
+// different kinds one would use another's residency, which changes only the speed); the shared
+// memory bound is worked out from the device's shared memory per SM (1 KiB reserved per block).
+template <int QT, int NC, bool SX> static int mmv_resident(const ds_cuda_ctx *c, int warps,
+                                                           size_t smem) {
     static std::atomic<int> cache[MMV_MAX_WARPS + 1];
     int n = cache[warps].load(std::memory_order_relaxed);
     if (n == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kernel<QT, NC>, 32 * warps,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kernel<QT, NC, SX>, 32 * warps,
                                                           0) != cudaSuccess || n < 1) {
             cudaGetLastError(); // (a speed heuristic only: not an error of the next launch)
             n = 1;
         }
         cache[warps].store(n, std::memory_order_relaxed);
     }
+    if (smem > 0) {
+        const size_t per = smem + sizeof(float) * 32 * MMV_ROWS * NC + 1024;
+        n = DS_MIN(n, (int)DS_MAX((size_t)1, c->smem_per_sm / per));
+    }
     return n;
 }
 
 // Warps per block from the kernel's real residency: the candidate with the fewest (waves of
 // resident blocks) x (splits on the busiest warp), the fewer warps on a tie.
-template <int QT, int NC> static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g) {
+template <int QT, int NC, bool SX>
+static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g, size_t smem) {
     const int64_t groups = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     int ks = 1;
     for (int i = 0; i < g.n; i++) ks = DS_MAX(ks, g.m[i].ks);
@@ -467,16 +577,35 @@ template <int QT, int NC> static int mmv_warps(const ds_cuda_ctx *c, const mmv_g
     for (int w = 1; w <= DS_MIN(ks, (int)MMV_MAX_WARPS); w++) {
         const int per = (ks + w - 1) / w;
         if ((ks + per - 1) / per != w) continue; // the same runs as fewer warps
-        const int64_t wave = (int64_t)mmv_resident<QT, NC>(w) * c->n_sm;
+        const int64_t wave = (int64_t)mmv_resident<QT, NC, SX>(c, w, smem) * c->n_sm;
         const int64_t cost = (groups + wave - 1) / wave * per;
         if (cost < best_cost) best = w, best_cost = cost;
     }
     return best;
 }
 
+// Most shared memory the staged kernel takes (larger activations read global memory instead).
+enum { MMV_SX_MAX_BYTES = 96 * 1024 };
+
 template <int QT, int NC>
 static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
-    ds_cu_launch(c, mmv_kernel<QT, NC>, blocks, 32 * mmv_warps<QT, NC>(c, g), 0, g);
+    const size_t smem = (size_t)NC * g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
+    const bool sx = c->mmv_staged && smem <= MMV_SX_MAX_BYTES && c->smem_per_sm > 0 &&
+                    (((uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd) & 15) == 0;
+    if (sx) {
+        static std::atomic<bool> opted{false}; // (once per kernel: above the default 48 KiB)
+        if (!opted.load(std::memory_order_relaxed)) {
+            DS_CUDA_TRY(c, cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)MMV_SX_MAX_BYTES));
+            opted.store(true, std::memory_order_relaxed);
+        }
+        ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks, 32 * mmv_warps<QT, NC, true>(c, g, smem),
+                     smem, g);
+    } else {
+        ds_cu_launch(c, mmv_kernel<QT, NC, false>, blocks,
+                     32 * mmv_warps<QT, NC, false>(c, g, 0), 0, g);
+    }
 }
 
 template <int QT>
@@ -502,4 +631,8 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
     case QT_Q6_K: mmv_cols<QT_Q6_K>(c, g); break;
     default: mmv_cols<QT_IQ4_XS>(c, g); break;
     }
+}
+
+extern "C" void ds_cuda_set_mmv_staged(ds_backend *be, bool on) {
+    ds_cuda_of(be)->mmv_staged = on;
 }
