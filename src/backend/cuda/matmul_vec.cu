@@ -81,7 +81,8 @@ template <bool SX> struct xview {
     __device__ __forceinline__ uint4 q16(int c, int u, int off) const {
         if constexpr (SX) {
             const int j = off >> 4, p = j ^ ((j >> 2) & 2);
-            const uint32_t s = (uint32_t)__cvta_generic_to_shared(q + c * sq + (int64_t)u * UNIT + 16 * p);
+            const uint32_t s =
+                (uint32_t)__cvta_generic_to_shared(q + c * sq + (int64_t)u * UNIT + 16 * p);
             uint4 v;
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(s));
@@ -298,7 +299,8 @@ struct wv_iq4_xs {
             int acc = 0;
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const uint4 x0 = xv.q16(c, u, 64 * t + 32 * j), x1 = xv.q16(c, u, 64 * t + 32 * j + 16);
+                const uint4 x0 = xv.q16(c, u, 64 * t + 32 * j);
+                const uint4 x1 = xv.q16(c, u, 64 * t + 32 * j + 16);
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int dj = 0;
 #pragma unroll
@@ -341,7 +343,8 @@ struct wv_q8_0 {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 const int64_t blk = (int64_t)u * 8 + 2 * t + j;
-                const uint4 x0 = xv.q16(c, u, 32 * (2 * t + j)), x1 = xv.q16(c, u, 32 * (2 * t + j) + 16);
+                const uint4 x0 = xv.q16(c, u, 32 * (2 * t + j));
+                const uint4 x1 = xv.q16(c, u, 32 * (2 * t + j) + 16);
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 int is = 0;
 #pragma unroll
@@ -433,8 +436,9 @@ __device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, 
         }
         if constexpr (L::BPU > 0) {
             for (int i = lane; i < (ub - ua) * 2; i += 32)
-                cp_async16((uint32_t)__cvta_generic_to_shared(b + (int64_t)c * U * 8 + ua * 8 + 4 * i),
-                           a.xb + c * nb + (int64_t)ua * 8 + 4 * i);
+                cp_async16(
+                    (uint32_t)__cvta_generic_to_shared(b + (int64_t)c * U * 8 + ua * 8 + 4 * i),
+                    a.xb + c * nb + (int64_t)ua * 8 + 4 * i);
         }
         if constexpr (L::DPU == 8) {
             for (int i = lane; i < (ub - ua) * 2; i += 32)
@@ -587,25 +591,32 @@ static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g, size_t smem) {
 // Most shared memory the staged kernel takes (larger activations read global memory instead).
 enum { MMV_SX_MAX_BYTES = 96 * 1024 };
 
+// Whether type qt stages its activations (docs/cuda.md "matmul"): not IQ4_XS, whose staged
+// kernel measured slower on the short-K shapes (H200, gemv_bench mmv: ffn_up 30.9 against 24.7
+// us, attn_qkv 18.3 against 16.8; its 98 registers against 95 allow one block of 5 warps fewer
+// per SM) and faster only on the LM head.
+static constexpr bool mmv_stages(int qt) { return qt != QT_IQ4_XS; }
+
 template <int QT, int NC>
 static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
-    const size_t smem = (size_t)NC * g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
-    const bool sx = c->mmv_staged && smem <= MMV_SX_MAX_BYTES && c->smem_per_sm > 0 &&
-                    (((uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd) & 15) == 0;
-    if (sx) {
-        static std::atomic<bool> opted{false}; // (once per kernel: above the default 48 KiB)
-        if (!opted.load(std::memory_order_relaxed)) {
-            DS_CUDA_TRY(c, cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  (int)MMV_SX_MAX_BYTES));
-            opted.store(true, std::memory_order_relaxed);
+    if constexpr (mmv_stages(QT)) {
+        const size_t smem = (size_t)NC * g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
+        const uintptr_t al = (uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd;
+        if (c->mmv_staged && smem <= MMV_SX_MAX_BYTES && c->smem_per_sm > 0 && (al & 15) == 0) {
+            static std::atomic<bool> opted{false}; // (once per kernel: above the default 48 KiB)
+            if (!opted.load(std::memory_order_relaxed)) {
+                DS_CUDA_TRY(c, cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)MMV_SX_MAX_BYTES));
+                opted.store(true, std::memory_order_relaxed);
+            }
+            ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks,
+                         32 * mmv_warps<QT, NC, true>(c, g, smem), smem, g);
+            return;
         }
-        ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks, 32 * mmv_warps<QT, NC, true>(c, g, smem),
-                     smem, g);
-    } else {
-        ds_cu_launch(c, mmv_kernel<QT, NC, false>, blocks,
-                     32 * mmv_warps<QT, NC, false>(c, g, 0), 0, g);
     }
+    ds_cu_launch(c, mmv_kernel<QT, NC, false>, blocks, 32 * mmv_warps<QT, NC, false>(c, g, 0), 0,
+                 g);
 }
 
 template <int QT>
