@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
     static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1, 2, 3};
     const bool mmv = argc > 2 && strcmp(argv[2], "mmv") == 0;
     const int *ns = mmv ? ns_mmv : ns_all;
-    const size_t n_ns = mmv ? 3 : 6;
+    const size_t n_ns = mmv ? DS_ARRAY_LEN(ns_mmv) : DS_ARRAY_LEN(ns_all);
     enum { COPIES = 4, NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
            "t(N)/t(1)");
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
         for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
             ds_type t = types[ti];
             const shape *s = &shapes[si];
-            if (mmv && ti >= 5) continue; // (float types: no GEMV)
+            if (mmv && !ds_type_traits_get(t)->is_quantized) continue; // (no dp4a GEMV)
             if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
             size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
             uint8_t *h = malloc(bytes);
@@ -225,6 +225,7 @@ int main(int argc, char **argv) {
             for (size_t ni = 0; ni < n_ns * (mmv ? 2 : 1); ni++) {
                 int n = ns[mmv ? ni / 2 : ni];
                 const bool global_x = mmv && (ni & 1);
+                if (mmv && !global_x && t == DS_TYPE_IQ4_XS) continue; // (never staged)
                 ds_cuda_set_mmv_staged(be, !global_x);
                 ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
                 ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
@@ -240,7 +241,7 @@ int main(int argc, char **argv) {
                 }
                 be->ops.sync(be);
                 double dt = (ds_time_now() - t0) / iters;
-                if (ni == 0) t1 = dt;
+                if (t1 == 0.0) t1 = dt;
                 double gbs = (double)bytes / dt / 1e9;
                 printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s\n", ds_type_name(t), s->name, n,
                        dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,

@@ -56,6 +56,8 @@ typedef struct ds_gdn_params {
 typedef struct ds_backend_ops {
     // y{n_out, n} = W{n_in, n_out} · x{n_in, n}, f32 in/out. x is converted to W's vec_dot type
     // per row (as llama.cpp does). `scale` (may be NULL) is a {1} f32 tensor multiplied in.
+    // W (here and in matmul_multi) is weights: no op writes it (the CUDA decode GEMV loads W
+    // before it waits for the previous kernel to finish).
     void (*matmul)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x);
     // (optional; NULL: callers run matmul per weight) y[i] = W[i] · x for i < n_w (1..4), one
     // input for all; each y[i] bitwise equals matmul(W[i], x). Lets a backend prepare x once and

@@ -30,8 +30,9 @@ static void usage(FILE *f) {
             "  -t, --threads N  CPU threads (default: all)\n"
             "  --device D       cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"
-            "                   continues for two more timed runs launched kernel by kernel,\n"
-            "                   with and without programmatic dependent launch)\n"
+            "                   continues for three more timed runs: step graphs with\n"
+            "                   programmatic dependent launch inside, then kernels launched one\n"
+            "                   by one with and without it)\n"
             "  --exact-prefill  CUDA: also time the prompt on the exact int8 kernels, next to\n"
             "                   the default bf16 tensor-core GEMM\n");
 }
@@ -162,7 +163,7 @@ static int run_bench(const bm_opts *o) {
     printf("decode%s: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
            graphs ? " (step graphs)" : "", t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
 #ifdef DSPEC_HAVE_CUDA
-    if (graphs) { // the same steps launched one by one, with and without programmatic launch
+    if (graphs) { // graphs with programmatic launch, then the steps launched one by one
         ds_cuda_graph_stats gs;
         ds_cuda_graph_stats_get(be, &gs);
         if (gs.replays > 0) {

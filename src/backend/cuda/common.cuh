@@ -88,7 +88,9 @@ typedef struct ds_cuda_ctx {
     // Decode GEMV (matmul_vec.cu): activations staged in shared memory (ds_cuda_set_mmv_staged),
     // and the device's shared memory per SM (its residency bound).
     bool mmv_staged;
-    size_t smem_per_sm;
+    size_t smem_per_sm, smem_optin;
+    uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
+                                           // shared memory on this device, or refused it
 } ds_cuda_ctx;
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
@@ -196,7 +198,8 @@ static inline uint64_t ds_cu_hash_arg(uint64_t h, const A &a) {
     return ds_cu_fnv(h, u.b, sizeof(P));
 }
 
-// First statement of every kernel. With programmatic dependent launch (ctx->pdl) a kernel's blocks
+// First statement of every kernel (the decode GEMVs load weights before it). With programmatic
+// dependent launch (ctx->pdl) a kernel's blocks
 // may start while the previous kernel on the stream still runs: griddepcontrol.wait blocks until
 // that kernel completed and its writes are visible, so nothing before it may touch global memory
 // (but weights, which no kernel writes: the decode GEMV loads its first units before it).

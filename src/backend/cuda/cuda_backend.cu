@@ -330,6 +330,8 @@ extern "C" void ds_cuda_set_pdl(ds_backend *be, bool on) {
                 cudaFuncGetAttributes(&fa, (const void *)pdl_probe_kernel) == cudaSuccess &&
                 fa.ptxVersion >= 90;
     cudaGetLastError();
+    // (graphs captured with programmatic edges would keep them: drop them on a change)
+    if (c->pdl_graphs && c->pdl != (on && able)) ds_cuda_graphs_clear(c);
     c->pdl = on && able; // (in step graphs too while pdl_graphs: ds_cuda_set_graph_pdl)
 }
 
@@ -402,6 +404,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     }
     c->n_sm = prop.multiProcessorCount;
     c->smem_per_sm = prop.sharedMemPerMultiprocessor;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
     c->mmv_staged = true;
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {

@@ -7,10 +7,10 @@
 // matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
 // lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups
 // of a warp read 8 rows' units with 16-byte loads while the activation words they need are the
-// same (broadcast) for all groups. The activations of the warp's units are first copied into
-// shared memory (mmv_stage: activation loads inside the loop waited behind the weight loads of
-// later units); the first weight units are loaded before the wait for the previous kernel
-// (programmatic launch). Each lane keeps 3-4 units of weights in flight in registers (mmv_pf);
+// same (broadcast) for all groups. The first weight units are loaded first, before the wait for
+// the previous kernel (programmatic launch); then the activations of the warp's units are copied
+// into shared memory (mmv_stage; not IQ4_XS: mmv_stages), as activation loads inside the loop
+// waited behind the weight loads of later units. Each lane keeps 3-4 units of weights in flight in registers (mmv_pf);
 // the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into place only when
 // computing. The warps per block follow the kernel's real residency (mmv_warps), as the
 // kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
@@ -19,7 +19,8 @@
 // -- the same float operations in the same order as the mma kernel plus its reduction, so a row
 // is bitwise equal whichever kernel (and whatever N) computed it. No split-K scratch in global
 // memory.
-//   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.14 per block (activations, L2 -> shared)
+//   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.14 per block (activations, L2 -> shared;
+//          IQ4_XS: L1/L2 reads in the loop)
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
 #include "backend/cuda/quant.cuh"
 
@@ -415,7 +416,8 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
 }
 
 // Warp-cooperative: start copying the activations of units [ua, ub) of the NC columns into the
-// block's shared copy (asynchronously: the caller issues its first weight loads, then waits).
+// block's shared copy (asynchronously: the caller has issued its first weight loads before, so
+// they are in flight first, and waits for the copy right after).
 // Why: the activations read from global memory inside the unit loop came back behind the
 // weight loads issued before them, so every unit waited out a DRAM latency (docs/cuda.md).
 template <int QT, int NC>
@@ -588,7 +590,8 @@ static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g, size_t smem) {
     return best;
 }
 
-// Most shared memory the staged kernel takes (larger activations read global memory instead).
+// Most shared memory the staged kernel takes (larger activations read global memory instead;
+// also at most the device's opt-in limit less the kernel's static part).
 enum { MMV_SX_MAX_BYTES = 96 * 1024 };
 
 // Whether type qt stages its activations (docs/cuda.md "matmul"): not IQ4_XS, whose staged
@@ -602,17 +605,29 @@ static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
     if constexpr (mmv_stages(QT)) {
         const size_t smem = (size_t)NC * g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
         const uintptr_t al = (uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd;
-        if (c->mmv_staged && smem <= MMV_SX_MAX_BYTES && c->smem_per_sm > 0 && (al & 15) == 0) {
-            static std::atomic<bool> opted{false}; // (once per kernel: above the default 48 KiB)
-            if (!opted.load(std::memory_order_relaxed)) {
-                DS_CUDA_TRY(c, cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)MMV_SX_MAX_BYTES));
-                opted.store(true, std::memory_order_relaxed);
+        // (the kernel's shared memory above the default 48 KiB is a per-device attribute: set
+        // once per backend and kernel, ctx->mmv_sx_opted; a device that refuses it reads global
+        // memory, ctx->mmv_sx_refused)
+        const uint32_t bit = 1u << (QT * 4 + NC);
+        const size_t limit = DS_MIN((size_t)MMV_SX_MAX_BYTES,
+                                    c->smem_optin - sizeof(float) * 32 * MMV_ROWS * NC);
+        if (c->mmv_staged && !(c->mmv_sx_refused & bit) && smem <= limit && c->smem_per_sm > 0 &&
+            (al & 15) == 0) {
+            if (!(c->mmv_sx_opted & bit)) {
+                if (cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)limit) == cudaSuccess) {
+                    c->mmv_sx_opted |= bit;
+                } else {
+                    cudaGetLastError(); // (not an error of the next launch)
+                    c->mmv_sx_refused |= bit;
+                }
             }
-            ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks,
-                         32 * mmv_warps<QT, NC, true>(c, g, smem), smem, g);
-            return;
+            if (c->mmv_sx_opted & bit) {
+                ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks,
+                             32 * mmv_warps<QT, NC, true>(c, g, smem), smem, g);
+                return;
+            }
         }
     }
     ds_cu_launch(c, mmv_kernel<QT, NC, false>, blocks, 32 * mmv_warps<QT, NC, false>(c, g, 0), 0,
