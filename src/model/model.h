@@ -119,7 +119,7 @@ typedef struct ds_batch {
     const int32_t *parent;
     // Outputs (all optional; host memory)
     int64_t n_logits;          // number of rows to compute logits for (0 = none)
-    const int32_t *logits_rows;// [n_logits] batch rows; NULL = the last n_logits rows
+    const int32_t *logits_rows;// [n_logits] distinct batch rows; NULL = the last n_logits rows
     float *logits;             // [n_logits * n_vocab] or NULL
     int32_t *argmax;           // [n_logits] greedy token per logits row, or NULL
     int n_taps;                // hidden states captured after these layers (0-based)

@@ -201,6 +201,10 @@ static void check_errors(fixture *f) {
     ds_batch big = {.n = 200, .tokens = many};
     assert_int_equal(ds_model_forward(f->m, st, &big, &err), DSPEC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "exceed the context"));
+    int32_t twice[2] = {1, 1};
+    ds_batch dup = {.n = 2, .tokens = many, .n_logits = 2, .logits_rows = twice};
+    assert_int_equal(ds_model_forward(f->m, st, &dup, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "asked for twice"));
     assert_int_equal(ds_state_commit(st, 1, NULL, &err), DSPEC_ERR_INVALID);
     int32_t par[2] = {-1, 1};
     ds_batch tb = {.n = 2, .tokens = many, .parent = par, .speculative = true};

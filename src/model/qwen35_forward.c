@@ -6,7 +6,7 @@
 #include "model/model_impl.h"
 
 #include <math.h>
-
+#include <stdlib.h>
 #include <string.h>
 
 // A contiguous {ne0, n} f32 view of an activation buffer.
@@ -287,6 +287,19 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
         if (b->logits_rows[j] < 0 || b->logits_rows[j] >= b->n) {
             return ds_err_set(err, DSPEC_ERR_INVALID, "forward: logits row %d out of range",
                               b->logits_rows[j]);
+        }
+    }
+    if (b->logits_rows && b->n_logits > 1) { // distinct rows: a chunk's host scratch holds one
+        uint8_t *seen = calloc((size_t)b->n, 1); // entry per row (compute_logits)
+        if (!seen) return ds_err_set(err, DSPEC_ERR_NOMEM, "forward: out of memory");
+        int64_t dup = -1;
+        for (int64_t j = 0; j < b->n_logits && dup < 0; j++) {
+            if (seen[b->logits_rows[j]]++) dup = b->logits_rows[j];
+        }
+        free(seen);
+        if (dup >= 0) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "forward: logits row %" PRId64 " asked for "
+                              "twice", dup);
         }
     }
     if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS || (b->n_taps && !b->taps)) {
