@@ -11,11 +11,15 @@ if ! source bench/cuda/deps.sh >/dev/null 2>&1; then
 fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 
-# need_bins DIR NAME...: every DIR/NAME executable, else a message and a failing status.
+# need_bins DIR NAME...: every DIR/NAME executable (unpacked from DIR/NAME.xz where only that was
+# carried), else a message and a failing status.
 need_bins() {
   local d=$1 f
   shift
   for f in "$@"; do
+    if [ ! -x "$d/$f" ] && [ -f "$d/$f.xz" ]; then   # carried compressed: the 64 MiB carry limit
+      { xz -dc "$d/$f.xz" 2>/dev/null || python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$d/$f.xz"; } >"$d/$f" && chmod +x "$d/$f"
+    fi
     [ -x "$d/$f" ] || { echo "$CARRIED_NAME: $d/$f missing (see bench/cuda/README.md)"; return 1; }
   done
 }
