@@ -91,7 +91,13 @@ typedef struct ds_cuda_ctx {
     size_t smem_per_sm, smem_optin;
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
                                            // shared memory on this device, or refused it
+    // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
+    // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
+    // pointer). NULL: the one-block-per-row kernel runs.
+    unsigned *norm_cnt;
 } ds_cuda_ctx;
+
+enum { DS_CU_NORM_UNIT_ROWS = 8 };
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
 // Context bucket of a step graph: attention sizes its grid from the context length rounded up to
