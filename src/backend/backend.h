@@ -227,7 +227,7 @@ void ds_cuda_set_graphs(ds_backend *be, bool on);
 // previous one. Results are bitwise the same.
 void ds_cuda_set_pdl(ds_backend *be, bool on);
 // Whether it also applies inside captured step graphs (programmatic edges between the graph's
-// kernels): off by default (docs/cuda.md); takes effect at the next capture (the graphs so far
+// kernels): on by default (docs/cuda.md); takes effect at the next capture (the graphs so far
 // are dropped).
 void ds_cuda_set_graph_pdl(ds_backend *be, bool on);
 // Exact prefill: prompt chunks run on the exact int8 kernels (every row bitwise that of a decode

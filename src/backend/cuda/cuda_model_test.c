@@ -243,9 +243,9 @@ static int64_t graph_session(fixture *f, float *out, int32_t *toks_out) {
     return rows;
 }
 
-// Step graphs: the same session with graphs off and on (without programmatic dependent launch,
-// and with it inside the graphs) gives bitwise the same logits and tokens, and the graphs were
-// really replayed.
+// Step graphs: the same session with graphs off and on (with programmatic dependent launch inside
+// the graphs, the default, and without it; and eager steps without it) gives bitwise the same
+// logits and tokens, and the graphs were really replayed.
 static void check_graphs(fixture *f) {
     const int64_t V = f->V, max_rows = 1200;
     float *a = malloc((size_t)(max_rows * V) * 4), *b = malloc((size_t)(max_rows * V) * 4);
@@ -281,13 +281,13 @@ static void check_graphs(fixture *f) {
     assert_int_equal(na, nc);
     assert_memory_equal(ta, tc, sizeof(ta));
     assert_memory_equal(a, b, (size_t)(na * V) * 4);
-    // programmatic launch inside the captured graphs too (ds_cuda_set_graph_pdl): the same bits,
-    // and the graphs replayed
+    // graphs captured without programmatic launch inside (ds_cuda_set_graph_pdl; on by
+    // default): the same bits, and the graphs replayed
     ds_cuda_graph_stats_get(f->gpu, &s0);
-    ds_cuda_set_graph_pdl(f->gpu, true);
+    ds_cuda_set_graph_pdl(f->gpu, false);
     int32_t td[400] = {0};
     int64_t nd = graph_session(f, b, td);
-    ds_cuda_set_graph_pdl(f->gpu, false);
+    ds_cuda_set_graph_pdl(f->gpu, true);
     ds_cuda_graph_stats_get(f->gpu, &s1);
     assert_true(ds_cuda_ok(f->gpu));
     assert_true(s1.replays - s0.replays >= 100);

@@ -341,11 +341,10 @@ static void test_matmul_27b(void **state) {
     }
 }
 
-// The staged kernel (N > 8) adds its K-split partials in each output tile's last block, through
-// per-tile counters that every launch must leave at 0 (matmul.cu): the same matmul called again,
-// interleaved with other shapes, plain and as a captured and replayed step graph, gives the same
-// bits each time (y poisoned with NaN before every call), equal to the rows computed alone (the
-// dp4a GEMV). The last case has more tiles than the counters cover (separate reduce kernel).
+// The staged kernel (N > 8) writes K-split partials that mmq_staged_reduce_kernel adds in split
+// order (matmul.cu): the same matmul called again, interleaved with other shapes, plain and as a
+// captured and replayed step graph, gives the same bits each time (y poisoned with NaN before
+// every call), equal to the rows computed alone (the dp4a GEMV); the last case has 4,224 tiles.
 static void test_matmul_split_repeat(void **state) {
     ENV(state);
     static const struct {
@@ -914,12 +913,14 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
 // prepared activations the norm wrote, or through the matmul's own) bitwise equal row by row
 // (batch invariance), with and without the fused preparation, also replayed from a step graph
 // (the unit kernel's arrival counters must be back at 0 after every launch); the 100-row call
-// against the CPU (x += b bitwise, y within a few ulps). Widths: 5120 and 4096 (the row kernel's
-// 1024 threads, 5 and 4 elements each), 3072 (256 x 12: its strided loop), 1280 (256 x 5), 768
-// (128 x 6), 256 (one unit).
+// against the CPU (x += b bitwise, y within a few ulps). Widths: 8192 (1024 threads x 8, the
+// most), 5120 and 4096 (1024 x 5 and 4), 3072 (256 x 12: the row kernel's strided loop), 1280
+// (256 x 5), 1024 and 512 (256 x 4 and 128 x 4), 768 (128 x 6), 256 (one unit); rows 1, 2, 3, 8
+// (every arrival counter) and 9 (the row kernel again).
 static void test_norm_units(void **state) {
     ENV(state);
-    static const int64_t widths[] = {5120, 4096, 3072, 1280, 768, 256};
+    static const int64_t widths[] = {8192, 5120, 4096, 3072, 1280, 1024, 768, 512, 256};
+    static const int64_t ms[] = {1, 2, 3, 8, 9};
     enum { ROWS = 100, N_OUT = 64 };
     for (size_t wi = 0; wi < DS_ARRAY_LEN(widths); wi++) {
         const int64_t E = widths[wi];
@@ -955,7 +956,8 @@ static void test_norm_units(void **state) {
                 expect_bitwise(what, x100, xa, E * ROWS);
                 snprintf(what, sizeof(what), "%s E=%lld rows=%d: y vs cpu", op, (long long)E, ROWS);
                 expect_close(what, y100, yref, E * ROWS, TOL_ULPS_REL, TOL_ULPS_ABS);
-                for (int64_t m = 1; m <= 3; m++) {
+                for (size_t mi = 0; mi < DS_ARRAY_LEN(ms); mi++) {
+                    const int64_t m = ms[mi];
                     norm_units_run(e, &nc, add, fused, m, xm, ym, om);
                     snprintf(what, sizeof(what), "%s E=%lld fused=%d rows=%lld vs %d: x", op,
                              (long long)E, fused, (long long)m, ROWS);

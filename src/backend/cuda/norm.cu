@@ -212,7 +212,10 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     ds_cu_row(y, r)[iu] = o;
     if (qo.xq) q8k_group_out(qo, o, r, u, n); // (uniform over the grid)
     if constexpr (ADD) {
-        if (t == 0) last = arrived == gridDim.x - 1;
+        if (t == 0) {
+            last = arrived == gridDim.x - 1;
+            if (last) __threadfence(); // (acquire: the other blocks' reads of x come first)
+        }
         __syncthreads();
         if (last) {
 #pragma unroll
@@ -245,8 +248,9 @@ static void norm_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_c
 // DS_CU_NORM_UNIT_ROWS rows, whole units, and at most 32 elements per thread.
 static bool norm_units(const ds_cuda_ctx *c, int64_t n, int nt, int64_t rows) {
     const int64_t ept = (n + nt - 1) / nt;
-    return c->norm_cnt && rows <= DS_CU_NORM_UNIT_ROWS && n % 256 == 0 && nt >= 128 &&
-           ept * (nt >= 256 ? nt / 256 : 1) <= 32;
+    // (the instantiated variants: 1024 threads x <= 8, 256 x <= 16, 128 x <= 8 elements)
+    const int64_t most = nt == 1024 ? 8 : nt == 256 ? 16 : nt == 128 ? 8 : 0;
+    return c->norm_cnt && rows <= DS_CU_NORM_UNIT_ROWS && n % 256 == 0 && ept <= most;
 }
 
 template <bool ADD>
