@@ -66,7 +66,8 @@ typedef struct ds_backend_ops {
                          const ds_tensor *x);
     // MoE: for row r and slot j, y[:, j, r] = W[:, :, ids[j, r]] · x[:, r or (j, r)].
     // W {n_in, n_out, n_expert}; x {n_in, n} (broadcast over slots) or {n_in, k, n};
-    // ids int32 [n * k] in backend memory (moe_route writes them there); y {n_out, k, n}.
+    // ids int32 [n * k] in backend memory (moe_route writes them there), each < n_expert (a
+    // device backend cannot check them); y {n_out, k, n}.
     void (*matmul_id)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
                       const int32_t *ids, int64_t k);
     // y{ne0, n} = rows `ids` (host int32 [n]) of table {ne0, n_vocab}, dequantized to f32.

@@ -118,7 +118,7 @@ void ds_cpu_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *l
     DS_ASSERT(ne <= CPU_MOE_MAX_EXPERTS);
     float p[CPU_MOE_MAX_EXPERTS];
     for (int64_t r = 0; r < n; r++) {
-        const float *l = ds_cpu_row(logits, r, 0, 0);
+        const float *l = ds_cpu_row_flat(logits, r);
         int32_t *id = ids + r * k;
         float *wr = w + r * k;
         float mx = l[0];

@@ -603,7 +603,8 @@ static void test_matmul_id(void **state) {
 #define TOL_ROUTE_W 1e-6
 static void test_moe_route(void **state) {
     ENV(state);
-    static const int64_t shapes[][2] = {{256, 8}, {64, 4}, {1000, 10}, {8, 8}}; // experts, k
+    static const int64_t shapes[][2] = {{256, 8}, {64, 4}, {1000, 10}, {8, 8}, {4096, 8}};
+    // (experts, k; 4,096: 3 warps per block, 128 experts per lane)
     for (size_t si = 0; si < DS_ARRAY_LEN(shapes); si++) {
         const int64_t ne = shapes[si][0], k = shapes[si][1], n = 70;
         float *l = xmalloc((size_t)(ne * n) * 4);
@@ -616,7 +617,7 @@ static void test_moe_route(void **state) {
                 lr[i] = lr[j], lr[j] = t;
             }
         }
-        l[5] = l[3] = 3.0f; // row 0: a tie at the top, expert 3 first
+        l[5] = l[3] = 0.01f * (float)ne; // row 0: a tie above the grid, expert 3 first
         int32_t *ids_c = xmalloc((size_t)(n * k) * 4), *ids_g = xmalloc((size_t)(n * k) * 4);
         float *w_c = xmalloc((size_t)(n * k) * 4), *w_g = xmalloc((size_t)(n * k) * 4);
         ds_tensor lt = ds_tensor_2d(l, DS_TYPE_F32, ne, n);

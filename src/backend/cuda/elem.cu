@@ -175,13 +175,15 @@ extern "C" void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_ten
 // almost always agree) and expf is CUDA's (within 2 ulp): routes equal the CPU's except at
 // near-ties. Every row is computed alone (batch invariance).
 //   bytes: n * n_expert * 4 (+ n * k * 8);  flops: ~20 * n * n_expert + k * n * n_expert
-enum { MOE_ROUTE_WARPS = 4 };
+// (up to 4 warps per block, as many as 48 KiB of shared memory hold rows of; experts up to the
+// CPU's 4,096: a lane holds up to 128, one taken bit each)
+enum { MOE_ROUTE_WARPS = 4, MOE_MAX_EXPERTS = 4096 };
 static __global__ __launch_bounds__(32 * MOE_ROUTE_WARPS) void moe_route_kernel(
     int32_t *ids, float *w, ds_cu_rows x, int64_t rows, int k) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    extern __shared__ float p_sm[]; // [MOE_ROUTE_WARPS][n_expert]
+    extern __shared__ float p_sm[]; // [warps][n_expert]
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t r = (int64_t)blockIdx.x * MOE_ROUTE_WARPS + wi;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + wi;
     if (r >= rows) return; // (warp-uniform; no block barrier below)
     const int ne = (int)x.ne0;
     float *p = p_sm + (size_t)wi * ne;
@@ -199,14 +201,15 @@ static __global__ __launch_bounds__(32 * MOE_ROUTE_WARPS) void moe_route_kernel(
     for (int e = lane; e < ne; e += 32) p[e] = (float)__ddiv_rn((double)p[e], s);
     __syncwarp();
     float total = 0.0f;
-    uint32_t taken = 0; // bit i: expert lane + 32 i already chosen
+    uint32_t taken[MOE_MAX_EXPERTS / 1024] = {}; // bit i: expert lane + 32 i already chosen
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int bi = 0x7fffffff;
         for (int e = lane, i = 0; e < ne; e += 32, i++) {
             float v = p[e];
             if (v != v) v = -INFINITY; // (NaN never wins, as in the CPU's compare)
-            if (!((taken >> i) & 1u) && (v > bv || (v == bv && e < bi))) bv = v, bi = e;
+            if (!((taken[i >> 5] >> (i & 31)) & 1u) && (v > bv || (v == bv && e < bi)))
+                bv = v, bi = e;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -214,7 +217,10 @@ static __global__ __launch_bounds__(32 * MOE_ROUTE_WARPS) void moe_route_kernel(
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5); // (k <= n_expert: bi is an expert)
+        if ((bi & 31) == lane) { // (k <= n_expert: bi is an expert)
+            const int i = bi >> 5;
+            taken[i >> 5] |= 1u << (i & 31);
+        }
         if (lane == 0) {
             ids[r * k + j] = bi;
             w[r * k + j] = p[bi];
@@ -233,12 +239,14 @@ extern "C" void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const 
     if (!ds_cuda_alive(c, "moe_route")) return;
     const int64_t ne = logits->ne[0], rows = ds_cuda_nrows(logits);
     DS_ASSERT(logits->type == DS_TYPE_F32 && logits->nb[0] == 4 && k >= 1 && k <= ne);
-    DS_ASSERT(ne <= 32 * 32); // (one taken-bit per expert a lane holds)
+    DS_ASSERT(ne <= MOE_MAX_EXPERTS); // (the CPU's bound too)
     if (rows == 0) return;
-    const unsigned blocks = (unsigned)((rows + MOE_ROUTE_WARPS - 1) / MOE_ROUTE_WARPS);
-    ds_cu_launch(c, moe_route_kernel, blocks, 32 * MOE_ROUTE_WARPS,
-                 (size_t)(ne * MOE_ROUTE_WARPS) * sizeof(float), ids, w, ds_cu_rows_of(logits),
-                 rows, (int)k);
+    const int64_t wpb = DS_MAX((int64_t)1, DS_MIN((int64_t)MOE_ROUTE_WARPS,
+                                                  (int64_t)(48 * 1024) / (ne * 4)));
+    const unsigned blocks = (unsigned)((rows + wpb - 1) / wpb);
+    ds_cu_launch(c, moe_route_kernel, blocks, (unsigned)(32 * wpb),
+                 (size_t)(ne * wpb) * sizeof(float), ids, w, ds_cu_rows_of(logits), rows,
+                 (int)k);
     ds_cuda_launched(c, "moe_route");
 }
 
