@@ -452,6 +452,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
     ops.moe_combine = ds_cuda_moe_combine;
+    ops.moe_route = ds_cuda_moe_route;
     ops.read = cuda_read;
     ops.write = cuda_write;
     ops.copy = cuda_copy;

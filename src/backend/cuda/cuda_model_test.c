@@ -366,8 +366,8 @@ static void test_q4_k(void **s) { (void)s; run_all(DS_TYPE_Q4_K, DS_TYPE_F16, TO
 static void test_q6_k(void **s) { (void)s; run_all(DS_TYPE_Q6_K, DS_TYPE_F32, TOL_LOGITS_QUANT); }
 static void test_iq4_xs(void **s) { (void)s; run_all(DS_TYPE_IQ4_XS, DS_TYPE_F16, TOL_LOGITS_QUANT); }
 
-// The MoE arch (routing on the host after a read of the router logits; no step graphs): CUDA
-// logits vs the CPU, batch invariance and exact commit on CUDA.
+// The MoE arch (routing on the device: moe_route): CUDA logits vs the CPU, batch invariance,
+// exact commit, trees, and step graphs (bitwise the eager steps, replayed) on CUDA.
 static void test_moe(void **s) {
     (void)s;
     if (ds_cuda_device_count() == 0) skip();
@@ -389,6 +389,8 @@ static void test_moe(void **s) {
     check_vs_cpu(&f, TOL_LOGITS_QUANT);
     check_batch_invariance(&f);
     check_commit_exact(&f);
+    check_tree(&f);
+    check_graphs(&f);
     assert_true(ds_cuda_ok(f.gpu));
     fixture_close(&f);
 }

@@ -655,8 +655,9 @@ static void test_matmul_id(void **state) {
                 e->cpu->ops.matmul_id(e->cpu, &yt, &wt, &xt, ids, k);
                 void *wd = up(e, w, wbytes), *xd = up(e, x, (size_t)(n_in * ncx) * 4);
                 void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * k * n) * 4);
+                int32_t *idd = up(e, ids, (size_t)(n * k) * 4); // (ids live in backend memory)
                 ds_tensor wg = with_data(&wt, wd), xg = with_data(&xt, xd), yg = with_data(&yt, yd);
-                e->gpu->ops.matmul_id(e->gpu, &yg, &wg, &xg, ids, k);
+                e->gpu->ops.matmul_id(e->gpu, &yg, &wg, &xg, idd, k);
                 down(e, got, yd, (size_t)(n_out * k * n) * 4);
                 char what[96];
                 snprintf(what, sizeof(what), "matmul_id %s n=%lld per_slot=%d", ds_type_name(t),
@@ -668,10 +669,69 @@ static void test_matmul_id(void **state) {
                     expect_close(what, got, ref, n_out * k * n, TOL_QMM_RMS,
                                  TOL_QMM_RMS * rms(ref, n_out * k * n));
                 }
-                dfree(e, wd), dfree(e, xd), dfree(e, yd);
+                dfree(e, wd), dfree(e, xd), dfree(e, yd), dfree(e, idd);
                 free(w), free(x), free(ref), free(got);
             }
         }
+    }
+}
+
+// MoE router (moe_route) against the CPU: logits a shuffled grid (probabilities 1% apart: no
+// near-ties, so the experts must be the same), weights within a few ulps (CUDA's expf and the
+// warp-order softmax sum), one forced tie (the lower id first); every row of a 70-row call
+// bitwise the row routed alone.
+#define TOL_ROUTE_W 1e-6
+static void test_moe_route(void **state) {
+    ENV(state);
+    static const int64_t shapes[][2] = {{256, 8}, {64, 4}, {1000, 10}, {8, 8}, {4096, 8}};
+    // (experts, k; 4,096: 3 warps per block, 128 experts per lane)
+    for (size_t si = 0; si < DS_ARRAY_LEN(shapes); si++) {
+        const int64_t ne = shapes[si][0], k = shapes[si][1], n = 70;
+        float *l = xmalloc((size_t)(ne * n) * 4);
+        for (int64_t r = 0; r < n; r++) {
+            float *lr = l + r * ne;
+            for (int64_t i = 0; i < ne; i++) lr[i] = 0.01f * (float)i - 2.0f;
+            for (int64_t i = ne - 1; i > 0; i--) { // shuffle
+                int64_t j = (int64_t)(rnd(e) % (uint64_t)(i + 1));
+                float t = lr[i];
+                lr[i] = lr[j], lr[j] = t;
+            }
+        }
+        l[5] = l[3] = 0.01f * (float)ne; // row 0: a tie above the grid, expert 3 first
+        int32_t *ids_c = xmalloc((size_t)(n * k) * 4), *ids_g = xmalloc((size_t)(n * k) * 4);
+        float *w_c = xmalloc((size_t)(n * k) * 4), *w_g = xmalloc((size_t)(n * k) * 4);
+        ds_tensor lt = ds_tensor_2d(l, DS_TYPE_F32, ne, n);
+        e->cpu->ops.moe_route(e->cpu, ids_c, w_c, &lt, k);
+        assert_int_equal(ids_c[0], 3);
+        assert_int_equal(ids_c[1], 5);
+        void *ld = up(e, l, (size_t)(ne * n) * 4);
+        int32_t *idd = e->gpu->ops.alloc(e->gpu, (size_t)(n * k) * 4);
+        float *wd = e->gpu->ops.alloc(e->gpu, (size_t)(n * k) * 4);
+        ds_tensor lg = with_data(&lt, ld);
+        e->gpu->ops.moe_route(e->gpu, idd, wd, &lg, k);
+        down(e, ids_g, idd, (size_t)(n * k) * 4);
+        down(e, w_g, wd, (size_t)(n * k) * 4);
+        char what[96];
+        snprintf(what, sizeof(what), "moe_route %lld experts k=%lld vs cpu", (long long)ne,
+                 (long long)k);
+        assert_memory_equal(ids_g, ids_c, (size_t)(n * k) * 4);
+        for (int64_t i = 0; i < n * k; i++) {
+            if (fabsf(w_g[i] - w_c[i]) > TOL_ROUTE_W * fabsf(w_c[i]) + 1e-12f) {
+                fail_msg("%s: weight %lld: %.9g vs %.9g", what, (long long)i, w_g[i], w_c[i]);
+            }
+        }
+        for (int64_t r = 0; r < n; r += 23) { // rows alone: bitwise the batch's rows
+            int32_t id1[16];
+            float w1[16];
+            ds_tensor l1 = ds_tensor_rows(&lg, r, 1);
+            e->gpu->ops.moe_route(e->gpu, idd, wd, &l1, k);
+            down(e, id1, idd, (size_t)k * 4);
+            down(e, w1, wd, (size_t)k * 4);
+            assert_memory_equal(id1, ids_g + r * k, (size_t)k * 4);
+            assert_memory_equal(w1, w_g + r * k, (size_t)k * 4);
+        }
+        dfree(e, ld), dfree(e, idd), dfree(e, wd);
+        free(l), free(ids_c), free(ids_g), free(w_c), free(w_g);
     }
 }
 
@@ -1668,7 +1728,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_moe_route), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
