@@ -66,7 +66,8 @@ typedef struct ds_backend_ops {
                          const ds_tensor *x);
     // MoE: for row r and slot j, y[:, j, r] = W[:, :, ids[j, r]] · x[:, r or (j, r)].
     // W {n_in, n_out, n_expert}; x {n_in, n} (broadcast over slots) or {n_in, k, n};
-    // ids host int32 [n * k]; y {n_out, k, n}.
+    // ids int32 [n * k] in backend memory (moe_route writes them there), each < n_expert (a
+    // device backend cannot check them); y {n_out, k, n}.
     void (*matmul_id)(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
                       const int32_t *ids, int64_t k);
     // y{ne0, n} = rows `ids` (host int32 [n]) of table {ne0, n_vocab}, dequantized to f32.
@@ -127,9 +128,16 @@ typedef struct ds_backend_ops {
     // added in order (s_r * out then each w * e, rounded per step), where s_r = sigmoid(gate[r])
     // (out holds the shared expert's output) or, with gate NULL, the first term is 0 (out is
     // only written). out {E, n} f32 contiguous; e {E, k, n} f32 contiguous; gate {1, n} f32 or
-    // NULL; w host f32 [n * k].
+    // NULL; w f32 [n * k] in backend memory (moe_route's weights).
     void (*moe_combine)(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
                         const float *w, int64_t k);
+    // MoE router over each row of logits {n_expert, n} (f32, contiguous rows): p = softmax (exp
+    // of the logit minus the row's max, summed in double, each p rounded to float), the k
+    // largest p in order (ties: the lower expert id) into ids[r * k + j], and their p divided by
+    // their float sum (taken in that order, clamped below at 6.1035e-5, as llama.cpp) into
+    // w[r * k + j]. ids (int32) and w (f32) [n * k] are backend memory, so a device backend
+    // routes without a host round trip (and MoE steps can run as step graphs).
+    void (*moe_route)(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits, int64_t k);
     // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
     void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
     // Copy device -> host / host -> device / device -> device (bytes; device regions may
@@ -227,7 +235,7 @@ void ds_cuda_set_graphs(ds_backend *be, bool on);
 // previous one. Results are bitwise the same.
 void ds_cuda_set_pdl(ds_backend *be, bool on);
 // Whether it also applies inside captured step graphs (programmatic edges between the graph's
-// kernels): off by default (docs/cuda.md); takes effect at the next capture (the graphs so far
+// kernels): on by default (docs/cuda.md); takes effect at the next capture (the graphs so far
 // are dropped).
 void ds_cuda_set_graph_pdl(ds_backend *be, bool on);
 // Exact prefill: prompt chunks run on the exact int8 kernels (every row bitwise that of a decode

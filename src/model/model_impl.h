@@ -64,6 +64,7 @@ typedef struct ds_acts {
     ds_tensor ff_a, ff_b;             // {max(n_ff, 2*n_ff_exp*k, 2*n_ff_shexp), n}
     ds_tensor router;                 // {n_expert, n}
     ds_tensor moe_out;                // {n_embd, k, n}
+    ds_tensor moe_ids, moe_w;         // {k, n} int32 / f32: the router's experts and weights
     ds_tensor shgate;                 // {1, n}
     ds_tensor logits;                 // {n_vocab, n_logit_rows}: logits are computed in groups
     int64_t n_logit_rows;             // min(n, max(n_verify, 128)): a verify step is one group
@@ -80,9 +81,7 @@ struct ds_state {
     int32_t *pending_parent;  // [n_verify] copy of its parent array (tree) or all -2 (chain)
     bool pending_tree;
     int32_t *pos;             // host [max(n_batch, n_verify)]
-    int32_t *ids;             // host scratch [max rows * n_expert_used]
-    float *wts;               // host scratch [max rows * n_expert_used]
-    float *router_h;          // host scratch [max rows * n_expert]
+    int32_t *ids;             // host scratch [max rows]
     int32_t *logit_rows;      // host [max rows]
     int32_t *logit_src;       // host [max rows]: chunk row of each requested logits row
     void **buffers;           // backend allocations, freed with the state

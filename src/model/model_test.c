@@ -238,6 +238,38 @@ static void test_dense_f16(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_
 static void test_moe_q6_k(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_Q6_K, false, false); }
 static void test_moe_fused_iq4(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_IQ4_XS, true, false); }
 
+// The CPU router (backend.h moe_route), worked by hand: logits {0, ln 3, ln 3, ln 2} give
+// probabilities {1, 3, 3, 2} / 9; top 2: the tie at 3/9 goes to the lower id (1, then 2), each
+// weight 0.5; top 3 adds expert 3 with weights {3, 3, 2} / 8. A second row, all its mass on
+// expert 0, then the lowest id among equal zeros (weights 1, 0).
+static void test_moe_route(void **s) {
+    (void)s;
+    ds_backend *be;
+    dspec_err err = {0};
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    const float l3 = logf(3.0f), l2 = logf(2.0f);
+    float lg[8] = {0.0f, l3, l3, l2, 5.0f, -1e30f, -1e30f, -1e30f};
+    ds_tensor t = ds_tensor_2d(lg, DS_TYPE_F32, 4, 2);
+    int32_t ids[6];
+    float w[6];
+    be->ops.moe_route(be, ids, w, &t, 2);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    assert_float_equal(w[0], 0.5f, 1e-6f);
+    assert_float_equal(w[1], 0.5f, 1e-6f);
+    assert_int_equal(ids[2], 0); // row 1: expert 0 holds all the mass, then the lowest id of
+    assert_int_equal(ids[3], 1); // the zero-probability rest
+    assert_float_equal(w[2], 1.0f, 0.0f);
+    assert_float_equal(w[3], 0.0f, 0.0f);
+    be->ops.moe_route(be, ids, w, &t, 3);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    assert_int_equal(ids[2], 3);
+    assert_float_equal(w[0], 3.0f / 8.0f, 1e-6f);
+    assert_float_equal(w[2], 2.0f / 8.0f, 1e-6f);
+    ds_backend_free(be);
+}
+
 static void test_load_refuses(void **s) {
     (void)s;
     char path[64] = "/tmp/dspec_model_bad_XXXXXX";
@@ -339,7 +371,7 @@ int main(void) {
         cmocka_unit_test(test_dense_f32),  cmocka_unit_test(test_dense_q8_0),
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
-        cmocka_unit_test(test_load_refuses),
+        cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

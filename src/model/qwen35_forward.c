@@ -339,11 +339,11 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
 // run eagerly: their shapes rarely repeat).
 enum { GRAPH_MAX_ROWS = 64 };
 
-// One chunk, as a backend step graph where the backend has them. The MoE FFN routes on the host
-// (it reads the router's output mid-step), so it never runs as a graph.
+// One chunk, as a backend step graph where the backend has them (the MoE FFN routes in backend
+// memory: moe_route).
 static void forward_step(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
     ds_backend *be = m->be;
-    if (!be->ops.step_begin || c->n > GRAPH_MAX_ROWS || m->hp.arch == DS_ARCH_QWEN35MOE) {
+    if (!be->ops.step_begin || c->n > GRAPH_MAX_ROWS) {
         forward_chunk(m, st, b, c);
         return;
     }

@@ -71,6 +71,8 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
     if (hp->arch == DS_ARCH_QWEN35MOE) {
         a->router = buf2d(st, DS_TYPE_F32, hp->n_expert, n, err, &s);
         a->moe_out = buf2d(st, DS_TYPE_F32, hp->n_embd * k, n, err, &s);
+        a->moe_ids = buf2d(st, DS_TYPE_I32, k, n, err, &s);
+        a->moe_w = buf2d(st, DS_TYPE_F32, k, n, err, &s);
         a->shgate = buf2d(st, DS_TYPE_F32, 1, n, err, &s);
     }
     // (a prompt chunk's logits rows, when all are asked for, go through it in groups: a
@@ -106,13 +108,9 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
     st->pending_parent = calloc((size_t)st->p.n_verify, sizeof(int32_t));
     st->logit_rows = calloc((size_t)rows, sizeof(int32_t));
     st->logit_src = calloc((size_t)rows, sizeof(int32_t));
-    int64_t k = DS_MAX(hp->n_expert_used, 1);
-    st->ids = calloc((size_t)(rows * k), sizeof(int32_t));
-    st->wts = calloc((size_t)(rows * k), sizeof(float));
-    st->router_h = calloc((size_t)(rows * DS_MAX(hp->n_expert, 1)), sizeof(float));
+    st->ids = calloc((size_t)rows, sizeof(int32_t));
     if (s == DSPEC_OK && (!st->kv || !st->rec || !st->pos || !st->pending_parent ||
-                          !st->logit_rows || !st->logit_src || !st->ids || !st->wts ||
-                          !st->router_h)) {
+                          !st->logit_rows || !st->logit_src || !st->ids)) {
         s = ds_err_set(err, DSPEC_ERR_NOMEM, "state: out of memory");
     }
     int64_t kvdim = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -149,8 +147,6 @@ void ds_state_free(ds_state *st) {
     free(st->logit_rows);
     free(st->logit_src);
     free(st->ids);
-    free(st->wts);
-    free(st->router_h);
     free(st);
 }
 

@@ -91,6 +91,7 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .swiglu = ds_cpu_swiglu,
         .mul_sigmoid = ds_cpu_mul_sigmoid,
         .moe_combine = ds_cpu_moe_combine,
+        .moe_route = ds_cpu_moe_route,
         .rope_neox = ds_cpu_rope_neox,
         .store_rows = ds_cpu_store_rows,
         .attention = ds_cpu_attention,

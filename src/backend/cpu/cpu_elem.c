@@ -1,5 +1,5 @@
 // cpu_elem.c: row-wise and elementwise ops: RMSNorm, gated RMSNorm, add, SwiGLU, sigmoid gate,
-// MoE combine, argmax. Each row is computed independently (batch invariance). Called through the op table.
+// MoE combine and router, argmax. Each row is computed independently (batch invariance). Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
 #include <string.h>
@@ -105,6 +105,44 @@ void ds_cpu_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, cons
             const float wj = w[r * k + j];
             for (int64_t i = 0; i < E; i++) row[i] += wj * er[i];
         }
+    }
+}
+
+// Most experts a router row may have (the probabilities live on the stack).
+enum { CPU_MOE_MAX_EXPERTS = 4096 };
+
+void ds_cpu_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits, int64_t k) {
+    (void)be;
+    const int64_t ne = logits->ne[0], n = ds_cpu_nrows(logits);
+    DS_ASSERT(logits->type == DS_TYPE_F32 && logits->nb[0] == 4 && k >= 1 && k <= ne);
+    DS_ASSERT(ne <= CPU_MOE_MAX_EXPERTS);
+    float p[CPU_MOE_MAX_EXPERTS];
+    for (int64_t r = 0; r < n; r++) {
+        const float *l = ds_cpu_row_flat(logits, r);
+        int32_t *id = ids + r * k;
+        float *wr = w + r * k;
+        float mx = l[0];
+        for (int64_t e = 1; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
+        double sum = 0.0;
+        for (int64_t e = 0; e < ne; e++) {
+            p[e] = expf(l[e] - mx);
+            sum += p[e];
+        }
+        for (int64_t e = 0; e < ne; e++) p[e] = (float)(p[e] / sum);
+        float total = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < ne; e++) {
+                bool taken = false;
+                for (int64_t i = 0; i < j; i++) taken |= id[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            id[j] = (int32_t)best;
+            wr[j] = p[best];
+            total += p[best];
+        }
+        if (total < 6.1035e-5f) total = 6.1035e-5f;
+        for (int64_t j = 0; j < k; j++) wr[j] /= total;
     }
 }
 

@@ -74,9 +74,9 @@ typedef struct ds_cuda_ctx {
     // Programmatic dependent launch (sm_90 code on an sm_90 device) for eager launches: each
     // kernel may be launched while the previous one finishes; it waits for it in
     // ds_cu_grid_wait() before touching memory (but weights). pdl_graphs: also in captured step
-    // graphs (ds_cuda_set_graph_pdl; off by default until cuda_model_test has run with it: 27B
-    // decode on the H200 9.07-9.15 ms with it, 9.38-9.48 ms without, once the GEMV loads its
-    // first weights before the wait; session 3, before that: 11.46 ms with, 11.20 without).
+    // graphs (ds_cuda_set_graph_pdl; on by default: 27B decode on the H200 9.07-9.15 ms with
+    // it, 9.38-9.48 ms without, once the GEMV loads its first weights before the wait; session
+    // 3, before that: 11.46 ms with, 11.20 without).
     bool pdl;
     bool pdl_graphs;
     // Prefill GEMM (gemm.cu): prefill is the model's prefill_mode (a prompt chunk is running),
@@ -91,7 +91,13 @@ typedef struct ds_cuda_ctx {
     size_t smem_per_sm, smem_optin;
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
                                            // shared memory on this device, or refused it
+    // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
+    // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
+    // pointer). NULL: the one-block-per-row kernel runs.
+    unsigned *norm_cnt;
 } ds_cuda_ctx;
+
+enum { DS_CU_NORM_UNIT_ROWS = 8 };
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
 // Context bucket of a step graph: attention sizes its grid from the context length rounded up to

@@ -311,6 +311,7 @@ static void cuda_destroy(ds_backend *be) {
     ds_cuda_gemm_free(c);
     ds_cuda_graphs_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
+    if (c->norm_cnt) cudaFree(c->norm_cnt);
     if (c->stage_d) cudaFree(c->stage_d);
     if (c->stage_h) cudaFreeHost(c->stage_h);
     cudaStreamDestroy(c->stream);
@@ -414,10 +415,22 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
         return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d: cannot allocate the %d-byte "
                           "staging buffers", device, (int)STAGE_MIN);
     }
+    // (zeroed in stream order; without them the norms keep one block per row)
+    unsigned *cnt = NULL;
+    if (cudaMalloc((void **)&cnt, DS_CU_NORM_UNIT_ROWS * sizeof(unsigned)) == cudaSuccess) {
+        if (cudaMemsetAsync(cnt, 0, DS_CU_NORM_UNIT_ROWS * sizeof(unsigned), c->stream) ==
+            cudaSuccess) {
+            c->norm_cnt = cnt;
+        } else {
+            cudaFree(cnt);
+        }
+    }
+    cudaGetLastError();
     prof_init(c);
     be->name = "cuda";
     be->ctx = c;
     ds_cuda_set_pdl(be, true);
+    c->pdl_graphs = true;
     be->weights_in_host_memory = false;
     ds_backend_ops ops;
     memset(&ops, 0, sizeof(ops));
@@ -439,6 +452,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
     ops.moe_combine = ds_cuda_moe_combine;
+    ops.moe_route = ds_cuda_moe_route;
     ops.read = cuda_read;
     ops.write = cuda_write;
     ops.copy = cuda_copy;

@@ -243,9 +243,9 @@ static int64_t graph_session(fixture *f, float *out, int32_t *toks_out) {
     return rows;
 }
 
-// Step graphs: the same session with graphs off and on (without programmatic dependent launch,
-// and with it inside the graphs) gives bitwise the same logits and tokens, and the graphs were
-// really replayed.
+// Step graphs: the same session with graphs off and on (with programmatic dependent launch inside
+// the graphs, the default, and without it; and eager steps without it) gives bitwise the same
+// logits and tokens, and the graphs were really replayed.
 static void check_graphs(fixture *f) {
     const int64_t V = f->V, max_rows = 1200;
     float *a = malloc((size_t)(max_rows * V) * 4), *b = malloc((size_t)(max_rows * V) * 4);
@@ -281,13 +281,13 @@ static void check_graphs(fixture *f) {
     assert_int_equal(na, nc);
     assert_memory_equal(ta, tc, sizeof(ta));
     assert_memory_equal(a, b, (size_t)(na * V) * 4);
-    // programmatic launch inside the captured graphs too (ds_cuda_set_graph_pdl): the same bits,
-    // and the graphs replayed
+    // graphs captured without programmatic launch inside (ds_cuda_set_graph_pdl; on by
+    // default): the same bits, and the graphs replayed
     ds_cuda_graph_stats_get(f->gpu, &s0);
-    ds_cuda_set_graph_pdl(f->gpu, true);
+    ds_cuda_set_graph_pdl(f->gpu, false);
     int32_t td[400] = {0};
     int64_t nd = graph_session(f, b, td);
-    ds_cuda_set_graph_pdl(f->gpu, false);
+    ds_cuda_set_graph_pdl(f->gpu, true);
     ds_cuda_graph_stats_get(f->gpu, &s1);
     assert_true(ds_cuda_ok(f->gpu));
     assert_true(s1.replays - s0.replays >= 100);
@@ -366,8 +366,8 @@ static void test_q4_k(void **s) { (void)s; run_all(DS_TYPE_Q4_K, DS_TYPE_F16, TO
 static void test_q6_k(void **s) { (void)s; run_all(DS_TYPE_Q6_K, DS_TYPE_F32, TOL_LOGITS_QUANT); }
 static void test_iq4_xs(void **s) { (void)s; run_all(DS_TYPE_IQ4_XS, DS_TYPE_F16, TOL_LOGITS_QUANT); }
 
-// The MoE arch (routing on the host after a read of the router logits; no step graphs): CUDA
-// logits vs the CPU, batch invariance and exact commit on CUDA.
+// The MoE arch (routing on the device: moe_route): CUDA logits vs the CPU, batch invariance,
+// exact commit, trees, and step graphs (bitwise the eager steps, replayed) on CUDA.
 static void test_moe(void **s) {
     (void)s;
     if (ds_cuda_device_count() == 0) skip();
@@ -389,6 +389,8 @@ static void test_moe(void **s) {
     check_vs_cpu(&f, TOL_LOGITS_QUANT);
     check_batch_invariance(&f);
     check_commit_exact(&f);
+    check_tree(&f);
+    check_graphs(&f);
     assert_true(ds_cuda_ok(f.gpu));
     fixture_close(&f);
 }

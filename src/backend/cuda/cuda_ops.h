@@ -35,6 +35,8 @@ void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
 // default) or from global memory (for tests and A/B timing; the results are bitwise the same).
 void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
 // elem.cu (MoE)
+void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
+                       int64_t k);
 void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, const ds_tensor *gate,
                          const float *w, int64_t k);
 // graph.cu (step graphs; backend.h: step_begin, step_end, ds_cuda_set_graphs)

@@ -341,6 +341,86 @@ static void test_matmul_27b(void **state) {
     }
 }
 
+// The staged kernel (N > 8) writes K-split partials that mmq_staged_reduce_kernel adds in split
+// order (matmul.cu): the same matmul called again, interleaved with other shapes, plain and as a
+// captured and replayed step graph, gives the same bits each time (y poisoned with NaN before
+// every call), equal to the rows computed alone (the dp4a GEMV); the last case has 4,224 tiles.
+static void test_matmul_split_repeat(void **state) {
+    ENV(state);
+    static const struct {
+        ds_type t;
+        int64_t n_in, n_out, n;
+    } cs[] = {
+        {DS_TYPE_Q4_K, 5120, 1000, 16},    // 5 splits, 8 row tiles (the last one partial)
+        {DS_TYPE_Q8_0, 1280, 37, 40},      // 2 splits, 2 column tiles, n_out % 4 != 0
+        {DS_TYPE_Q6_K, 3072, 200, 32},     // 3 splits
+        {DS_TYPE_IQ4_XS, 17408, 512, 9},   // 17 splits
+        {DS_TYPE_Q5_K, 1280, 16384, 1040}, // 2 splits, 128 x 33 tiles: more than the counters
+    };
+    enum { NC = DS_ARRAY_LEN(cs), REPS = 6 }; // reps 2..5 in a step: eager, capture, 2 replays
+    void *wd[NC], *xd[NC];
+    float *yd[NC], *first[NC], *single[NC];
+    ds_tensor wg[NC];
+    size_t ybytes[NC], ymax = 0;
+    for (int i = 0; i < NC; i++) {
+        const int64_t n_in = cs[i].n_in, n_out = cs[i].n_out, n = cs[i].n;
+        wd[i] = up_weights(e, cs[i].t, n_in, n_out, &wg[i]);
+        float *x = xmalloc((size_t)(n_in * n) * 4);
+        fill_u(e, x, n_in * n, 1.0f);
+        xd[i] = up(e, x, (size_t)(n_in * n) * 4);
+        free(x);
+        ybytes[i] = (size_t)(n_out * n) * 4;
+        ymax = ybytes[i] > ymax ? ybytes[i] : ymax;
+        yd[i] = e->gpu->ops.alloc(e->gpu, ybytes[i]);
+        first[i] = xmalloc(ybytes[i]);
+        single[i] = xmalloc(ybytes[i]);
+        for (int64_t r = 0; r < n; r += n > 64 ? n / 4 + 1 : 1) { // rows alone
+            ds_tensor xr = ds_tensor_2d((float *)xd[i] + r * n_in, DS_TYPE_F32, n_in, 1);
+            ds_tensor yr = ds_tensor_2d(yd[i], DS_TYPE_F32, n_out, 1);
+            e->gpu->ops.matmul(e->gpu, &yr, &wg[i], &xr);
+            down(e, single[i] + r * n_out, yd[i], (size_t)n_out * 4);
+        }
+    }
+    uint8_t *poison = xmalloc(ymax);
+    memset(poison, 0xff, ymax); // NaN
+    float *got = xmalloc(ymax);
+    ds_cuda_graph_stats g0, g1;
+    ds_cuda_graph_stats_get(e->gpu, &g0);
+    char what[160];
+    for (int rep = 0; rep < REPS; rep++) {
+        for (int i = 0; i < NC; i++) {
+            const int64_t n_in = cs[i].n_in, n_out = cs[i].n_out, n = cs[i].n;
+            e->gpu->ops.write(e->gpu, yd[i], poison, ybytes[i]);
+            ds_tensor xg = ds_tensor_2d(xd[i], DS_TYPE_F32, n_in, n);
+            ds_tensor yg = ds_tensor_2d(yd[i], DS_TYPE_F32, n_out, n);
+            bool ran = false;
+            if (rep >= 2 && e->gpu->ops.step_begin) {
+                e->gpu->ops.step_begin(e->gpu, 0x5e11a7000ull + (uint64_t)i, 0);
+                e->gpu->ops.matmul(e->gpu, &yg, &wg[i], &xg);
+                ran = e->gpu->ops.step_end(e->gpu);
+            }
+            if (!ran) e->gpu->ops.matmul(e->gpu, &yg, &wg[i], &xg);
+            down(e, rep ? got : first[i], yd[i], ybytes[i]);
+            snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld: call %d vs call 0",
+                     ds_type_name(cs[i].t), (long long)n_in, (long long)n_out, (long long)n, rep);
+            if (rep) expect_bitwise(what, got, first[i], n_out * n);
+        }
+    }
+    ds_cuda_graph_stats_get(e->gpu, &g1);
+    assert_true(g1.replays - g0.replays >= 2 * NC);
+    for (int i = 0; i < NC; i++) {
+        const int64_t n_out = cs[i].n_out, n = cs[i].n;
+        snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld: row vs alone",
+                 ds_type_name(cs[i].t), (long long)cs[i].n_in, (long long)n_out, (long long)n);
+        for (int64_t r = 0; r < n; r += n > 64 ? n / 4 + 1 : 1) {
+            expect_bitwise(what, first[i] + r * n_out, single[i] + r * n_out, n_out);
+        }
+        dfree(e, wd[i]), dfree(e, xd[i]), dfree(e, yd[i]);
+        free(first[i]), free(single[i]);
+    }
+    free(poison), free(got);
+}
+
 // The prefill GEMM (gemm.cu): matmuls of >= 65 columns in prefill mode round the activations and
 // the dequantized weights to bf16 and sum in f32 on the tensor cores. Against the dequantized
 // weights times the f32 activations in double: each product is within ~2^-8 relative, so the
@@ -575,8 +655,9 @@ static void test_matmul_id(void **state) {
                 e->cpu->ops.matmul_id(e->cpu, &yt, &wt, &xt, ids, k);
                 void *wd = up(e, w, wbytes), *xd = up(e, x, (size_t)(n_in * ncx) * 4);
                 void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * k * n) * 4);
+                int32_t *idd = up(e, ids, (size_t)(n * k) * 4); // (ids live in backend memory)
                 ds_tensor wg = with_data(&wt, wd), xg = with_data(&xt, xd), yg = with_data(&yt, yd);
-                e->gpu->ops.matmul_id(e->gpu, &yg, &wg, &xg, ids, k);
+                e->gpu->ops.matmul_id(e->gpu, &yg, &wg, &xg, idd, k);
                 down(e, got, yd, (size_t)(n_out * k * n) * 4);
                 char what[96];
                 snprintf(what, sizeof(what), "matmul_id %s n=%lld per_slot=%d", ds_type_name(t),
@@ -588,10 +669,69 @@ static void test_matmul_id(void **state) {
                     expect_close(what, got, ref, n_out * k * n, TOL_QMM_RMS,
                                  TOL_QMM_RMS * rms(ref, n_out * k * n));
                 }
-                dfree(e, wd), dfree(e, xd), dfree(e, yd);
+                dfree(e, wd), dfree(e, xd), dfree(e, yd), dfree(e, idd);
                 free(w), free(x), free(ref), free(got);
             }
         }
+    }
+}
+
+// MoE router (moe_route) against the CPU: logits a shuffled grid (probabilities 1% apart: no
+// near-ties, so the experts must be the same), weights within a few ulps (CUDA's expf and the
+// warp-order softmax sum), one forced tie (the lower id first); every row of a 70-row call
+// bitwise the row routed alone.
+#define TOL_ROUTE_W 1e-6
+static void test_moe_route(void **state) {
+    ENV(state);
+    static const int64_t shapes[][2] = {{256, 8}, {64, 4}, {1000, 10}, {8, 8}, {4096, 8}};
+    // (experts, k; 4,096: 3 warps per block, 128 experts per lane)
+    for (size_t si = 0; si < DS_ARRAY_LEN(shapes); si++) {
+        const int64_t ne = shapes[si][0], k = shapes[si][1], n = 70;
+        float *l = xmalloc((size_t)(ne * n) * 4);
+        for (int64_t r = 0; r < n; r++) {
+            float *lr = l + r * ne;
+            for (int64_t i = 0; i < ne; i++) lr[i] = 0.01f * (float)i - 2.0f;
+            for (int64_t i = ne - 1; i > 0; i--) { // shuffle
+                int64_t j = (int64_t)(rnd(e) % (uint64_t)(i + 1));
+                float t = lr[i];
+                lr[i] = lr[j], lr[j] = t;
+            }
+        }
+        l[5] = l[3] = 0.01f * (float)ne; // row 0: a tie above the grid, expert 3 first
+        int32_t *ids_c = xmalloc((size_t)(n * k) * 4), *ids_g = xmalloc((size_t)(n * k) * 4);
+        float *w_c = xmalloc((size_t)(n * k) * 4), *w_g = xmalloc((size_t)(n * k) * 4);
+        ds_tensor lt = ds_tensor_2d(l, DS_TYPE_F32, ne, n);
+        e->cpu->ops.moe_route(e->cpu, ids_c, w_c, &lt, k);
+        assert_int_equal(ids_c[0], 3);
+        assert_int_equal(ids_c[1], 5);
+        void *ld = up(e, l, (size_t)(ne * n) * 4);
+        int32_t *idd = e->gpu->ops.alloc(e->gpu, (size_t)(n * k) * 4);
+        float *wd = e->gpu->ops.alloc(e->gpu, (size_t)(n * k) * 4);
+        ds_tensor lg = with_data(&lt, ld);
+        e->gpu->ops.moe_route(e->gpu, idd, wd, &lg, k);
+        down(e, ids_g, idd, (size_t)(n * k) * 4);
+        down(e, w_g, wd, (size_t)(n * k) * 4);
+        char what[96];
+        snprintf(what, sizeof(what), "moe_route %lld experts k=%lld vs cpu", (long long)ne,
+                 (long long)k);
+        assert_memory_equal(ids_g, ids_c, (size_t)(n * k) * 4);
+        for (int64_t i = 0; i < n * k; i++) {
+            if (fabsf(w_g[i] - w_c[i]) > TOL_ROUTE_W * fabsf(w_c[i]) + 1e-12f) {
+                fail_msg("%s: weight %lld: %.9g vs %.9g", what, (long long)i, w_g[i], w_c[i]);
+            }
+        }
+        for (int64_t r = 0; r < n; r += 23) { // rows alone: bitwise the batch's rows
+            int32_t id1[16];
+            float w1[16];
+            ds_tensor l1 = ds_tensor_rows(&lg, r, 1);
+            e->gpu->ops.moe_route(e->gpu, idd, wd, &l1, k);
+            down(e, id1, idd, (size_t)k * 4);
+            down(e, w1, wd, (size_t)k * 4);
+            assert_memory_equal(id1, ids_g + r * k, (size_t)k * 4);
+            assert_memory_equal(w1, w_g + r * k, (size_t)k * 4);
+        }
+        dfree(e, ld), dfree(e, idd), dfree(e, wd);
+        free(l), free(ids_c), free(ids_g), free(w_c), free(w_g);
     }
 }
 
@@ -703,8 +843,8 @@ static void test_add_rmsnorm(void **state) {
     free(x), free(b), free(w), free(x1), free(y1), free(x2), free(y2);
 }
 
-// An op that produces a matmul input (swiglu, mul_sigmoid; add_rmsnorm and rmsnorm from 64
-// rows) also prepares it for the next matmul when the rows allow it: that matmul launches no preparation of its own
+// An op that produces a matmul input (swiglu, mul_sigmoid; add_rmsnorm and rmsnorm up to 8 and
+// from 64 rows) also prepares it for the next matmul when the rows allow it: that matmul launches no preparation of its own
 // and gives the same bits as a matmul of a copy of the input, which prepares it itself.
 static void fused_prep_check(env *e, const char *what, ds_tensor *yg, const ds_tensor *wg,
                              int64_t n_out, int64_t n) {
@@ -735,7 +875,7 @@ static void fused_prep_check(env *e, const char *what, ds_tensor *yg, const ds_t
 static void test_fused_prep(void **state) {
     ENV(state);
     const int64_t E = 5120, F = 1024, n_out = 300; // 5120: 1024-thread norm rows, 4 units a pass
-    static const int ns[] = {1, 3, 16, 64}; // (the norms prepare their output from 64 rows)
+    static const int ns[] = {1, 3, 16, 64};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K};
     for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
         ds_tensor we, wf;
@@ -764,7 +904,7 @@ static void test_fused_prep(void **state) {
             ds_tensor pg = ds_tensor_2d(pd, DS_TYPE_F32, n_out, n);
             e->gpu->ops.matmul(e->gpu, &pg, &we, &xg);
             dfree(e, pd);
-            if (n >= 64) {
+            if (n <= 8 || n >= 64) { // (norms: a block per unit up to 8 rows, per row from 64)
                 e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
                 fused_prep_check(e, "add_rmsnorm", &yg, &we, n_out, n);
                 e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
@@ -778,6 +918,145 @@ static void test_fused_prep(void **state) {
             free(x), free(b), free(w), free(g);
         }
         dfree(e, wed), dfree(e, wfd);
+    }
+}
+
+// One call of the unit-norm test (norm.cu rmsnorm_unit_kernel up to 8 rows, rmsnorm_kernel
+// from 9): x (and b) reset to their first m rows, a matmul of `prime` (Q8_0: the norm prepares
+// nothing; Q4_K: it prepares its output), the norm, then the matmul of y by wq (Q4_K), which
+// launches no preparation of its own exactly when the norm prepared y. Reads back x, y and that
+// matmul's output.
+typedef struct norm_case {
+    int64_t E, n_out;
+    const float *x;
+    void *xd, *bd, *wd, *yd, *od;
+    const ds_tensor *prime, *wq;
+} norm_case;
+
+static void norm_op(env *e, bool add, ds_tensor *yg, ds_tensor *xg, const ds_tensor *bg,
+                    const ds_tensor *wg) {
+    if (add) {
+        e->gpu->ops.add_rmsnorm(e->gpu, yg, xg, bg, wg, 1e-6f);
+    } else {
+        e->gpu->ops.rmsnorm(e->gpu, yg, xg, wg, 1e-6f);
+    }
+}
+
+static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, int64_t m, float *xo,
+                           float *yo, float *oo) {
+    const int64_t E = nc->E;
+    ds_tensor xg = ds_tensor_2d(nc->xd, DS_TYPE_F32, E, m),
+              bg = ds_tensor_2d(nc->bd, DS_TYPE_F32, E, m);
+    ds_tensor yg = ds_tensor_2d(nc->yd, DS_TYPE_F32, E, m),
+              wg = ds_tensor_1d(nc->wd, DS_TYPE_F32, E);
+    ds_tensor og = ds_tensor_2d(nc->od, DS_TYPE_F32, nc->n_out, m);
+    e->gpu->ops.write(e->gpu, nc->xd, nc->x, (size_t)(E * m) * 4);
+    e->gpu->ops.matmul(e->gpu, &og, nc->prime, &xg);
+    norm_op(e, add, &yg, &xg, &bg, &wg);
+    const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
+    e->gpu->ops.matmul(e->gpu, &og, nc->wq, &yg);
+    if (m <= 8) { // (from 64 rows the row kernel prepares only rows it can split into units)
+        const uint64_t want = p0 + (fused ? 0 : 1);
+        if (ds_cuda_prep_launches(e->gpu) != want) {
+            fail_msg("%s E=%lld rows=%lld: %s preparation expected",
+                     add ? "add_rmsnorm" : "rmsnorm", (long long)E, (long long)m,
+                     fused ? "the norm's" : "the matmul's");
+        }
+    }
+    down(e, xo, nc->xd, (size_t)(E * m) * 4);
+    down(e, yo, nc->yd, (size_t)(E * m) * 4);
+    down(e, oo, nc->od, (size_t)(nc->n_out * m) * 4);
+}
+
+// rmsnorm and add_rmsnorm calls of 1, 2 and 3 rows (one block per 256-element unit) against one
+// call of 100 rows (one block per row) on the same rows: x, y and the matmul of y (through the
+// prepared activations the norm wrote, or through the matmul's own) bitwise equal row by row
+// (batch invariance), with and without the fused preparation, also replayed from a step graph
+// (the unit kernel's arrival counters must be back at 0 after every launch); the 100-row call
+// against the CPU (x += b bitwise, y within a few ulps). Widths: 8192 (1024 threads x 8, the
+// most), 5120 and 4096 (1024 x 5 and 4), 3072 (256 x 12: the row kernel's strided loop), 1280
+// (256 x 5), 1024 and 512 (256 x 4 and 128 x 4), 768 (128 x 6), 256 (one unit); rows 1, 2, 3, 8
+// (every arrival counter) and 9 (the row kernel again).
+static void test_norm_units(void **state) {
+    ENV(state);
+    static const int64_t widths[] = {8192, 5120, 4096, 3072, 1280, 1024, 768, 512, 256};
+    static const int64_t ms[] = {1, 2, 3, 8, 9};
+    enum { ROWS = 100, N_OUT = 64 };
+    for (size_t wi = 0; wi < DS_ARRAY_LEN(widths); wi++) {
+        const int64_t E = widths[wi];
+        const size_t xb = (size_t)(E * ROWS) * 4, ob = (size_t)(N_OUT * ROWS) * 4;
+        float *x = xmalloc(xb), *b = xmalloc(xb), *w = xmalloc((size_t)E * 4);
+        float *xa = xmalloc(xb), *yref = xmalloc(xb);
+        float *x100 = xmalloc(xb), *y100 = xmalloc(xb), *o100 = xmalloc(ob);
+        float *xm = xmalloc(xb), *ym = xmalloc(xb), *om = xmalloc(ob);
+        fill_u(e, x, E * ROWS, 3.0f);
+        fill_u(e, b, E * ROWS, 2.0f);
+        fill_u(e, w, E, 1.0f);
+        ds_tensor wq, w8;
+        void *wqd = up_weights(e, DS_TYPE_Q4_K, E, N_OUT, &wq);
+        void *w8d = up_weights(e, DS_TYPE_Q8_0, E, N_OUT, &w8);
+        norm_case nc = {.E = E, .n_out = N_OUT, .x = x, .wq = &wq};
+        nc.xd = up(e, x, xb), nc.bd = up(e, b, xb), nc.wd = up(e, w, (size_t)E * 4);
+        nc.yd = e->gpu->ops.alloc(e->gpu, xb), nc.od = e->gpu->ops.alloc(e->gpu, ob);
+        char what[160];
+        for (int add = 0; add < 2; add++) {
+            // the CPU: x + b, then the norm
+            memcpy(xa, x, xb);
+            ds_tensor xt = ds_tensor_2d(xa, DS_TYPE_F32, E, ROWS),
+                      bt = ds_tensor_2d(b, DS_TYPE_F32, E, ROWS);
+            ds_tensor yt = ds_tensor_2d(yref, DS_TYPE_F32, E, ROWS),
+                      wt = ds_tensor_1d(w, DS_TYPE_F32, E);
+            if (add) e->cpu->ops.add(e->cpu, &xt, &xt, &bt);
+            e->cpu->ops.rmsnorm(e->cpu, &yt, &xt, &wt, 1e-6f);
+            const char *op = add ? "add_rmsnorm" : "rmsnorm";
+            for (int fused = 0; fused < 2; fused++) {
+                nc.prime = fused ? &wq : &w8;
+                norm_units_run(e, &nc, add, fused, ROWS, x100, y100, o100);
+                snprintf(what, sizeof(what), "%s E=%lld rows=%d: x vs cpu", op, (long long)E, ROWS);
+                expect_bitwise(what, x100, xa, E * ROWS);
+                snprintf(what, sizeof(what), "%s E=%lld rows=%d: y vs cpu", op, (long long)E, ROWS);
+                expect_close(what, y100, yref, E * ROWS, TOL_ULPS_REL, TOL_ULPS_ABS);
+                for (size_t mi = 0; mi < DS_ARRAY_LEN(ms); mi++) {
+                    const int64_t m = ms[mi];
+                    norm_units_run(e, &nc, add, fused, m, xm, ym, om);
+                    snprintf(what, sizeof(what), "%s E=%lld fused=%d rows=%lld vs %d: x", op,
+                             (long long)E, fused, (long long)m, ROWS);
+                    expect_bitwise(what, xm, x100, E * m);
+                    snprintf(what, sizeof(what), "%s E=%lld fused=%d rows=%lld vs %d: y", op,
+                             (long long)E, fused, (long long)m, ROWS);
+                    expect_bitwise(what, ym, y100, E * m);
+                    snprintf(what, sizeof(what), "%s E=%lld fused=%d rows=%lld vs %d: matmul of y",
+                             op, (long long)E, fused, (long long)m, ROWS);
+                    expect_bitwise(what, om, o100, N_OUT * m);
+                }
+            }
+            // one row in a step: run eagerly, captured, then replayed twice (x reset each time)
+            ds_cuda_graph_stats g0, g1;
+            ds_cuda_graph_stats_get(e->gpu, &g0);
+            ds_tensor xg = ds_tensor_2d(nc.xd, DS_TYPE_F32, E, 1),
+                      bg = ds_tensor_2d(nc.bd, DS_TYPE_F32, E, 1);
+            ds_tensor yg = ds_tensor_2d(nc.yd, DS_TYPE_F32, E, 1),
+                      wg = ds_tensor_1d(nc.wd, DS_TYPE_F32, E);
+            for (int rep = 0; rep < 4 && e->gpu->ops.step_begin; rep++) {
+                e->gpu->ops.write(e->gpu, nc.xd, x, (size_t)E * 4);
+                e->gpu->ops.write(e->gpu, nc.yd, xa, (size_t)E * 4); // (poison: not the result)
+                e->gpu->ops.step_begin(e->gpu, 0x4e0a3000ull + (uint64_t)(wi * 2 + add), 0);
+                norm_op(e, add, &yg, &xg, &bg, &wg);
+                if (!e->gpu->ops.step_end(e->gpu)) norm_op(e, add, &yg, &xg, &bg, &wg); // not run
+                down(e, xm, nc.xd, (size_t)E * 4);
+                down(e, ym, nc.yd, (size_t)E * 4);
+                snprintf(what, sizeof(what), "%s E=%lld step %d: x", op, (long long)E, rep);
+                expect_bitwise(what, xm, x100, E);
+                snprintf(what, sizeof(what), "%s E=%lld step %d: y", op, (long long)E, rep);
+                expect_bitwise(what, ym, y100, E);
+            }
+            ds_cuda_graph_stats_get(e->gpu, &g1);
+            if (e->gpu->ops.step_begin) assert_true(g1.replays - g0.replays >= 2);
+        }
+        dfree(e, nc.xd), dfree(e, nc.bd), dfree(e, nc.wd), dfree(e, nc.yd), dfree(e, nc.od);
+        dfree(e, wqd), dfree(e, w8d);
+        free(x), free(b), free(w), free(xa), free(yref), free(x100), free(y100), free(o100);
+        free(xm), free(ym), free(om);
     }
 }
 
@@ -1449,10 +1728,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_moe_route), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
+        cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
-        cmocka_unit_test(test_fused_prep),
+        cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),

@@ -163,95 +163,133 @@ template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
 }
 
 // Block: GDN_WARPS warps x GDN_JW value rows; lane l holds S[j][l*DKL .. l*DKL+DKL) of each row j.
+// The rows are taken GDN_CH(DKL) at a time: the block first stages every row's q and k (of its k
+// head), its value slice, beta and the decay in shared memory and normalises q and k (one warp
+// per vector), all loads in flight together; the row loop then runs without a block barrier, so a
+// row costs its two warp reductions, not a global-load latency and four barriers.
+template <int DKL> struct gdn_ch { static constexpr int V = DKL <= 4 ? 16 : 8; };
+
 template <int DKL>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    constexpr int DK = DKL * 32;
-    __shared__ float sq[DK], sk[DK];
-    __shared__ float sred[2];
+    constexpr int DK = DKL * 32, CH = gdn_ch<DKL>::V, NT = GDN_WARPS * 32;
+    constexpr int VB = GDN_WARPS * GDN_JW; // value rows per block
+    __shared__ __align__(16) float sq[CH][DK];
+    __shared__ __align__(16) float sk[CH][DK];
+    __shared__ float sv[CH][VB];
+    __shared__ float sscale[CH][2], sbeta[CH], sdecay[CH];
+    __shared__ int ssrc[CH], sdst[CH];
     const int h = blockIdx.y, kh = h % a.hk;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * GDN_WARPS + warp) * GDN_JW;
+    const int jb = blockIdx.x * VB, j0 = jb + warp * GDN_JW;
     const size_t hs = (size_t)DK * (size_t)a.dv; // floats per head
     float S[GDN_JW][DKL];
-    for (int t = 0; t < a.n; t++) {
-        const float *row = (const float *)(a.qkv + (int64_t)t * a.qkv_nb1);
-        // normalised q and k of this row's k head
-        for (int i = threadIdx.x; i < DK; i += GDN_WARPS * 32) {
-            sq[i] = row[kh * DK + i];
-            sk[i] = row[(a.hk + kh) * DK + i];
+    { // row 0 always starts from the committed state (its parent is -1)
+        const float *base = a.s0 + (size_t)h * hs;
+#pragma unroll
+        for (int jj = 0; jj < GDN_JW; jj++) {
+#pragma unroll
+            for (int r = 0; r < DKL; r++) S[jj][r] = base[(size_t)(j0 + jj) * DK + lane * DKL + r];
+        }
+    }
+    for (int t0 = 0; t0 < a.n; t0 += CH) {
+        const int nc = min(CH, a.n - t0);
+        if (t0 > 0) __syncthreads(); // every warp is done with the previous chunk
+        for (int i = threadIdx.x; i < nc * DK; i += NT) {
+            const int t = i / DK, e = i - t * DK;
+            const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+            sq[t][e] = row[kh * DK + e];
+            sk[t][e] = row[(a.hk + kh) * DK + e];
+        }
+        for (int i = threadIdx.x; i < nc * VB; i += NT) {
+            const int t = i / VB, e = i - t * VB;
+            const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+            sv[t][e] = row[2 * a.hk * DK + (int64_t)h * a.dv + jb + e];
+        }
+        if (threadIdx.x < nc) {
+            const int64_t t = t0 + threadIdx.x;
+            sbeta[threadIdx.x] = ((const float *)(a.beta + t * a.beta_nb1))[h];
+            sdecay[threadIdx.x] = expf(((const float *)(a.g + t * a.g_nb1))[h]);
+            ssrc[threadIdx.x] = t > 0 ? a.src[t] : -1;
+            sdst[threadIdx.x] = a.dst[t];
         }
         __syncthreads();
-        if (warp < 2) {
-            const float *v = warp == 0 ? sq : sk;
+        for (int pv = warp; pv < 2 * nc; pv += GDN_WARPS) { // (row, q or k) per warp
+            const float *v = (pv & 1) ? sk[pv >> 1] : sq[pv >> 1];
             float ss = 0.0f;
 #pragma unroll
             for (int r = 0; r < DKL; r++) ss = __fmaf_rn(v[lane + 32 * r], v[lane + 32 * r], ss);
             ss = ds_cu_warp_sum(ss);
             if (lane == 0) {
-                sred[warp] = __fdiv_rn(warp == 0 ? a.q_scale : 1.0f, sqrtf(__fadd_rn(ss, a.eps)));
+                sscale[pv >> 1][pv & 1] =
+                    __fdiv_rn((pv & 1) ? 1.0f : a.q_scale, sqrtf(__fadd_rn(ss, a.eps)));
             }
         }
         __syncthreads();
-        float qn[DKL], kn[DKL];
-#pragma unroll
-        for (int r = 0; r < DKL; r++) {
-            qn[r] = __fmul_rn(sq[lane * DKL + r], sred[0]);
-            kn[r] = __fmul_rn(sk[lane * DKL + r], sred[1]);
-        }
-        __syncthreads(); // sq/sk/sred are rewritten by the next row
-        const float beta = ((const float *)(a.beta + (int64_t)t * a.beta_nb1))[h];
-        const float decay = expf(((const float *)(a.g + (int64_t)t * a.g_nb1))[h]);
-        const float *vrow = row + 2 * a.hk * DK + (int64_t)h * a.dv;
-        // state before this row: carried in registers, the committed state, or a saved branch
-        const int src = a.src[t];
-        if (src != -1) {
-            const float *base = src == -2 ? a.s0 + (size_t)h * hs
-                                          : a.saved + ((size_t)src * a.hv + h) * hs;
-#pragma unroll
-            for (int jj = 0; jj < GDN_JW; jj++) {
-#pragma unroll
-                for (int r = 0; r < DKL; r++) S[jj][r] = base[(size_t)(j0 + jj) * DK + lane * DKL + r];
-            }
-        }
-        // the GDN_JW value rows are independent: their warp sums run side by side (the same
-        // butterfly per value as ds_cu_warp_sum, so the same bits), which keeps the row's
-        // dependent chain at two reductions instead of 2 * GDN_JW
-        float u[GDN_JW], o[GDN_JW];
-#pragma unroll
-        for (int jj = 0; jj < GDN_JW; jj++) {
-            u[jj] = 0.0f;
+        for (int tc = 0; tc < nc; tc++) {
+            const int t = t0 + tc;
+            const float qs = sscale[tc][0], ks = sscale[tc][1];
+            float qn[DKL], kn[DKL];
 #pragma unroll
             for (int r = 0; r < DKL; r++) {
-                S[jj][r] = __fmul_rn(S[jj][r], decay);
-                u[jj] = __fmaf_rn(S[jj][r], kn[r], u[jj]);
+                qn[r] = __fmul_rn(sq[tc][lane * DKL + r], qs);
+                kn[r] = __fmul_rn(sk[tc][lane * DKL + r], ks);
             }
-        }
-        warp_sums<GDN_JW>(u);
+            const float beta = sbeta[tc], decay = sdecay[tc];
+            // state before this row: carried in registers, or a saved branch (trees)
+            const int src = ssrc[tc];
+            if (src != -1) {
+                const float *base = src == -2 ? a.s0 + (size_t)h * hs
+                                              : a.saved + ((size_t)src * a.hv + h) * hs;
 #pragma unroll
-        for (int jj = 0; jj < GDN_JW; jj++) {
-            const float delta = __fmul_rn(beta, __fsub_rn(vrow[j0 + jj], u[jj]));
-            o[jj] = 0.0f;
+                for (int jj = 0; jj < GDN_JW; jj++) {
 #pragma unroll
-            for (int r = 0; r < DKL; r++) {
-                S[jj][r] = __fadd_rn(S[jj][r], __fmul_rn(kn[r], delta));
-                o[jj] = __fmaf_rn(S[jj][r], qn[r], o[jj]);
+                    for (int r = 0; r < DKL; r++) {
+                        S[jj][r] = base[(size_t)(j0 + jj) * DK + lane * DKL + r];
+                    }
+                }
             }
-        }
-        warp_sums<GDN_JW>(o);
-        if (lane < GDN_JW) { // lane jj stores value row jj (every lane holds every sum)
-            float ov = o[0];
-#pragma unroll
-            for (int jj = 1; jj < GDN_JW; jj++) ov = lane == jj ? o[jj] : ov;
-            a.out[(int64_t)t * a.out_nb1 + (int64_t)h * a.dv + j0 + lane] = ov;
-        }
-        const int dst = a.dst[t];
-        if (dst >= 0) {
-            float *base = a.saved + ((size_t)dst * a.hv + h) * hs;
+            // the GDN_JW value rows are independent: their warp sums run side by side (the same
+            // butterfly per value as ds_cu_warp_sum, so the same bits), which keeps the row's
+            // dependent chain at two reductions instead of 2 * GDN_JW
+            float u[GDN_JW], o[GDN_JW];
 #pragma unroll
             for (int jj = 0; jj < GDN_JW; jj++) {
+                u[jj] = 0.0f;
 #pragma unroll
-                for (int r = 0; r < DKL; r++) base[(size_t)(j0 + jj) * DK + lane * DKL + r] = S[jj][r];
+                for (int r = 0; r < DKL; r++) {
+                    S[jj][r] = __fmul_rn(S[jj][r], decay);
+                    u[jj] = __fmaf_rn(S[jj][r], kn[r], u[jj]);
+                }
+            }
+            warp_sums<GDN_JW>(u);
+#pragma unroll
+            for (int jj = 0; jj < GDN_JW; jj++) {
+                const float delta = __fmul_rn(beta, __fsub_rn(sv[tc][warp * GDN_JW + jj], u[jj]));
+                o[jj] = 0.0f;
+#pragma unroll
+                for (int r = 0; r < DKL; r++) {
+                    S[jj][r] = __fadd_rn(S[jj][r], __fmul_rn(kn[r], delta));
+                    o[jj] = __fmaf_rn(S[jj][r], qn[r], o[jj]);
+                }
+            }
+            warp_sums<GDN_JW>(o);
+            if (lane < GDN_JW) { // lane jj stores value row jj (every lane holds every sum)
+                float ov = o[0];
+#pragma unroll
+                for (int jj = 1; jj < GDN_JW; jj++) ov = lane == jj ? o[jj] : ov;
+                a.out[(int64_t)t * a.out_nb1 + (int64_t)h * a.dv + j0 + lane] = ov;
+            }
+            const int dst = sdst[tc];
+            if (dst >= 0) {
+                float *base = a.saved + ((size_t)dst * a.hv + h) * hs;
+#pragma unroll
+                for (int jj = 0; jj < GDN_JW; jj++) {
+#pragma unroll
+                    for (int r = 0; r < DKL; r++) {
+                        base[(size_t)(j0 + jj) * DK + lane * DKL + r] = S[jj][r];
+                    }
+                }
             }
         }
     }

@@ -160,12 +160,94 @@ extern "C" void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_ten
               e->ne[1] == k && e->ne[2] == n && (!gate || ds_tensor_nelements(gate) == n));
     DS_ASSERT(out->type == DS_TYPE_F32 && e->type == DS_TYPE_F32 && n <= 65535);
     if (n == 0) return;
-    const float *wd = (const float *)ds_cuda_stage(c, w, (size_t)(n * k) * sizeof(float));
-    if (!wd) return;
     dim3 grid((unsigned)((E + 255) / 256), (unsigned)n);
     ds_cu_launch(c, moe_combine_kernel, grid, 256, 0, (float *)out->data, (const float *)e->data,
-                 gate ? (const float *)gate->data : (const float *)NULL, wd, E, k);
+                 gate ? (const float *)gate->data : (const float *)NULL, w, E, k);
     ds_cuda_launched(c, "moe_combine");
+}
+
+// ---- MoE router --------------------------------------------------------------------------------
+
+// One warp per row of router logits (backend.h moe_route): the row's probabilities in shared
+// memory, the k winners by warp arg-max in turn (ties: the lower id, as the CPU), the weights
+// renormalised by lane 0 in the CPU's order. The softmax sum is a warp tree of per-lane double
+// sums (not the CPU's sequential sum; the probabilities are then rounded to float, so they
+// almost always agree) and expf is CUDA's (within 2 ulp): routes equal the CPU's except at
+// near-ties. Every row is computed alone (batch invariance).
+//   bytes: n * n_expert * 4 (+ n * k * 8);  flops: ~20 * n * n_expert + k * n * n_expert
+// (up to 4 warps per block, as many as 48 KiB of shared memory hold rows of; experts up to the
+// CPU's 4,096: a lane holds up to 128, one taken bit each)
+enum { MOE_ROUTE_WARPS = 4, MOE_MAX_EXPERTS = 4096 };
+static __global__ __launch_bounds__(32 * MOE_ROUTE_WARPS) void moe_route_kernel(
+    int32_t *ids, float *w, ds_cu_rows x, int64_t rows, int k) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    extern __shared__ float p_sm[]; // [warps][n_expert]
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + wi;
+    if (r >= rows) return; // (warp-uniform; no block barrier below)
+    const int ne = (int)x.ne0;
+    float *p = p_sm + (size_t)wi * ne;
+    const float *l = ds_cu_row(x, r);
+    float mx = -INFINITY;
+    for (int e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
+    mx = ds_cu_warp_max(mx);
+    double s = 0.0;
+    for (int e = lane; e < ne; e += 32) {
+        const float v = expf(__fsub_rn(l[e], mx));
+        p[e] = v;
+        s += (double)v;
+    }
+    s = ds_cu_warp_sum_d(s);
+    for (int e = lane; e < ne; e += 32) p[e] = (float)__ddiv_rn((double)p[e], s);
+    __syncwarp();
+    float total = 0.0f;
+    uint32_t taken[MOE_MAX_EXPERTS / 1024] = {}; // bit i: expert lane + 32 i already chosen
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int e = lane, i = 0; e < ne; e += 32, i++) {
+            float v = p[e];
+            if (v != v) v = -INFINITY; // (NaN never wins, as in the CPU's compare)
+            if (!((taken[i >> 5] >> (i & 31)) & 1u) && (v > bv || (v == bv && e < bi)))
+                bv = v, bi = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if ((bi & 31) == lane) { // (k <= n_expert: bi is an expert)
+            const int i = bi >> 5;
+            taken[i >> 5] |= 1u << (i & 31);
+        }
+        if (lane == 0) {
+            ids[r * k + j] = bi;
+            w[r * k + j] = p[bi];
+            total = __fadd_rn(total, p[bi]);
+        }
+    }
+    if (lane == 0) {
+        if (total < 6.1035e-5f) total = 6.1035e-5f;
+        for (int j = 0; j < k; j++) w[r * k + j] = __fdiv_rn(w[r * k + j], total);
+    }
+}
+
+extern "C" void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
+                                  int64_t k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "moe_route")) return;
+    const int64_t ne = logits->ne[0], rows = ds_cuda_nrows(logits);
+    DS_ASSERT(logits->type == DS_TYPE_F32 && logits->nb[0] == 4 && k >= 1 && k <= ne);
+    DS_ASSERT(ne <= MOE_MAX_EXPERTS); // (the CPU's bound too)
+    if (rows == 0) return;
+    const int64_t wpb = DS_MAX((int64_t)1, DS_MIN((int64_t)MOE_ROUTE_WARPS,
+                                                  (int64_t)(48 * 1024) / (ne * 4)));
+    const unsigned blocks = (unsigned)((rows + wpb - 1) / wpb);
+    ds_cu_launch(c, moe_route_kernel, blocks, (unsigned)(32 * wpb),
+                 (size_t)(ne * wpb) * sizeof(float), ids, w, ds_cu_rows_of(logits), rows,
+                 (int)k);
+    ds_cuda_launched(c, "moe_route");
 }
 
 // ---- argmax --------------------------------------------------------------------------------------

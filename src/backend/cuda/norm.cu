@@ -1,11 +1,15 @@
 // norm.cu: RMSNorm over rows of strided f32 views (also in place), the residual add fused with the
-// next RMSNorm, and the DeltaNet gated RMSNorm (rmsnorm * w * silu(z)). One block per row; the sum of squares is accumulated in double as the
-// CPU backend does (cpu_elem.c), so the scale almost always rounds to the CPU's float bits; the
-// products use the CPU's order. From 64 rows, rmsnorm and add_rmsnorm also write their output's
-// prepared (q8_K) activations for the next matmul (quant.cuh q8k_group, matmul.cu
-// ds_cuda_prep_fused). Calls common.cuh, quant.cuh. Called through the op table.
-// Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
-//   bytes: rows*ne0*8 (+4 for z);  flops: ~4*rows*ne0.
+// next RMSNorm, and the DeltaNet gated RMSNorm (rmsnorm * w * silu(z)). The sum of squares is
+// accumulated in double as the CPU backend does (cpu_elem.c), so the scale almost always rounds to
+// the CPU's float bits; the products use the CPU's order. One block per row (rmsnorm_kernel); a
+// call of at most 8 rows whose rows are whole 256-element units runs one block per unit
+// (rmsnorm_unit_kernel), which repeats the row's sum in the same order. rmsnorm and add_rmsnorm
+// also write their output's prepared (q8_K) activations for the next matmul (quant.cuh q8k_group,
+// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. Calls common.cuh,
+// quant.cuh. Called through the op table. Spec: backend.h (rmsnorm, gated_rmsnorm),
+// target-qwen35.md §2.6.
+//   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
+//   flops: ~4*rows*ne0.
 #include "backend/cuda/quant.cuh"
 
 extern "C" {
@@ -26,6 +30,18 @@ __device__ double block_sum_d(double v, double *sh) {
     }
     __syncthreads();
     return s;
+}
+
+// s + d*d for d = f in double, as one fused multiply-add (what nvcc makes of `s += d * d`; spelt
+// out so that both kernels round alike).
+__device__ __forceinline__ double sq_acc(double s, float f) {
+    const double d = (double)f;
+    return __fma_rn(d, d, s);
+}
+
+// 1 / sqrt(mean square + eps) from the row's sum of squares.
+__device__ __forceinline__ float norm_scale(double s, int64_t n, float eps) {
+    return __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(s / (double)n), eps)));
 }
 
 // GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): x += b first, in place. Q: y feeds
@@ -69,12 +85,11 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
                     xr[i] = f;
                     v[k] = f;
                 }
-                double d = (double)f;
-                s += d * d;
+                s = sq_acc(s, f);
             }
         }
         s = block_sum_d(s, sh);
-        const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(s / (double)n), eps)));
+        const float scale = norm_scale(s, n, eps);
 #pragma unroll
         for (int k = 0; k < EPT; k++) {
             const int64_t i = threadIdx.x + (int64_t)k * nt;
@@ -94,17 +109,123 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
                 f = __fadd_rn(f, zr[i]);
                 xr[i] = f;
             }
-            double d = (double)f;
-            s += d * d;
+            s = sq_acc(s, f);
         }
         s = block_sum_d(s, sh);
-        const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(s / (double)n), eps)));
+        const float scale = norm_scale(s, n, eps);
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
             float v = __fmul_rn(xr[i], scale);
             if (w) v = __fmul_rn(v, w[i]);
             if (GATED) v = __fmul_rn(v, ds_cu_silu(zr[i]));
             yr[i] = v;
             if constexpr (Q) q8k_group_out(qo, v, r, i / 256, n);
+        }
+    }
+}
+
+// Calls of at most DS_CU_NORM_UNIT_ROWS rows of whole 256-element units (rmsnorm, add_rmsnorm): one
+// block of 256 threads per unit of a row (grid {n / 256, rows}), so a decode row is spread over
+// n / 256 SMs and each block quantizes its own unit when qo.xq is set, where rmsnorm_kernel's one
+// block per row is latency-bound and would quantize the row's units in turn. Every block computes
+// the row's whole sum of squares itself (the row is L2-resident), in rmsnorm_kernel's order for
+// NT = norm_threads(n) threads: virtual thread vt adds the squares of elements vt, vt + NT, ... in
+// that order, each virtual warp reduces with ds_cu_warp_sum_d, and the NT / 32 warp sums are
+// added in warp order (block_sum_d). Real warp rw runs virtual warps rw, rw + 8, ... (NT / 256
+// passes; NT = 128: warps 0-3), lane for lane. So a row's y, x and prepared activations are
+// bitwise those of rmsnorm_kernel, whatever the call's row count (batch invariance).
+// ADD (x += b in place): every block reads the row's old x, so no block may write x before all
+// blocks of the row have read it, and the blocks of a grid cannot wait for each other (they need
+// not be resident together; a cluster could not hold the 20 blocks of a 5120-element row). So
+// each block, its reads done, arrives at the row's counter, and the last to arrive -- it holds
+// the row's x + b in registers -- writes the row of x. atomicInc wraps at n / 256 - 1, so every
+// launch leaves the counters (ctx->norm_cnt, one per row, zeroed at backend creation) at 0;
+// launches run in stream order (a PDL successor touches no memory before the grid completes).
+// y must not overlap x or b (the launcher checks): other blocks still read them when a block
+// writes its y.
+// Measured (H200, 5120-element rows, add_rmsnorm + a 64-row Q4_K matmul of y, 127 per step
+// graph): 1 row 7.7 us per pair against 11.2 with rmsnorm_kernel and a separate preparation, 3
+// rows 9.3 / 12.9, 8 rows 12.1 / 14.4, 16 rows 20.4 / 18.8 (each block re-reads its row: 20x
+// the row kernel's L2 reads), so from 9 rows the row kernel runs. (One block of 1024 threads per
+// 1024-element slice, 4x fewer re-reads, was slower up to 8 rows: 9.8 us at 1 row.)
+static_assert(DS_CU_NORM_UNIT_ROWS == 8, "norm_units: the measured row limit");
+
+template <bool ADD, int NT, int EPT>
+static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                                  const float *w, ds_cu_rows z,
+                                                                  float eps, q8k_out qo,
+                                                                  unsigned *arrive) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int P = NT >= 256 ? NT / 256 : 1, NW = NT / 32;
+    static_assert(NT == 128 || NT == 256 || NT == 1024, "rmsnorm_unit_kernel: NT");
+    __shared__ double sh[32];
+    __shared__ bool last;
+    const int t = threadIdx.x, lane = t & 31, rw = t >> 5;
+    const int64_t r = blockIdx.y, n = x.ne0, u = blockIdx.x, iu = u * 256 + t;
+    float *xr = ds_cu_row(x, r);
+    const float *zr = ADD ? ds_cu_row(z, r) : NULL;
+    // every load first: this thread's element of the unit, then its virtual threads' elements
+    const float xu = xr[iu], zu = ADD ? zr[iu] : 0.0f, wu = w ? w[iu] : 0.0f;
+    float v[P][EPT], zv[P][EPT];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t i = p * 256 + t + (int64_t)k * NT;
+            if (p * 8 + rw < NW && i < n) {
+                v[p][k] = xr[i];
+                if (ADD) zv[p][k] = zr[i];
+            }
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        if (p * 8 + rw < NW) { // (uniform over the warp)
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = p * 256 + t + (int64_t)k * NT;
+                if (i < n) {
+                    if (ADD) v[p][k] = __fadd_rn(v[p][k], zv[p][k]);
+                    s = sq_acc(s, v[p][k]);
+                }
+            }
+            s = ds_cu_warp_sum_d(s);
+            if (lane == 0) sh[p * 8 + rw] = s;
+        }
+    }
+    __syncthreads();
+    // ADD: this block's reads of x are all before the barrier above: arrive now, and see whether
+    // it came last only at the end (the atomic's round trip overlaps the rest)
+    unsigned arrived = 0;
+    if (ADD && t == 0) {
+        __threadfence();
+        arrived = atomicInc(&arrive[r], gridDim.x - 1);
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        if (i < NW) s += sh[i];
+    }
+    const float scale = norm_scale(s, n, eps);
+    float o = __fmul_rn(ADD ? __fadd_rn(xu, zu) : xu, scale);
+    if (w) o = __fmul_rn(o, wu);
+    ds_cu_row(y, r)[iu] = o;
+    if (qo.xq) q8k_group_out(qo, o, r, u, n); // (uniform over the grid)
+    if constexpr (ADD) {
+        if (t == 0) {
+            last = arrived == gridDim.x - 1;
+            if (last) __threadfence(); // (acquire: the other blocks' reads of x come first)
+        }
+        __syncthreads();
+        if (last) {
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+#pragma unroll
+                for (int k = 0; k < EPT; k++) {
+                    const int64_t i = p * 256 + t + (int64_t)k * NT;
+                    if (p * 8 + rw < NW && i < n) xr[i] = v[p][k];
+                }
+            }
         }
     }
 }
@@ -121,6 +242,43 @@ static void norm_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_c
         : ept <= 8 ? rmsnorm_kernel<GATED, ADD, Q, 8>
                    : rmsnorm_kernel<GATED, ADD, Q, 0>;
     ds_cu_launch(c, k, (unsigned)rows, nt, 0, y, x, w, z, eps, qo);
+}
+
+// Whether a call of `rows` rows of n (nt = norm_threads(n)) runs rmsnorm_unit_kernel: at most
+// DS_CU_NORM_UNIT_ROWS rows, whole units, and at most 32 elements per thread.
+static bool norm_units(const ds_cuda_ctx *c, int64_t n, int nt, int64_t rows) {
+    const int64_t ept = (n + nt - 1) / nt;
+    // (the instantiated variants: 1024 threads x <= 8, 256 x <= 16, 128 x <= 8 elements)
+    const int64_t most = nt == 1024 ? 8 : nt == 256 ? 16 : nt == 128 ? 8 : 0;
+    return c->norm_cnt && rows <= DS_CU_NORM_UNIT_ROWS && n % 256 == 0 && ept <= most;
+}
+
+template <bool ADD>
+static void norm_unit_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_cu_rows x,
+                             const float *w, ds_cu_rows z, float eps, q8k_out qo) {
+    const int64_t n = y.ne0, ept = (n + nt - 1) / nt;
+    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, unsigned *) =
+        nt == 1024  ? (ept <= 4 ? rmsnorm_unit_kernel<ADD, 1024, 4>
+                                : rmsnorm_unit_kernel<ADD, 1024, 8>)
+        : nt == 256 ? (ept <= 4   ? rmsnorm_unit_kernel<ADD, 256, 4>
+                       : ept <= 8 ? rmsnorm_unit_kernel<ADD, 256, 8>
+                                  : rmsnorm_unit_kernel<ADD, 256, 16>)
+                    : (ept <= 2   ? rmsnorm_unit_kernel<ADD, 128, 2>
+                       : ept <= 4 ? rmsnorm_unit_kernel<ADD, 128, 4>
+                                  : rmsnorm_unit_kernel<ADD, 128, 8>);
+    ds_cu_launch(c, k, dim3((unsigned)(n / 256), (unsigned)rows), 256, 0, y, x, w, z, eps, qo,
+                 c->norm_cnt);
+}
+
+// Bytes from a tensor's first element to the end of its last.
+static size_t span_bytes(const ds_tensor *t) {
+    size_t s = (size_t)t->ne[0] * t->nb[0];
+    for (int d = 1; d < 4; d++) s += (size_t)(t->ne[d] - 1) * t->nb[d];
+    return s;
+}
+static bool spans_overlap(const ds_tensor *a, const ds_tensor *b) {
+    const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
+    return a0 < b0 + span_bytes(b) && b0 < a0 + span_bytes(a);
 }
 
 // Whether a norm of `rows` rows of n with nt threads per row prepares its output for a matmul:
@@ -151,7 +309,10 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
     q8k_out qo = {};
     const int nt = norm_threads(n);
     const float *wd = w ? (const float *)w->data : NULL;
-    if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (output norm, layer 0)
+    if (norm_units(c, n, nt, rows) && !spans_overlap(y, x)) { // (layer 0's input, drafter norms)
+        if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
+        norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z, eps, qo);
+    } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (output norm)
         norm_launch<false, false, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
                                         eps, qo);
     } else {
@@ -187,7 +348,11 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
     if (rows == 0) return;
     q8k_out qo = {};
     const int nt = norm_threads(n);
-    if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (next layer's input)
+    if (norm_units(c, n, nt, rows) && !spans_overlap(y, x) && !spans_overlap(y, b)) { // (decode)
+        if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
+        norm_unit_launch<true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
+                               (const float *)w->data, ds_cu_rows_of(b), eps, qo);
+    } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (next layer's input)
         norm_launch<false, true, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
                                        (const float *)w->data, ds_cu_rows_of(b), eps, qo);
     } else {
