@@ -4,11 +4,12 @@
 # carried binaries (bench/cuda/README.md "Carried binaries"). Three eager runs of `dspec bench
 # --model --no-cuda-graphs` that differ by 4 decode steps / by one verify width give the step's
 # kernels by difference; bench/cuda/ncu_table.py turns the CSVs into the table.
-# Usage (repo root, on the GPU machine): [MIX=q4_k_m] bash bench/cuda/profile.sh
+# Usage (repo root, on the GPU machine): [MIX=q4_k_m] [BIN=build-carry-b] bash bench/cuda/profile.sh
+# (BIN: the folder of the carried dspec, default build-carry)
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh profile.sh || exit 1
-B=$PWD/build-carry
+B=$PWD/${BIN:-build-carry}
 need_bins "$B" dspec || exit 1
 MIX=${MIX:-q4_k_m}
 command -v ncu >/dev/null || { echo "profile.sh: ncu not on PATH"; exit 1; }

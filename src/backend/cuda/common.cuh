@@ -91,6 +91,8 @@ typedef struct ds_cuda_ctx {
     size_t smem_per_sm, smem_optin;
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
                                            // shared memory on this device, or refused it
+    uint32_t mmqs_opted; // matmul.cu's staged kernels (bit 4*type + 2*(NT/4) + stages - 2) given
+                         // their shared memory
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
     // pointer). NULL: the one-block-per-row kernel runs.

@@ -178,10 +178,10 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 }
 
 // ---- staged int8 tensor-core GEMM for 9..32 columns -----------------------------------------------
-// The first design of the mma kernel, kept for N > 8 where it is faster (bench/RESULTS.md): 8
-// warps x 16 rows = 128 rows per block, the activations of each unit staged in shared memory
-// (double buffer) for the 8 warps, K splits on grid.y with partials in scratch and
-// mmq_staged_reduce_kernel adding them in split order. Same terms, same order as mmq_kernel.
+// For N > 8 (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
+// rows and the activations of each unit go to shared memory through a cp.async pipeline of 2-3
+// stages; blocks are persistent (one wave) and walk (row block, K split) items; split partials in
+// scratch, mmq_staged_reduce_kernel adds them in split order. Same terms, same order as mmq_kernel.
 
 // Per-type staging constants: activation scales per 256 (q8_0: one per 32); whether per-32 sums
 // are needed (types with mins); bytes per staged column (bank-conflict-free LDS).
@@ -342,96 +342,214 @@ __device__ __forceinline__ void unit_q8_0_s(float (&acc)[NT][4], const raw_q8_0 
     }
 }
 
-// Stages unit u of the block's columns: int8 activations, their scales and (K4/K5) group sums.
-// Column slots >= nvalid are zero.
-template <int QT, int NT>
-__device__ __forceinline__ void stage_unit(uint8_t *buf, const mm_args &a, int c0, int nvalid,
-                                           int u, int tid) {
-    typedef stage_layout<QT, NT> L;
-    constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT);
-    for (int i = tid; i < L::NC * 16; i += MMQS_THREADS) {
-        const int cs = i >> 4, part = i & 15;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (cs < nvalid) {
-            const int64_t xc = mm_xcol(a, c0 + cs);
-            v = *(const uint4 *)(a.xq + xc * a.n_in + (int64_t)u * UNIT + part * 16);
+// Bytes per staged weight row of one unit: the 16-byte chunks that hold the unit's bytes (Q6_K
+// units are 2-byte aligned, IQ4_XS's 8-byte aligned: the copy starts at the chunk boundary below
+// the unit, every chunk copied holds some of its bytes, and the compute reads from the offset).
+static constexpr int qt_wrow(int qt) {
+    return qt == QT_Q6_K ? 224 : qt == QT_IQ4_XS ? 144 : qt_unit_bytes(qt);
+}
+// One pipeline stage: the block's MMQ_ROWS weight rows of one unit, then its staged activations.
+template <int QT, int NT> struct pipe_stage {
+    static constexpr int W = MMQ_ROWS * qt_wrow(QT);
+    static constexpr int BYTES = W + stage_layout<QT, NT>::BUF;
+};
+
+// A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk
+// (items numbered row block fastest, then split, then chunk), walked unit by unit. 32-bit
+// arithmetic only: items, units and ks * n_units are small.
+struct mmqs_cursor {
+    int item, split, u, uend, row0, c0, nvalid;
+};
+template <int NC>
+__device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mm_args &a, int item, int rb) {
+    p.item = item;
+    const int per_z = rb * a.ks, z = item / per_z, rem = item - z * per_z;
+    p.split = rem / rb;
+    p.row0 = (rem - p.split * rb) * MMQ_ROWS;
+    p.c0 = z * NC;
+    p.nvalid = min(NC, a.ncols - p.c0);
+    p.u = p.split * a.n_units / a.ks;
+    p.uend = (p.split + 1) * a.n_units / a.ks; // > u: ks <= n_units
+}
+// Next unit; true when that starts a new item.
+template <int NC>
+__device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mm_args &a, int rb) {
+    if (++p.u < p.uend) return false;
+    mmqs_set<NC>(p, a, p.item + (int)gridDim.x, rb);
+    return true;
+}
+
+// What one thread copies of each unit of an item (cp.async; the caller commits the group):
+// weights -- 16-byte chunks tid + 256k of the MMQ_ROWS x qt_wrow bytes (rows past n_out repeat
+// the last row; never stored); activations -- xq chunk slots tid + 256k, one scale slot and one
+// group-sum slot (columns >= nvalid zero-filled). Offsets are fixed per item; a unit adds u times
+// its stride.
+template <int QT, int NT> struct mmqs_src {
+    static constexpr int NC = NT * 8, NQ = (NC * 16 + MMQS_THREADS - 1) / MMQS_THREADS;
+    const uint8_t *w;  // the item's first weight row
+    int rmax;          // its last row (the rows past n_out repeat it)
+    int q[NQ];         // xq element offsets (unit 0)
+    int d, b;          // xd / xb offsets (unit 0)
+    uint32_t zq;       // bit k: xq slot k is a padding column
+    bool zd;           // the scale / group-sum slot is a padding column
+
+    __device__ __forceinline__ void set(const mm_args &a, const mmqs_cursor &p, int tid) {
+        w = a.w + (size_t)p.row0 * a.w_nb1;
+        rmax = (int)a.n_out - 1 - p.row0;
+        zq = 0;
+#pragma unroll
+        for (int k = 0; k < NQ; k++) {
+            const int i = tid + k * MMQS_THREADS, cs = i >> 4;
+            q[k] = (p.c0 + min(cs, p.nvalid - 1)) * (int)a.n_in + (i & 15) * 16;
+            zq |= (uint32_t)(cs >= p.nvalid) << k;
         }
-        *(uint4 *)(buf + cs * LD + part * 16) = v;
+        const int n_xd = QT == QT_Q8_0 ? (int)(a.n_in / 32) : a.n_units;
+        const int jd = tid / NC, cd = tid % NC;
+        d = (p.c0 + min(cd, p.nvalid - 1)) * n_xd + jd;
+        zd = cd >= p.nvalid;
+        b = (p.c0 + min(cd, p.nvalid - 1)) * (int)(a.n_in / 32) + jd;
     }
-    const int64_t n_xd = QT == QT_Q8_0 ? a.n_in / 32 : a.n_in / UNIT;
-    float *xd = (float *)(buf + L::XQ);
-    for (int i = tid; i < XDU * L::NC; i += MMQS_THREADS) {
-        const int j = i / L::NC, cs = i % L::NC;
-        xd[i] = cs < nvalid ? a.xd[mm_xcol(a, c0 + cs) * n_xd + (int64_t)u * XDU + j] : 0.0f;
+};
+
+template <int QT, int NT>
+__device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mm_args &a,
+                                             const mmqs_src<QT, NT> &src, int u, int tid) {
+    constexpr int RS = qt_wrow(QT), CPR = RS / 16, UB = qt_unit_bytes(QT);
+    const uint8_t *wu = src.w + (size_t)u * UB;
+    const int nb1 = (int)a.w_nb1; // (the launcher asserts 32 bits)
+    const uint32_t sbase = smem_addr(st);
+    // consecutive threads copy consecutive chunks (a warp's copies cover few 128-byte lines:
+    // one row per thread pair measured slower)
+#pragma unroll
+    for (int k = 0; k < (MMQ_ROWS * CPR + MMQS_THREADS - 1) / MMQS_THREADS; k++) {
+        const int i = tid + k * MMQS_THREADS, r = i / CPR, ch = i - r * CPR;
+        if ((MMQ_ROWS * CPR) % MMQS_THREADS == 0 || i < MMQ_ROWS * CPR) {
+            const uint8_t *p = wu + min(r, src.rmax) * nb1;
+            if constexpr (UB % 16 != 0) p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
+            cp_async16(sbase + r * RS + 16 * ch, p + 16 * ch);
+        }
+    }
+}
+template <int QT, int NT>
+__device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
+                                               const mmqs_src<QT, NT> &src, int u, int tid) {
+    typedef stage_layout<QT, NT> L;
+    constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT), NC = L::NC;
+    uint8_t *buf = st + pipe_stage<QT, NT>::W;
+#pragma unroll
+    for (int k = 0; k < mmqs_src<QT, NT>::NQ; k++) {
+        const int i = tid + k * MMQS_THREADS;
+        if (i < NC * 16) {
+            cp_async16(smem_addr(buf + (i >> 4) * LD + (i & 15) * 16),
+                       a.xq + src.q[k] + (size_t)u * UNIT, (src.zq >> k) & 1 ? 0 : 16);
+        }
+    }
+    if (tid < XDU * NC) {
+        cp_async4(smem_addr(buf + L::XQ + 4 * tid), a.xd + src.d + (size_t)u * XDU,
+                  src.zd ? 0 : 4);
     }
     if constexpr (qt_bsum(QT)) {
-        int *xb = (int *)(buf + L::XQ + L::XD);
-        for (int i = tid; i < 8 * L::NC; i += MMQS_THREADS) {
-            const int j = i / L::NC, cs = i % L::NC;
-            xb[i] = cs < nvalid ? a.xb[mm_xcol(a, c0 + cs) * (a.n_in / 32) + (int64_t)u * 8 + j]
-                                : 0;
+        if (tid < 8 * NC) {
+            cp_async4(smem_addr(buf + L::XQ + L::XD + 4 * tid), a.xb + src.b + (size_t)u * 8,
+                      src.zd ? 0 : 4);
         }
     }
 }
 
+// Persistent blocks (about one wave): block b runs items b, b + grid, ... of MMQ_ROWS rows (8 warps
+// x 16) x NT*8 columns, unit after unit through one ST-stage cp.async pipeline of weights and
+// activations that runs on across items: ST - 1 units are in flight while one is computed, one
+// barrier per unit. Each item's sum (one K split) is written to a.part, or y when ks == 1, so the
+// terms and their order are those of mmq_kernel and the GEMV. Dense weights only (no ids).
 // (min blocks: 3 per SM for up to 16 columns, which caps the registers at 85: a helper measured
 // the 16-row verify step 19.35-19.5 -> 18.1-18.2 ms when Q4_K's fell from 100 to 73)
-template <int QT, int NT>
+template <int QT, int NT, int ST>
 static __global__ __launch_bounds__(MMQS_THREADS, NT <= 2 ? 3 : 2) void mmq_staged_kernel(
     mm_args a) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    typedef stage_layout<QT, NT> L;
+    typedef pipe_stage<QT, NT> P;
     typedef typename raw_of<QT>::type raw_t;
+    constexpr int NC = stage_layout<QT, NT>::NC, RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
     extern __shared__ __align__(16) uint8_t smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t row0 = (int64_t)blockIdx.x * MMQ_ROWS + warp * 16;
-    const int split = blockIdx.y;
-    const int u0 = (int)((int64_t)split * a.n_units / a.ks);
-    const int u1 = (int)((int64_t)(split + 1) * a.n_units / a.ks);
-    int c0, nvalid;
-    const uint8_t *wb = a.w;
-    if (a.ids) {
-        c0 = blockIdx.z;
-        nvalid = 1;
-        wb += (size_t)a.ids[c0] * a.w_nb2;
-    } else {
-        c0 = blockIdx.z * L::NC;
-        nvalid = min(L::NC, a.ncols - c0);
+    const int rb = (int)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS);
+    const int n_items = rb * a.ks * ((a.ncols + NC - 1) / NC);
+    mmqs_cursor is, cc; // the unit to issue next, the unit to compute next
+    mmqs_set<NC>(cc, a, blockIdx.x, rb);
+    is = cc;
+    mmqs_src<QT, NT> src;
+    src.set(a, is, tid);
+    // weights are never written by a kernel (backend.h): the first units start before the wait
+    {
+        mmqs_cursor p = is;
+        mmqs_src<QT, NT> ps = src;
+#pragma unroll
+        for (int i = 0; i < ST - 1; i++) {
+            if (p.item < n_items) {
+                mmqs_issue_w<QT, NT>(smem + i * P::BYTES, a, ps, p.u, tid);
+                if (mmqs_next<NC>(p, a, rb) && p.item < n_items) ps.set(a, p, tid);
+            }
+        }
     }
-    const int64_t rA = min(row0 + g, a.n_out - 1), rB = min(row0 + g + 8, a.n_out - 1);
-    const uint8_t *wA = wb + rA * a.w_nb1, *wB = wb + rB * a.w_nb1;
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    // their activations: each of these units' commit group then holds both
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (is.item < n_items) {
+            mmqs_issue_act<QT, NT>(smem + i * P::BYTES, a, src, is.u, tid);
+            if (mmqs_next<NC>(is, a, rb) && is.item < n_items) src.set(a, is, tid);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-
-    for (int u = u0; u < u1; u++) {
-        uint8_t *buf = smem + ((u - u0) & 1) * L::BUF;
-        raw_t A, B; // weight loads are in flight while the activations are staged
-        load_raw(A, wA + (size_t)u * qt_unit_bytes(QT), t);
-        load_raw(B, wB + (size_t)u * qt_unit_bytes(QT), t);
-        stage_unit<QT, NT>(buf, a, c0, nvalid, u, tid);
-        __syncthreads(); // double buffer: unit u+2 rewrites buf only after this barrier of u+1
+    const int lA = warp * 16 + g, lB = lA + 8;
+    int rA = min(cc.row0 + lA, (int)a.n_out - 1), rB = min(cc.row0 + lB, (int)a.n_out - 1);
+    for (int k = 0; cc.item < n_items; k++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
+        __syncthreads(); // unit k is in every thread's view; unit k - 1's stage is free
+        if (is.item < n_items) {
+            uint8_t *nx = smem + ((k + ST - 1) % ST) * P::BYTES;
+            mmqs_issue_w<QT, NT>(nx, a, src, is.u, tid);
+            mmqs_issue_act<QT, NT>(nx, a, src, is.u, tid);
+            if (mmqs_next<NC>(is, a, rb) && is.item < n_items) src.set(a, is, tid);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const uint8_t *st = smem + (k % ST) * P::BYTES;
+        int oA = 0, oB = 0; // where the unit starts in its first 16-byte chunk
+        if constexpr (UB % 16 != 0) {
+            oA = (int)((uintptr_t)(a.w + (size_t)rA * a.w_nb1 + (size_t)cc.u * UB) & 15);
+            oB = (int)((uintptr_t)(a.w + (size_t)rB * a.w_nb1 + (size_t)cc.u * UB) & 15);
+        }
+        raw_t A, B;
+        load_raw<true>(A, st + lA * RS + oA, t);
+        load_raw<true>(B, st + lB * RS + oB, t);
+        const uint8_t *buf = st + P::W;
         if constexpr (QT == QT_Q8_0) {
             unit_q8_0_s<NT>(acc, A, B, buf, g, t);
         } else {
             unit_k_s<QT, NT>(acc, A, B, buf, g, t);
         }
-    }
+        if (cc.u + 1 == cc.uend) { // the item's split sum is complete
+            float *o = a.ks == 1 ? a.y : a.part + (size_t)cc.split * a.ncols * a.n_out;
+            const int64_t ocs = a.ks == 1 ? a.y_nb1 : a.n_out;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
+            for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int64_t row = row0 + g + (e >> 1) * 8;
-            const int cl = nt * 8 + 2 * t + (e & 1);
-            if (row >= a.n_out || cl >= nvalid) continue;
-            const int c = c0 + cl;
-            if (a.ks == 1) {
-                a.y[mm_yoff(a, c) + row] = acc[nt][e];
-            } else {
-                a.part[((size_t)split * a.ncols + c) * a.n_out + row] = acc[nt][e];
+                for (int e = 0; e < 4; e++) {
+                    const int row = cc.row0 + lA + (e >> 1) * 8;
+                    const int cl = nt * 8 + 2 * t + (e & 1);
+                    if (row < a.n_out && cl < cc.nvalid) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                    acc[nt][e] = 0.0f;
+                }
             }
         }
+        if (mmqs_next<NC>(cc, a, rb)) {
+            rA = min(cc.row0 + lA, (int)a.n_out - 1);
+            rB = min(cc.row0 + lB, (int)a.n_out - 1);
+        }
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // y = sum over splits of the partials, in split order.
@@ -575,14 +693,42 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
     ds_cu_launch(c, mmq_kernel<QT, NT>, grid, 32 * mmq_warps(c, a, n_z), smem, a);
 }
 
-template <int QT, int NT>
-static void mmq_staged_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
-    typedef stage_layout<QT, NT> L;
-    dim3 grid((unsigned)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a.ks, (unsigned)n_z);
-    ds_cu_launch(c, mmq_staged_kernel<QT, NT>, grid, MMQS_THREADS, 2 * L::BUF, a);
+// The staged kernel's pipeline depth: 3 stages where the device's shared memory holds two such
+// blocks per SM, else 2. Its grid: one block per resident slot (shared memory and the registers
+// of __launch_bounds__ decide), at most one per item.
+template <int QT, int NT, int ST>
+static void mmq_staged_go(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES;
+    const uint32_t bit = 1u << (QT * 4 + NT / 4 * 2 + ST - 2);
+    if (!(c->mmqs_opted & bit)) {
+        if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_staged_kernel<QT, NT, ST>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem))) {
+            return;
+        }
+        c->mmqs_opted |= bit;
+    }
+    const int64_t rb = (a.n_out + MMQ_ROWS - 1) / MMQ_ROWS, items = rb * a.ks * n_z;
+    // (the kernel's item, row and activation offsets are 32-bit)
+    DS_ASSERT(items <= 0x7fffffff && (int64_t)a.ncols * a.n_in <= 0x7fffffff);
+    DS_ASSERT((int64_t)a.ks * a.n_units <= 0x7fffffff && a.w_nb1 * MMQ_ROWS <= 0x7fffffff);
+    const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN((int64_t)(NT <= 2 ? 3 : 2),
+                                                     (int64_t)(c->smem_per_sm / (smem + 1024))));
+    const int64_t blocks = DS_MIN(items, (int64_t)c->n_sm * per_sm);
+    ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST>, (unsigned)blocks, MMQS_THREADS, smem, a);
     if (a.ks > 1) {
         dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
         ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, a);
+    }
+}
+
+template <int QT, int NT>
+static void mmq_staged_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
+    if (st3 <= c->smem_optin && 2 * (st3 + 1024) <= c->smem_per_sm) {
+        mmq_staged_go<QT, NT, 3>(c, a, n_z);
+    } else {
+        mmq_staged_go<QT, NT, 2>(c, a, n_z);
     }
 }
 

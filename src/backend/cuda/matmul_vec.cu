@@ -408,13 +408,6 @@ template <int QT> struct mmv_smem {
     static constexpr int BYTES_PER_UNIT = UNIT + 4 * BPU + 4 * DPU;
 };
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-
 // Warp-cooperative: start copying the activations of units [ua, ub) of the NC columns into the
 // block's shared copy (asynchronously: the caller has issued its first weight loads before, so
 // they are in flight first, and waits for the copy right after).

@@ -68,6 +68,7 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
     return ld_u16(p) | (ld_u16(p + 2) << 16);
 }
 
+template <bool S = false>
 __device__ __forceinline__ void load_raw(raw_q8_0 &r, const uint8_t *p, int t) {
 #pragma unroll
     for (int b = 0; b < 8; b++) {
@@ -82,17 +83,25 @@ __device__ __forceinline__ void load_raw(raw_q8_0 &r, const uint8_t *p, int t) {
         r.d[b] = ld_u16(p + 34 * b);
     }
 }
+// (S: the unit was staged in shared memory -- plain loads; else read-only global loads)
+template <bool S, typename T> __device__ __forceinline__ T ld_ro(const uint8_t *p) {
+    if constexpr (S) return *(const T *)p;
+    else return __ldg((const T *)p);
+}
+template <bool S = false>
 __device__ __forceinline__ void load_raw(raw_q4_k &r, const uint8_t *p, int t) {
-    r.h = __ldg((const uint4 *)p);
+    r.h = ld_ro<S, uint4>(p);
 #pragma unroll
-    for (int j = 0; j < 4; j++) r.q[j] = __ldg((const uint2 *)(p + 16 + 32 * j + 8 * t));
+    for (int j = 0; j < 4; j++) r.q[j] = ld_ro<S, uint2>(p + 16 + 32 * j + 8 * t);
 }
+template <bool S = false>
 __device__ __forceinline__ void load_raw(raw_q5_k &r, const uint8_t *p, int t) {
-    r.h = __ldg((const uint4 *)p);
-    r.qh = __ldg((const uint2 *)(p + 16 + 8 * t));
+    r.h = ld_ro<S, uint4>(p);
+    r.qh = ld_ro<S, uint2>(p + 16 + 8 * t);
 #pragma unroll
-    for (int j = 0; j < 4; j++) r.q[j] = __ldg((const uint2 *)(p + 48 + 32 * j + 8 * t));
+    for (int j = 0; j < 4; j++) r.q[j] = ld_ro<S, uint2>(p + 48 + 32 * j + 8 * t);
 }
+template <bool S = false>
 __device__ __forceinline__ void load_raw(raw_q6_k &r, const uint8_t *p, int t) {
 #pragma unroll
     for (int n = 0; n < 2; n++) {
@@ -107,10 +116,11 @@ __device__ __forceinline__ void load_raw(raw_q6_k &r, const uint8_t *p, int t) {
     for (int i = 0; i < 4; i++) r.sc[i] = ld_u32_a2(p + 192 + 4 * i);
     r.d = ld_u16(p + 208);
 }
+template <bool S = false>
 __device__ __forceinline__ void load_raw(raw_iq4_xs &r, const uint8_t *p, int t) {
-    r.h = __ldg((const uint2 *)p);
+    r.h = ld_ro<S, uint2>(p);
 #pragma unroll
-    for (int ib = 0; ib < 8; ib++) r.q[ib] = __ldg((const uint32_t *)(p + 8 + 16 * ib + 4 * t));
+    for (int ib = 0; ib < 8; ib++) r.q[ib] = ld_ro<S, uint32_t>(p + 8 + 16 * ib + 4 * t);
 }
 
 // Q6_K 6-bit values minus 32 as int8, for quarter q (0..3) and step s of half n.
