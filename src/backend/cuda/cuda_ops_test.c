@@ -590,7 +590,7 @@ static void test_matmul_multi(void **state) {
     const int64_t n_in = 1280;
     const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q6_K, DS_TYPE_Q4_K, DS_TYPE_IQ4_XS};
     const int64_t outs[] = {1030, 200, 48, 77};
-    enum { NW = 4, NMAX = 5 };
+    enum { NW = 4, NMAX = 33 };
     void *wd[NW];
     ds_tensor wg[NW], yg[NW];
     float *yd[NW];
@@ -602,7 +602,9 @@ static void test_matmul_multi(void **state) {
     fill_u(e, x, n_in * NMAX, 1.0f);
     void *xd = up(e, x, (size_t)(n_in * NMAX) * 4);
     float *ref = xmalloc((size_t)(1030 * NMAX) * 4), *got = xmalloc((size_t)(1030 * NMAX) * 4);
-    static const int ns[] = {1, 2, 5};
+    // (1, 2: the grouped GEMV; 5: one matmul per weight; 9, 16, 17, 33: one staged launch per
+    // weight type, with a partial last row block, K splits and 1-2 column chunks)
+    static const int ns[] = {1, 2, 5, 9, 16, 17, 33};
     for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
         const int64_t n = ns[k];
         ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);

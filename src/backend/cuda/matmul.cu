@@ -354,28 +354,50 @@ template <int QT, int NT> struct pipe_stage {
     static constexpr int BYTES = W + stage_layout<QT, NT>::BUF;
 };
 
-// A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk
-// (items numbered row block fastest, then split, then chunk), walked unit by unit. 32-bit
-// arithmetic only: items, units and ks * n_units are small.
+// The matrices of one staged launch: one input (mm_args: n_in, n_units, ncols, xq, xd, xb) and
+// one weight type; matmul_multi puts up to MMV_MAX_MATS matrices into one launch, whose items then
+// fill the waves together (the 48-row DeltaNet gate projections alone were 10 us launches).
+struct mmqs_mat {
+    const uint8_t *w;
+    int64_t w_nb1, n_out, y_nb1;
+    float *y;
+    float *part;       // [ks][ncols][n_out] split partials (ks > 1)
+    int ks, rb, item0; // K splits, MMQ_ROWS row blocks, first item
+    int red0, n_red;   // first and count of the reduce kernel's 256-row blocks (0 when ks == 1)
+};
+struct mmqs_group {
+    mm_args a;
+    mmqs_mat m[MMV_MAX_MATS];
+    int n, n_items, n_red;
+};
+
+// A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk of
+// one matrix (items numbered matrix by matrix, row block fastest, then split, then chunk), walked
+// unit by unit. 32-bit arithmetic only: items, units and ks * n_units are small.
 struct mmqs_cursor {
-    int item, split, u, uend, row0, c0, nvalid;
+    int item, m, split, u, uend, row0, c0, nvalid;
 };
 template <int NC>
-__device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mm_args &a, int item, int rb) {
+__device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mmqs_group &g, int item) {
     p.item = item;
-    const int per_z = rb * a.ks, z = item / per_z, rem = item - z * per_z;
+    int m = 0;
+#pragma unroll
+    for (int j = 1; j < MMV_MAX_MATS; j++) m = j < g.n && item >= g.m[j].item0 ? j : m;
+    p.m = m;
+    const int rb = g.m[m].rb, ks = g.m[m].ks, local = item - g.m[m].item0;
+    const int per_z = rb * ks, z = local / per_z, rem = local - z * per_z;
     p.split = rem / rb;
     p.row0 = (rem - p.split * rb) * MMQ_ROWS;
     p.c0 = z * NC;
-    p.nvalid = min(NC, a.ncols - p.c0);
-    p.u = p.split * a.n_units / a.ks;
-    p.uend = (p.split + 1) * a.n_units / a.ks; // > u: ks <= n_units
+    p.nvalid = min(NC, g.a.ncols - p.c0);
+    p.u = p.split * g.a.n_units / ks;
+    p.uend = (p.split + 1) * g.a.n_units / ks; // > u: ks <= n_units
 }
 // Next unit; true when that starts a new item.
 template <int NC>
-__device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mm_args &a, int rb) {
+__device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mmqs_group &g) {
     if (++p.u < p.uend) return false;
-    mmqs_set<NC>(p, a, p.item + (int)gridDim.x, rb);
+    mmqs_set<NC>(p, g, p.item + (int)gridDim.x);
     return true;
 }
 
@@ -387,15 +409,19 @@ __device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mm_args &a, int 
 template <int QT, int NT> struct mmqs_src {
     static constexpr int NC = NT * 8, NQ = (NC * 16 + MMQS_THREADS - 1) / MMQS_THREADS;
     const uint8_t *w;  // the item's first weight row
-    int rmax;          // its last row (the rows past n_out repeat it)
+    int nb1;           // bytes per weight row
+    int rmax;          // the item's last row (the rows past n_out repeat it)
     int q[NQ];         // xq element offsets (unit 0)
     int d, b;          // xd / xb offsets (unit 0)
     uint32_t zq;       // bit k: xq slot k is a padding column
     bool zd;           // the scale / group-sum slot is a padding column
 
-    __device__ __forceinline__ void set(const mm_args &a, const mmqs_cursor &p, int tid) {
-        w = a.w + (size_t)p.row0 * a.w_nb1;
-        rmax = (int)a.n_out - 1 - p.row0;
+    __device__ __forceinline__ void set(const mmqs_group &g, const mmqs_cursor &p, int tid) {
+        const mm_args &a = g.a;
+        const mmqs_mat &M = g.m[p.m];
+        nb1 = (int)M.w_nb1;
+        w = M.w + (size_t)p.row0 * nb1;
+        rmax = (int)M.n_out - 1 - p.row0;
         zq = 0;
 #pragma unroll
         for (int k = 0; k < NQ; k++) {
@@ -412,11 +438,10 @@ template <int QT, int NT> struct mmqs_src {
 };
 
 template <int QT, int NT>
-__device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mm_args &a,
-                                             const mmqs_src<QT, NT> &src, int u, int tid) {
+__device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mmqs_src<QT, NT> &src, int u,
+                                             int tid) {
     constexpr int RS = qt_wrow(QT), CPR = RS / 16, UB = qt_unit_bytes(QT);
     const uint8_t *wu = src.w + (size_t)u * UB;
-    const int nb1 = (int)a.w_nb1; // (the launcher asserts 32 bits)
     const uint32_t sbase = smem_addr(st);
     // consecutive threads copy consecutive chunks (a warp's copies cover few 128-byte lines:
     // one row per thread pair measured slower)
@@ -424,7 +449,7 @@ __device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mm_args &a,
     for (int k = 0; k < (MMQ_ROWS * CPR + MMQS_THREADS - 1) / MMQS_THREADS; k++) {
         const int i = tid + k * MMQS_THREADS, r = i / CPR, ch = i - r * CPR;
         if ((MMQ_ROWS * CPR) % MMQS_THREADS == 0 || i < MMQ_ROWS * CPR) {
-            const uint8_t *p = wu + min(r, src.rmax) * nb1;
+            const uint8_t *p = wu + min(r, src.rmax) * src.nb1;
             if constexpr (UB % 16 != 0) p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
             cp_async16(sbase + r * RS + 16 * ch, p + 16 * ch);
         }
@@ -458,35 +483,39 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
 
 // Persistent blocks (about one wave): block b runs items b, b + grid, ... of MMQ_ROWS rows (8 warps
 // x 16) x NT*8 columns, unit after unit through one ST-stage cp.async pipeline of weights and
-// activations that runs on across items: ST - 1 units are in flight while one is computed, one
-// barrier per unit. Each item's sum (one K split) is written to a.part, or y when ks == 1, so the
-// terms and their order are those of mmq_kernel and the GEMV. Dense weights only (no ids).
-// (min blocks: 3 per SM for up to 16 columns, which caps the registers at 85: a helper measured
-// the 16-row verify step 19.35-19.5 -> 18.1-18.2 ms when Q4_K's fell from 100 to 73)
+// activations that runs on across items (and matrices): ST - 1 units are in flight while one is
+// computed, one barrier per unit. Each item's sum (one K split) is written to the matrix's
+// partials, or y when ks == 1, so the terms and their order are those of mmq_kernel and the GEMV.
+// Dense weights only (no ids).
+// (min blocks: 3 per SM for up to 16 columns where their shared memory fits (Hopper: 228 KiB per
+// SM), which caps the registers at 85: a helper measured the 16-row verify step 19.35-19.5 ->
+// 18.1-18.2 ms when Q4_K's fell from 100 to 73; else 2)
+template <int QT, int NT, int ST> static constexpr int mmqs_min_blocks() {
+    return NT <= 2 && 3 * (ST * pipe_stage<QT, NT>::BYTES + 1024) <= 228 * 1024 ? 3 : 2;
+}
 template <int QT, int NT, int ST>
-static __global__ __launch_bounds__(MMQS_THREADS, NT <= 2 ? 3 : 2) void mmq_staged_kernel(
-    mm_args a) {
+static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>())) void mmq_staged_kernel(
+    const __grid_constant__ mmqs_group g) {
     typedef pipe_stage<QT, NT> P;
     typedef typename raw_of<QT>::type raw_t;
     constexpr int NC = stage_layout<QT, NT>::NC, RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
     extern __shared__ __align__(16) uint8_t smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int rb = (int)((a.n_out + MMQ_ROWS - 1) / MMQ_ROWS);
-    const int n_items = rb * a.ks * ((a.ncols + NC - 1) / NC);
+    const mm_args &a = g.a;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t = lane & 3;
     mmqs_cursor is, cc; // the unit to issue next, the unit to compute next
-    mmqs_set<NC>(cc, a, blockIdx.x, rb);
+    mmqs_set<NC>(cc, g, blockIdx.x);
     is = cc;
     mmqs_src<QT, NT> src;
-    src.set(a, is, tid);
+    src.set(g, is, tid);
     // weights are never written by a kernel (backend.h): the first units start before the wait
     {
         mmqs_cursor p = is;
         mmqs_src<QT, NT> ps = src;
 #pragma unroll
         for (int i = 0; i < ST - 1; i++) {
-            if (p.item < n_items) {
-                mmqs_issue_w<QT, NT>(smem + i * P::BYTES, a, ps, p.u, tid);
-                if (mmqs_next<NC>(p, a, rb) && p.item < n_items) ps.set(a, p, tid);
+            if (p.item < g.n_items) {
+                mmqs_issue_w<QT, NT>(smem + i * P::BYTES, ps, p.u, tid);
+                if (mmqs_next<NC>(p, g) && p.item < g.n_items) ps.set(g, p, tid);
             }
         }
     }
@@ -494,75 +523,84 @@ static __global__ __launch_bounds__(MMQS_THREADS, NT <= 2 ? 3 : 2) void mmq_stag
     // their activations: each of these units' commit group then holds both
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (is.item < n_items) {
+        if (is.item < g.n_items) {
             mmqs_issue_act<QT, NT>(smem + i * P::BYTES, a, src, is.u, tid);
-            if (mmqs_next<NC>(is, a, rb) && is.item < n_items) src.set(a, is, tid);
+            if (mmqs_next<NC>(is, g) && is.item < g.n_items) src.set(g, is, tid);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    const int lA = warp * 16 + g, lB = lA + 8;
-    int rA = min(cc.row0 + lA, (int)a.n_out - 1), rB = min(cc.row0 + lB, (int)a.n_out - 1);
-    for (int k = 0; cc.item < n_items; k++) {
+    const int lA = warp * 16 + g8, lB = lA + 8;
+    for (int k = 0; cc.item < g.n_items; k++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         __syncthreads(); // unit k is in every thread's view; unit k - 1's stage is free
-        if (is.item < n_items) {
+        if (is.item < g.n_items) {
             uint8_t *nx = smem + ((k + ST - 1) % ST) * P::BYTES;
-            mmqs_issue_w<QT, NT>(nx, a, src, is.u, tid);
+            mmqs_issue_w<QT, NT>(nx, src, is.u, tid);
             mmqs_issue_act<QT, NT>(nx, a, src, is.u, tid);
-            if (mmqs_next<NC>(is, a, rb) && is.item < n_items) src.set(a, is, tid);
+            if (mmqs_next<NC>(is, g) && is.item < g.n_items) src.set(g, is, tid);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
+        const mmqs_mat &M = g.m[cc.m];
         const uint8_t *st = smem + (k % ST) * P::BYTES;
         int oA = 0, oB = 0; // where the unit starts in its first 16-byte chunk
         if constexpr (UB % 16 != 0) {
-            oA = (int)((uintptr_t)(a.w + (size_t)rA * a.w_nb1 + (size_t)cc.u * UB) & 15);
-            oB = (int)((uintptr_t)(a.w + (size_t)rB * a.w_nb1 + (size_t)cc.u * UB) & 15);
+            const int rA = min(cc.row0 + lA, (int)M.n_out - 1);
+            const int rB = min(cc.row0 + lB, (int)M.n_out - 1);
+            oA = (int)((uintptr_t)(M.w + (size_t)rA * M.w_nb1 + (size_t)cc.u * UB) & 15);
+            oB = (int)((uintptr_t)(M.w + (size_t)rB * M.w_nb1 + (size_t)cc.u * UB) & 15);
         }
         raw_t A, B;
         load_raw<true>(A, st + lA * RS + oA, t);
         load_raw<true>(B, st + lB * RS + oB, t);
         const uint8_t *buf = st + P::W;
         if constexpr (QT == QT_Q8_0) {
-            unit_q8_0_s<NT>(acc, A, B, buf, g, t);
+            unit_q8_0_s<NT>(acc, A, B, buf, g8, t);
         } else {
-            unit_k_s<QT, NT>(acc, A, B, buf, g, t);
+            unit_k_s<QT, NT>(acc, A, B, buf, g8, t);
         }
         if (cc.u + 1 == cc.uend) { // the item's split sum is complete
-            float *o = a.ks == 1 ? a.y : a.part + (size_t)cc.split * a.ncols * a.n_out;
-            const int64_t ocs = a.ks == 1 ? a.y_nb1 : a.n_out;
+            float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
+            const int64_t ocs = M.ks == 1 ? M.y_nb1 : M.n_out;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int row = cc.row0 + lA + (e >> 1) * 8;
                     const int cl = nt * 8 + 2 * t + (e & 1);
-                    if (row < a.n_out && cl < cc.nvalid) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                    if (row < M.n_out && cl < cc.nvalid) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
                     acc[nt][e] = 0.0f;
                 }
             }
         }
-        if (mmqs_next<NC>(cc, a, rb)) {
-            rA = min(cc.row0 + lA, (int)a.n_out - 1);
-            rB = min(cc.row0 + lB, (int)a.n_out - 1);
-        }
+        mmqs_next<NC>(cc, g);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// y = sum over splits of the partials, in split order.
-static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(mm_args a) {
+// y = sum over splits of the partials, in split order (blockIdx.x: the group's 256-row blocks of
+// matrices with ks > 1).
+static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(
+    const __grid_constant__ mmqs_group g) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int64_t row = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (row >= a.n_out) return;
-    for (int c = blockIdx.y; c < a.ncols; c += gridDim.y) {
-        float s = a.part[(size_t)c * a.n_out + row];
-        for (int sp = 1; sp < a.ks; sp++) {
-            s = __fadd_rn(s, a.part[((size_t)sp * a.ncols + c) * a.n_out + row]);
+    const int bx = blockIdx.x;
+    int m = 0;
+#pragma unroll
+    for (int j = 1; j < MMV_MAX_MATS; j++) {
+        m = j < g.n && g.m[j].n_red > 0 && bx >= g.m[j].red0 ? j : m;
+    }
+    const mmqs_mat &M = g.m[m];
+    const int64_t row = (int64_t)(bx - M.red0) * 256 + threadIdx.x;
+    if (row >= M.n_out) return;
+    const int ncols = g.a.ncols;
+    for (int c = blockIdx.y; c < ncols; c += gridDim.y) {
+        float s = M.part[(size_t)c * M.n_out + row];
+        for (int sp = 1; sp < M.ks; sp++) {
+            s = __fadd_rn(s, M.part[((size_t)sp * ncols + c) * M.n_out + row]);
         }
-        a.y[mm_yoff(a, c) + row] = s;
+        M.y[c * M.y_nb1 + row] = s;
     }
 }
 
@@ -697,7 +735,7 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
 // blocks per SM, else 2. Its grid: one block per resident slot (shared memory and the registers
 // of __launch_bounds__ decide), at most one per item.
 template <int QT, int NT, int ST>
-static void mmq_staged_go(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES;
     const uint32_t bit = 1u << (QT * 4 + NT / 4 * 2 + ST - 2);
     if (!(c->mmqs_opted & bit)) {
@@ -708,36 +746,76 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mm_args &a, int n_z) {
         }
         c->mmqs_opted |= bit;
     }
-    const int64_t rb = (a.n_out + MMQ_ROWS - 1) / MMQ_ROWS, items = rb * a.ks * n_z;
-    // (the kernel's item, row and activation offsets are 32-bit)
-    DS_ASSERT(items <= 0x7fffffff && (int64_t)a.ncols * a.n_in <= 0x7fffffff);
-    DS_ASSERT((int64_t)a.ks * a.n_units <= 0x7fffffff && a.w_nb1 * MMQ_ROWS <= 0x7fffffff);
-    const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN((int64_t)(NT <= 2 ? 3 : 2),
+    constexpr int64_t min_blocks = mmqs_min_blocks<QT, NT, ST>();
+    const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN(min_blocks,
                                                      (int64_t)(c->smem_per_sm / (smem + 1024))));
-    const int64_t blocks = DS_MIN(items, (int64_t)c->n_sm * per_sm);
-    ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST>, (unsigned)blocks, MMQS_THREADS, smem, a);
-    if (a.ks > 1) {
-        dim3 rg((unsigned)((a.n_out + 255) / 256), (unsigned)DS_MIN(a.ncols, 65535));
-        ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, a);
+    const int64_t blocks = DS_MIN((int64_t)g.n_items, (int64_t)c->n_sm * per_sm);
+    ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST>, (unsigned)blocks, MMQS_THREADS, smem, g);
+    if (g.n_red > 0) {
+        dim3 rg((unsigned)g.n_red, (unsigned)DS_MIN(g.a.ncols, 65535));
+        ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, g);
     }
 }
 
 template <int QT, int NT>
-static void mmq_staged_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
     if (st3 <= c->smem_optin && 2 * (st3 + 1024) <= c->smem_per_sm) {
-        mmq_staged_go<QT, NT, 3>(c, a, n_z);
+        mmq_staged_go<QT, NT, 3>(c, g);
     } else {
-        mmq_staged_go<QT, NT, 2>(c, a, n_z);
+        mmq_staged_go<QT, NT, 2>(c, g);
     }
 }
 
-// N <= 8 (and MoE pairs): mmq_kernel; N > 8: the staged kernel (faster there).
+// Bytes of split partials matrix (w_nb1, n_out) needs in a staged launch of a.ncols columns.
+static size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_out) {
+    const int ks = mmq_splits(c, n_out, a.n_units);
+    return ks > 1 ? (size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 : 0;
+}
+
+// Adds matrix (w, n_out -> y) to a staged group whose a (prepared input, a.part: the partials
+// scratch) is set; part_off: bytes of that scratch taken by the earlier matrices.
+static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int64_t w_nb1,
+                     int64_t n_out, float *y, int64_t y_nb1, size_t *part_off) {
+    const mm_args &a = g.a;
+    const int nt = a.ncols <= 16 ? 2 : 4;
+    const int64_t n_z = (a.ncols + nt * 8 - 1) / (nt * 8);
+    mmqs_mat &M = g.m[g.n++];
+    M.w = w, M.w_nb1 = w_nb1, M.n_out = n_out, M.y = y, M.y_nb1 = y_nb1;
+    M.ks = mmq_splits(c, n_out, a.n_units);
+    M.rb = (int)((n_out + MMQ_ROWS - 1) / MMQ_ROWS);
+    M.item0 = g.n_items;
+    M.part = (float *)((uint8_t *)a.part + *part_off);
+    *part_off += mmqs_part_bytes(c, a, n_out);
+    M.red0 = g.n_red;
+    M.n_red = M.ks > 1 ? (int)((n_out + 255) / 256) : 0;
+    const int64_t items = (int64_t)g.n_items + (int64_t)M.rb * M.ks * n_z;
+    // (the kernel's item, row and activation offsets are 32-bit)
+    DS_ASSERT(items <= 0x7fffffff && (int64_t)a.ncols * a.n_in <= 0x7fffffff);
+    DS_ASSERT(w_nb1 * MMQ_ROWS <= 0x7fffffff && (uintptr_t)w % 16 == 0 && w_nb1 % 2 == 0);
+    g.n_items = (int)items;
+    g.n_red += M.n_red;
+}
+
 template <int QT>
-static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int nt, int n_z) {
-    if (nt == 1) mmq_launch<QT, 1>(c, a, n_z);
-    else if (nt == 2) mmq_staged_launch<QT, 2>(c, a, n_z);
-    else mmq_staged_launch<QT, 4>(c, a, n_z);
+static void mmqs_dispatch(ds_cuda_ctx *c, const mmqs_group &g) {
+    if (g.a.ncols <= 16) mmq_staged_launch<QT, 2>(c, g);
+    else mmq_staged_launch<QT, 4>(c, g);
+}
+static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g) {
+    switch (qt) {
+    case QT_Q8_0: mmqs_dispatch<QT_Q8_0>(c, g); break;
+    case QT_Q4_K: mmqs_dispatch<QT_Q4_K>(c, g); break;
+    case QT_Q5_K: mmqs_dispatch<QT_Q5_K>(c, g); break;
+    case QT_Q6_K: mmqs_dispatch<QT_Q6_K>(c, g); break;
+    default: mmqs_dispatch<QT_IQ4_XS>(c, g); break;
+    }
+}
+
+// N <= 8 (and MoE pairs): mmq_kernel (N > 8: the staged kernel, mmqs_run).
+template <int QT>
+static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
+    mmq_launch<QT, 1>(c, a, n_z);
 }
 
 template <int WT>
@@ -869,8 +947,7 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     a.ks = mmq_splits(c, a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
     const bool staged = !moe && a.ncols > 8; // its split partials follow xq | xd | xb
-    const size_t sz_p =
-        staged && a.ks > 1 ? (size_t)a.ks * (size_t)a.ncols * (size_t)a.n_out * 4 : 0;
+    const size_t sz_p = staged ? mmqs_part_bytes(c, a, a.n_out) : 0;
     if (!prep_quant(c, qt, xs, ncx, sz_p, a)) return;
     if (vec) {
         mmv_group g;
@@ -882,14 +959,23 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         ds_cuda_launched(c, op);
         return;
     }
-    int nt = moe ? 1 : a.ncols <= 8 ? 1 : a.ncols <= 16 ? 2 : 4;
-    int n_z = moe ? a.ncols : (a.ncols + nt * 8 - 1) / (nt * 8);
+    if (staged) {
+        mmqs_group g;
+        memset(&g, 0, sizeof(g));
+        g.a = a;
+        size_t off = 0;
+        mmqs_add(c, g, a.w, (int64_t)a.w_nb1, a.n_out, a.y, a.y_nb1, &off);
+        mmqs_run(c, qt, g);
+        ds_cuda_launched(c, op);
+        return;
+    }
+    const int n_z = moe ? a.ncols : 1; // (<= 8 dense columns: one chunk)
     switch (qt) {
-    case QT_Q8_0: mmq_dispatch<QT_Q8_0>(c, a, nt, n_z); break;
-    case QT_Q4_K: mmq_dispatch<QT_Q4_K>(c, a, nt, n_z); break;
-    case QT_Q5_K: mmq_dispatch<QT_Q5_K>(c, a, nt, n_z); break;
-    case QT_Q6_K: mmq_dispatch<QT_Q6_K>(c, a, nt, n_z); break;
-    default: mmq_dispatch<QT_IQ4_XS>(c, a, nt, n_z); break;
+    case QT_Q8_0: mmq_dispatch<QT_Q8_0>(c, a, n_z); break;
+    case QT_Q4_K: mmq_dispatch<QT_Q4_K>(c, a, n_z); break;
+    case QT_Q5_K: mmq_dispatch<QT_Q5_K>(c, a, n_z); break;
+    case QT_Q6_K: mmq_dispatch<QT_Q6_K>(c, a, n_z); break;
+    default: mmq_dispatch<QT_IQ4_XS>(c, a, n_z); break;
     }
     ds_cuda_launched(c, op);
 }
@@ -919,6 +1005,45 @@ extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
     mm_run(c, "matmul", w->type, a, xs, n);
 }
 
+// matmul_multi for N > 8 quantized columns: per weight type (first-seen order) one prepared
+// input and one staged launch over all of that type's matrices. Results are bitwise those of
+// separate matmul calls (the same items, split partials and reduce order).
+static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_tensor *const *w,
+                       const ds_tensor *x) {
+    if (!ds_cuda_alive(c, "matmul")) return;
+    check_f32_rows(x);
+    const xsrc xs = xsrc_of(x);
+    const int64_t n_in = x->ne[0], n = x->ne[1];
+    bool done[MMV_MAX_MATS] = {false};
+    for (int i = 0; i < n_w; i++) {
+        if (done[i]) continue;
+        const int qt = qt_of(w[i]->type);
+        mm_args a;
+        memset(&a, 0, sizeof(a));
+        a.n_in = n_in, a.n_units = (int)(n_in / UNIT), a.ncols = (int)n;
+        size_t sz_p = 0;
+        for (int j = i; j < n_w; j++) {
+            if (!done[j] && qt_of(w[j]->type) == qt) sz_p += mmqs_part_bytes(c, a, w[j]->ne[1]);
+        }
+        if (!prep_quant(c, qt, xs, n, sz_p, a)) return;
+        mmqs_group g;
+        memset(&g, 0, sizeof(g));
+        g.a = a;
+        size_t off = 0;
+        for (int j = i; j < n_w; j++) {
+            if (done[j] || qt_of(w[j]->type) != qt) continue;
+            check_f32_rows(y[j]);
+            DS_ASSERT(y[j]->ne[0] == w[j]->ne[1]);
+            DS_ASSERT(qt == QT_Q6_K || w[j]->nb[1] % 8 == 0);
+            mmqs_add(c, g, (const uint8_t *)w[j]->data, (int64_t)w[j]->nb[1], w[j]->ne[1],
+                     (float *)y[j]->data, (int64_t)(y[j]->nb[1] / 4), &off);
+            done[j] = true;
+        }
+        mmqs_run(c, qt, g);
+        ds_cuda_launched(c, "matmul");
+    }
+}
+
 // Up to 4 matmuls of one input: on the decode path (N <= MMV_MAX_COLS, quantized weights) the
 // activations are prepared once per kind and each run of same-type weights is one GEMV launch;
 // otherwise one matmul per weight (still sharing prepared activations through prep_reuse).
@@ -934,6 +1059,17 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
         vec = qt_of(w[i]->type) >= 0 && w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
               w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
               (uintptr_t)w[i]->data % 16 == 0;
+    }
+    // N > 8: one staged launch per weight type (matmul_vec's grouping, for the mma kernel)
+    bool staged = !vec && n > 8 && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof && n_in % UNIT == 0;
+    for (int i = 0; i < n_w && staged; i++) {
+        staged = qt_of(w[i]->type) >= 0 && w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
+                 w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
+                 (uintptr_t)w[i]->data % 16 == 0;
+    }
+    if (staged) {
+        mmqs_multi(c, n_w, y, w, x);
+        return;
     }
     if (!vec) { // (profiling keeps per-matrix rows in its table)
         for (int i = 0; i < n_w; i++) ds_cuda_matmul(be, y[i], w[i], x);
