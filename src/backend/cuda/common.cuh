@@ -285,6 +285,20 @@ __device__ __forceinline__ float ds_cu_sigmoid(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
+// cp.async (sm_80+), global -> shared: 16 bytes through L2 only, 4 bytes through L1. n < size (0
+// included) reads n bytes and zero-fills the rest of dst.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int n = 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int n = 4) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
 __device__ __forceinline__ float ds_cu_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {
         v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));

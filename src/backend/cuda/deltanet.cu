@@ -145,6 +145,7 @@ struct gdn_args {
     int dv, hk, hv;
     float q_scale, eps;
     int n;
+    int async16;          // qkv rows and slices 16-byte aligned: staged with cp.async
     const int32_t *src;   // per row: -1 continue, -2 load s0, >= 0 load saved slot
     const int32_t *dst;   // per row: -1 none, >= 0 save the state after the row in this slot
     float *saved;         // [slots][H_v][d_v][d_k]
@@ -165,8 +166,10 @@ template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
 // Block: GDN_WARPS warps x GDN_JW value rows; lane l holds S[j][l*DKL .. l*DKL+DKL) of each row j.
 // The rows are taken GDN_CH(DKL) at a time: the block first stages every row's q and k (of its k
 // head), its value slice, beta and the decay in shared memory and normalises q and k (one warp
-// per vector), all loads in flight together; the row loop then runs without a block barrier, so a
-// row costs its two warp reductions, not a global-load latency and four barriers.
+// per vector), all copies in flight together (cp.async where the rows are 16-byte aligned: a
+// load-and-store loop waited out one L2 latency per element); the row loop then runs without a
+// block barrier, so a row costs its two warp reductions, not a global-load latency and four
+// barriers.
 template <int DKL> struct gdn_ch { static constexpr int V = DKL <= 4 ? 16 : 8; };
 
 template <int DKL>
@@ -176,7 +179,7 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_
     constexpr int VB = GDN_WARPS * GDN_JW; // value rows per block
     __shared__ __align__(16) float sq[CH][DK];
     __shared__ __align__(16) float sk[CH][DK];
-    __shared__ float sv[CH][VB];
+    __shared__ __align__(16) float sv[CH][VB];
     __shared__ float sscale[CH][2], sbeta[CH], sdecay[CH];
     __shared__ int ssrc[CH], sdst[CH];
     const int h = blockIdx.y, kh = h % a.hk;
@@ -195,16 +198,31 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_
     for (int t0 = 0; t0 < a.n; t0 += CH) {
         const int nc = min(CH, a.n - t0);
         if (t0 > 0) __syncthreads(); // every warp is done with the previous chunk
-        for (int i = threadIdx.x; i < nc * DK; i += NT) {
-            const int t = i / DK, e = i - t * DK;
-            const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
-            sq[t][e] = row[kh * DK + e];
-            sk[t][e] = row[(a.hk + kh) * DK + e];
-        }
-        for (int i = threadIdx.x; i < nc * VB; i += NT) {
-            const int t = i / VB, e = i - t * VB;
-            const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
-            sv[t][e] = row[2 * a.hk * DK + (int64_t)h * a.dv + jb + e];
+        if (a.async16) { // every copy in flight at once (a load-store loop waits per element)
+            for (int i = threadIdx.x; i < nc * (DK / 4); i += NT) {
+                const int t = i / (DK / 4), e = 4 * (i - t * (DK / 4));
+                const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+                cp_async16(smem_addr(&sq[t][e]), row + kh * DK + e);
+                cp_async16(smem_addr(&sk[t][e]), row + (a.hk + kh) * DK + e);
+            }
+            for (int i = threadIdx.x; i < nc * (VB / 4); i += NT) {
+                const int t = i / (VB / 4), e = 4 * (i - t * (VB / 4));
+                const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+                cp_async16(smem_addr(&sv[t][e]), row + 2 * a.hk * DK + (int64_t)h * a.dv + jb + e);
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        } else {
+            for (int i = threadIdx.x; i < nc * DK; i += NT) {
+                const int t = i / DK, e = i - t * DK;
+                const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+                sq[t][e] = row[kh * DK + e];
+                sk[t][e] = row[(a.hk + kh) * DK + e];
+            }
+            for (int i = threadIdx.x; i < nc * VB; i += NT) {
+                const int t = i / VB, e = i - t * VB;
+                const float *row = (const float *)(a.qkv + (int64_t)(t0 + t) * a.qkv_nb1);
+                sv[t][e] = row[2 * a.hk * DK + (int64_t)h * a.dv + jb + e];
+            }
         }
         if (threadIdx.x < nc) {
             const int64_t t = t0 + threadIdx.x;
@@ -213,6 +231,7 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gated_delta_kernel(gdn_
             ssrc[threadIdx.x] = t > 0 ? a.src[t] : -1;
             sdst[threadIdx.x] = a.dst[t];
         }
+        if (a.async16) asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         for (int pv = warp; pv < 2 * nc; pv += GDN_WARPS) { // (row, q or k) per warp
             const float *v = (pv & 1) ? sk[pv >> 1] : sq[pv >> 1];
@@ -360,6 +379,7 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     a.dv = (int)dv, a.hk = (int)hk, a.hv = (int)hv, a.q_scale = p->q_scale, a.eps = p->eps;
     a.n = (int)n, a.src = sched_d, a.dst = sched_d + n;
+    a.async16 = ((uintptr_t)qkv->data % 16 == 0 && qkv->nb[1] % 16 == 0 && dk % 4 == 0) ? 1 : 0;
     // (inside a step graph the saved states are sized for the worst tree of n rows, so every
     // tree of the step's shape replays with the same scratch)
     const int64_t slots = c->gmode != DS_CU_EAGER && p->parent ? n : n_slots;

@@ -18,20 +18,6 @@ enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
 enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32,
        MMQ_SPLIT_UNITS = 4, MMQ_SPLIT_ROWS = 1 << 18 };
 
-// cp.async (sm_80+), global -> shared: 16 bytes through L2 only, 4 bytes through L1. n < size (0
-// included) reads n bytes and zero-fills the rest of dst.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int n = 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int n = 4) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 static constexpr int qt_unit_bytes(int qt) {
     return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210
                                                                                             : 136;
