@@ -5,7 +5,8 @@
 # Runs cuda_model_test, cuda_ops_test, then per mix: `dspec synth --preset 27b` and `dspec bench
 # --model --device cuda` (decode with graphs and launched kernel by kernel, verify widths,
 # prefill). Logs go to $OUT. See bench/cuda/README.md "Carried binaries".
-# Usage (repo root, on the GPU machine): [CTX="8192 32768"] [TESTS=0] bash bench/cuda/carried.sh [mix ...]
+# Usage (repo root, on the GPU machine): [CTX="8192 32768"] [TESTS=0] [BIN=build-carry-b]
+#   bash bench/cuda/carried.sh [mix ...]      (BIN: the folder of the carried binaries)
 # (default mixes: q4_k_m iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16;
 # CTX adds q4_k_m runs at those prompt lengths; NCU=1 adds an Nsight Compute pass over the GEMV /
 # GEMM kernels of a 27B Q4_K_M decode and verify; SPEC_STEP=1 times a speculative chain step with
@@ -13,7 +14,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh carried.sh || exit 1
-B=$PWD/build-carry
+B=$PWD/${BIN:-build-carry}
 if [ "${TESTS:-1}" != 0 ]; then need_bins "$B" dspec cuda_model_test cuda_ops_test || exit 1
 else need_bins "$B" dspec || exit 1; fi
 T0=$(date +%s)
