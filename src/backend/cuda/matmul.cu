@@ -1062,8 +1062,9 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
     }
     // N > 8: one staged launch per weight type (matmul_vec's grouping, for the mma kernel)
     bool staged = !vec && n > 8 && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof && n_in % UNIT == 0;
-    for (int i = 0; i < n_w && staged; i++) {
-        staged = qt_of(w[i]->type) >= 0 && w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
+    for (int i = 0; i < n_w && staged; i++) { // (prompt chunks: gemm.cu, through ds_cuda_matmul)
+        staged = qt_of(w[i]->type) >= 0 && !ds_cuda_gemm_wanted(c, w[i]->type, n_in, (int)n, false) &&
+                 w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
                  w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
                  (uintptr_t)w[i]->data % 16 == 0;
     }
