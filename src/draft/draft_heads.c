@@ -87,22 +87,51 @@ void ds_draft_heads_scratch_deinit(ds_draft_heads_scratch *s, ds_backend *be) {
 
 // ---- DFlash 2 selector ------------------------------------------------------------------------------
 
+// One candidate into the sorted top-k (vals descending, ties keep the earlier = smaller id).
+static inline void top_k_insert(float x, int64_t v, int *n, int k, int32_t *ids, float *vals) {
+    if (*n == k && !(x > vals[k - 1])) {
+        return;
+    }
+    int j = *n < k ? (*n)++ : k - 1;
+    while (j > 0 && x > vals[j - 1]) {
+        vals[j] = vals[j - 1];
+        ids[j] = ids[j - 1];
+        j--;
+    }
+    vals[j] = x;
+    ids[j] = (int32_t)v;
+}
+
 // Top-k of row[0..V) sorted by descending value, ties by ascending id (the reference's stable sort).
+// Once k values are held, runs of TOPK_RUN elements none of which beats the k-th are skipped on
+// one vectorizable comparison (nothing is inserted inside such a run, so the result is that of
+// inserting every element): a 248K-vocabulary block of 15 rows went from ~5 ms to ~0.7 ms.
+enum { TOPK_RUN = 64 };
 static void top_k(const float *row, int64_t V, int k, int32_t *ids, float *vals) {
+    if (k <= 0) {
+        return;
+    }
     int n = 0;
-    for (int64_t v = 0; v < V; v++) {
-        float x = row[v];
-        if (n == k && !(x > vals[n - 1])) {
-            continue; // equal values keep the earlier (smaller) id
+    int64_t v = 0;
+    for (; v < V && n < k; v++) {
+        top_k_insert(row[v], v, &n, k, ids, vals);
+    }
+    while (v < V) {
+        const int64_t end = V - v >= TOPK_RUN ? v + TOPK_RUN : V;
+        if (end - v == TOPK_RUN) {
+            const float thr = vals[k - 1];
+            int any = 0;
+            for (int j = 0; j < TOPK_RUN; j++) {
+                any |= row[v + j] > thr;
+            }
+            if (!any) {
+                v = end;
+                continue;
+            }
         }
-        int j = n < k ? n++ : k - 1;
-        while (j > 0 && x > vals[j - 1]) {
-            vals[j] = vals[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
+        for (; v < end; v++) {
+            top_k_insert(row[v], v, &n, k, ids, vals);
         }
-        vals[j] = x;
-        ids[j] = (int32_t)v;
     }
 }
 

@@ -520,7 +520,7 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
         }
     }
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    // their activations: each of these units' commit group then holds both
+    // their activations, one commit group per unit (group 0 also holds the weights issued above)
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (is.item < g.n_items) {
@@ -1014,6 +1014,7 @@ static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_te
     check_f32_rows(x);
     const xsrc xs = xsrc_of(x);
     const int64_t n_in = x->ne[0], n = x->ne[1];
+    DS_ASSERT(n >= 1 && n <= 65535); // (the preparation grid's y dimension, as mm_run asserts)
     bool done[MMV_MAX_MATS] = {false};
     for (int i = 0; i < n_w; i++) {
         if (done[i]) continue;
