@@ -140,6 +140,11 @@ typedef struct ds_backend_ops {
     void (*moe_route)(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits, int64_t k);
     // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
     void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
+    // The k largest of each row of x {V, n} (f32) in ds_topk_f32's order (largest first, equal
+    // values by ascending id, NaN below every number; 1 <= k <= min(V, DS_TOPK_MAX)) into host
+    // ids[r * k + j] and vals[r * k + j]. Optional: NULL means read the rows and use ds_topk_f32
+    // (the DFlash 2 selector does; a device backend saves that copy of n x V floats).
+    void (*topk)(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
     // Copy device -> host / host -> device / device -> device (bytes; device regions may
     // overlap, as with memmove).
     void (*read)(ds_backend *be, void *dst_host, const void *src, size_t n);
@@ -198,6 +203,8 @@ typedef struct ds_backend_ops {
 } ds_backend_ops;
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
+// Most k of the topk op.
+enum { DS_TOPK_MAX = 64 };
 
 
 struct ds_backend {

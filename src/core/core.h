@@ -119,6 +119,13 @@ void ds_pool_run(ds_pool *pool, ds_pool_fn fn, void *ctx, int64_t n_tasks);
 // Monotonic time in seconds.
 double ds_time_now(void);
 
+// ---- top-k ---------------------------------------------------------------------------------------
+
+// The k largest of row[0..n) (1 <= k <= n) into ids / vals, largest first; equal values in
+// ascending id order; NaN compares below every number (taken only when fewer than k numbers
+// exist; its value is reported as -inf). Backends' topk ops follow the same order.
+void ds_topk_f32(const float *row, int64_t n, int k, int32_t *ids, float *vals);
+
 // ---- random numbers for synthetic data (not the sampler's RNG: sample/ has its own) ------------
 
 // splitmix64: a fixed stream for a seed on every platform.

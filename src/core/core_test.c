@@ -1,4 +1,4 @@
-// core_test.c: errors, arena, overflow helpers, thread pool, CPU flags.
+// core_test.c: errors, arena, overflow helpers, thread pool, CPU flags, top-k.
 #include "core/core.h"
 
 #include <setjmp.h>
@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_err_set_and_prefix(void **state) {
@@ -99,11 +101,63 @@ static void test_cpu_levels(void **state) {
     assert_true(ds_time_now() > 0.0);
 }
 
+// ds_topk_f32 against a full sort by (value descending, id ascending), NaN as -inf: rows with
+// many ties, NaN and infinities, lengths around the 64-element skip runs, k from 1 to n.
+typedef struct kv_ref {
+    float v;
+    int32_t id;
+} kv_ref;
+static int kv_cmp(const void *a, const void *b) {
+    const kv_ref *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+static void test_topk(void **state) {
+    (void)state;
+    static const int64_t ns[] = {1, 5, 63, 64, 65, 200, 1000, 100003};
+    ds_rng rng = {7};
+    for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
+        const int64_t n = ns[a];
+        float *row = malloc((size_t)n * sizeof(float));
+        kv_ref *ref = malloc((size_t)n * sizeof(kv_ref));
+        int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+        float *vals = malloc((size_t)n * sizeof(float));
+        assert_non_null(row), assert_non_null(ref), assert_non_null(ids), assert_non_null(vals);
+        for (int pass = 0; pass < 3; pass++) {
+            for (int64_t i = 0; i < n; i++) {
+                const uint64_t u = ds_rng_next(&rng);
+                // pass 0: 50 distinct values (ties everywhere); 1: increasing (every element
+                // inserted); 2: mostly distinct, with NaN and infinities
+                float x = pass == 0   ? (float)(u % 50) - 25.0f
+                          : pass == 1 ? (float)i
+                                      : ds_rng_normal(&rng);
+                if (pass == 2 && u % 97 == 0) x = NAN;
+                if (pass == 2 && u % 101 == 0) x = -INFINITY;
+                if (pass == 2 && u % 499 == 0) x = INFINITY;
+                row[i] = x;
+                ref[i] = (kv_ref){x != x ? -INFINITY : x, (int32_t)i};
+            }
+            qsort(ref, (size_t)n, sizeof(kv_ref), kv_cmp);
+            const int ks[] = {1, 2, 16, (int)(n < 64 ? n : 64), (int)n};
+            for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++) {
+                const int k = ks[b] < 1 ? 1 : ks[b] > n ? (int)n : ks[b];
+                if (k > 4096) continue; // (the insertion list is for small k)
+                ds_topk_f32(row, n, k, ids, vals);
+                for (int j = 0; j < k; j++) {
+                    assert_int_equal(ids[j], ref[j].id);
+                    assert_true(vals[j] == ref[j].v);
+                }
+            }
+        }
+        free(row), free(ref), free(ids), free(vals);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_set_and_prefix), cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_arena),               cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_cpu_levels),
+        cmocka_unit_test(test_cpu_levels),          cmocka_unit_test(test_topk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

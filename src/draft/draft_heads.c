@@ -2,7 +2,8 @@
 // (top-K per slot, low-rank bigram score, greedy path walk from the anchor) and the DSpark
 // Markov chain (full-vocabulary bias W2·W1[prev] chained from the anchor, confidence head on
 // [h ; W1[prev]], static threshold). Vector work runs through backend ops; the top-K selection
-// (over the block's logits, read once), the K-way scores and the walk are host loops.
+// through the backend's topk op (else over the block's logits, read once); the K-way scores and
+// the walk are host loops.
 // Calls backend/. Called by draft_forward.c. Spec: drafters-and-verification.md §3.2, §4.2-§4.3.
 #include "draft/draft_heads.h"
 
@@ -87,54 +88,6 @@ void ds_draft_heads_scratch_deinit(ds_draft_heads_scratch *s, ds_backend *be) {
 
 // ---- DFlash 2 selector ------------------------------------------------------------------------------
 
-// One candidate into the sorted top-k (vals descending, ties keep the earlier = smaller id).
-static inline void top_k_insert(float x, int64_t v, int *n, int k, int32_t *ids, float *vals) {
-    if (*n == k && !(x > vals[k - 1])) {
-        return;
-    }
-    int j = *n < k ? (*n)++ : k - 1;
-    while (j > 0 && x > vals[j - 1]) {
-        vals[j] = vals[j - 1];
-        ids[j] = ids[j - 1];
-        j--;
-    }
-    vals[j] = x;
-    ids[j] = (int32_t)v;
-}
-
-// Top-k of row[0..V) sorted by descending value, ties by ascending id (the reference's stable sort).
-// Once k values are held, runs of TOPK_RUN elements none of which beats the k-th are skipped on
-// one vectorizable comparison (nothing is inserted inside such a run, so the result is that of
-// inserting every element): a 248K-vocabulary block of 15 rows went from ~5 ms to ~0.7 ms.
-enum { TOPK_RUN = 64 };
-static void top_k(const float *row, int64_t V, int k, int32_t *ids, float *vals) {
-    if (k <= 0) {
-        return;
-    }
-    int n = 0;
-    int64_t v = 0;
-    for (; v < V && n < k; v++) {
-        top_k_insert(row[v], v, &n, k, ids, vals);
-    }
-    while (v < V) {
-        const int64_t end = V - v >= TOPK_RUN ? v + TOPK_RUN : V;
-        if (end - v == TOPK_RUN) {
-            const float thr = vals[k - 1];
-            int any = 0;
-            for (int j = 0; j < TOPK_RUN; j++) {
-                any |= row[v + j] > thr;
-            }
-            if (!any) {
-                v = end;
-                continue;
-            }
-        }
-        for (; v < end; v++) {
-            top_k_insert(row[v], v, &n, k, ids, vals);
-        }
-    }
-}
-
 void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     const ds_drafter *d = in->d;
     const ds_draft_hp *hp = &d->hp;
@@ -152,15 +105,23 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     // candidates (the walk's prev is always one of them) in one gather each: a handful of reads
     // per block instead of four per slot.
     // (when the caller asked for the logits, draft_forward already copied them to out->logits)
-    const float *rows = out->logits;
-    if (!rows) {
-        be->ops.read(be, s->h_rows, in->logits->data, (size_t)(n * V) * sizeof(float));
-        rows = s->h_rows;
-    }
+    // (top-k in ds_topk_f32's order: the backend's op where it has one, so a device backend
+    // copies n x K candidates instead of n x V logits; else on the host rows)
     s->h_ids[0] = in->anchor;
+    if (!out->logits && be->ops.topk && K <= DS_TOPK_MAX) {
+        be->ops.topk(be, s->h_ids + 1, s->h_vals, in->logits, K);
+    } else {
+        const float *rows = out->logits;
+        if (!rows) {
+            be->ops.read(be, s->h_rows, in->logits->data, (size_t)(n * V) * sizeof(float));
+            rows = s->h_rows;
+        }
+        for (int64_t p = 0; p < n; p++) {
+            ds_topk_f32(rows + p * V, V, K, s->h_ids + 1 + p * K, s->h_vals + p * K);
+        }
+    }
     for (int64_t p = 0; p < n; p++) {
-        top_k(rows + p * V, V, K, out->cand_ids[p], s->h_vals + p * K);
-        memcpy(s->h_ids + 1 + p * K, out->cand_ids[p], (size_t)K * sizeof(int32_t));
+        memcpy(out->cand_ids[p], s->h_ids + 1 + p * K, (size_t)K * sizeof(int32_t));
     }
     ds_tensor succ = ds_tensor_rows(&s->succ_all, 0, n * K);
     ds_tensor pred = ds_tensor_rows(&s->pred_all, 0, 1 + n * K);
@@ -258,7 +219,10 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
 // Log-softmax of x[0..n) over the whole row, top-k of it into ids/logp (descending).
 static int topk_logsoftmax(const float *x, int64_t n, int k, int32_t *ids, float *logp) {
     k = (int)DS_MIN((int64_t)k, n);
-    top_k(x, n, k, ids, logp);
+    if (k <= 0) {
+        return 0;
+    }
+    ds_topk_f32(x, n, k, ids, logp);
     float mx = logp[0];
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
@@ -284,11 +248,16 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
             be->ops.read(be, s->h_g, g.data, (size_t)(r * in->n) * sizeof(float));
             s->g_ready = true;
         }
-        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
-                     (size_t)V * sizeof(float));
         int32_t cid[DS_DRAFT_MAX_TOPK];
         float val[DS_DRAFT_MAX_TOPK], sc[DS_DRAFT_MAX_TOPK];
-        top_k(s->h_row, V, K, cid, val);
+        if (be->ops.topk && K <= DS_TOPK_MAX) {
+            const ds_tensor row = ds_tensor_rows(in->logits, p, 1);
+            be->ops.topk(be, cid, val, &row, K);
+        } else {
+            be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
+                         (size_t)V * sizeof(float));
+            ds_topk_f32(s->h_row, V, K, cid, val);
+        }
         ds_tensor succ = ds_tensor_rows(&s->succ, 0, K);
         be->ops.get_rows(be, &s->pred, &d->sel_pred, &prev);
         be->ops.get_rows(be, &succ, &d->sel_succ, cid);

@@ -100,6 +100,7 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .gated_delta = ds_cpu_gated_delta,
         .gated_rmsnorm = ds_cpu_gated_rmsnorm,
         .argmax = ds_cpu_argmax,
+        .topk = ds_cpu_topk,
         .read = cpu_read,
         .write = cpu_read,
         .copy = cpu_copy,

@@ -146,6 +146,15 @@ void ds_cpu_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *l
     }
 }
 
+void ds_cpu_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k) {
+    (void)be;
+    const int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(x->type == DS_TYPE_F32 && k >= 1 && k <= n && k <= DS_TOPK_MAX);
+    for (int64_t r = 0; r < rows; r++) {
+        ds_topk_f32(ds_cpu_row_flat(x, r), n, k, ids + r * k, vals + r * k);
+    }
+}
+
 void ds_cpu_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
     (void)be;
     int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
