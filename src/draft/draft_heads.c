@@ -160,22 +160,19 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
     const ds_draft_hp *hp = &d->hp;
     ds_backend *be = in->be;
     ds_draft_heads_scratch *s = in->hs;
-    const int64_t r = hp->markov_rank, V = hp->n_vocab, n = in->n;
-    int32_t prev = in->anchor;
-    for (int64_t k = 0; k < n; k++) {
-        ds_tensor row = {.data = (float *)in->logits->data + k * V, .type = DS_TYPE_F32,
-                         .ne = {V, 1, 1, 1},
-                         .nb = {sizeof(float), (size_t)V * sizeof(float),
-                                (size_t)V * sizeof(float), (size_t)V * sizeof(float)}};
-        if (r > 0) { // z_k = U_k + W2 · W1[x_{k-1}]
+    const int64_t r = hp->markov_rank, n = in->n;
+    if (r > 0) {
+        int32_t prev = in->anchor;
+        for (int64_t k = 0; k < n; k++) { // z_k = U_k + W2 · W1[x_{k-1}]
+            ds_tensor row = ds_tensor_rows(in->logits, k, 1);
             be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
             be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
             be->ops.add(be, &s->bias, &s->bias, &row);
             be->ops.argmax(be, &out->tokens[k], &s->bias);
-        } else {
-            be->ops.argmax(be, &out->tokens[k], &row);
+            prev = out->tokens[k];
         }
-        prev = out->tokens[k];
+    } else { // no chain term: every slot's argmax at once (one wait, not one per slot)
+        be->ops.argmax(be, out->tokens, in->logits);
     }
     if (!hp->has_conf) {
         return;
