@@ -759,6 +759,13 @@ static void test_get_rows(void **state) {
         char what[64];
         snprintf(what, sizeof(what), "get_rows %s", ds_type_name(t));
         expect_bitwise(what, got, ref, ne0 * n);
+        // the same rows with the ids in device memory
+        void *idd = up(e, ids, sizeof(ids));
+        e->gpu->ops.get_rows_dev(e->gpu, &yg, &tg, (const int32_t *)idd);
+        down(e, got, yd, (size_t)(ne0 * n) * 4);
+        snprintf(what, sizeof(what), "get_rows_dev %s", ds_type_name(t));
+        expect_bitwise(what, got, ref, ne0 * n);
+        dfree(e, idd);
         dfree(e, td), dfree(e, yd);
         free(tab), free(ref), free(got);
     }
@@ -1188,6 +1195,11 @@ static void test_argmax(void **state) {
     e->gpu->ops.argmax(e->gpu, got, &xg);
     assert_true(ds_cuda_ok(e->gpu));
     for (int i = 0; i < 4; i++) assert_int_equal(got[i], ref[i]);
+    int32_t *dd = e->gpu->ops.alloc(e->gpu, sizeof(got)), dev[4];
+    e->gpu->ops.argmax_dev(e->gpu, dd, &xg); // (into device memory, read back here)
+    down(e, dev, dd, sizeof(dev));
+    for (int i = 0; i < 4; i++) assert_int_equal(dev[i], ref[i]);
+    dfree(e, dd);
     assert_int_equal(got[1], 5);
     assert_int_equal(got[2], V - 1);
     assert_int_equal(got[3], 0);

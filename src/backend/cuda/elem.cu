@@ -315,16 +315,15 @@ static __global__ __launch_bounds__(AM_PARTS) void argmax_final_kernel(const flo
     if (threadIdx.x == 0) out[r] = bi == 0x7fffffff ? 0 : bi;
 }
 
-extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
-    ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "argmax")) return;
+// The row winners into d (device memory): dev_out, else scratch that is read back into out.
+static void argmax_go(ds_cuda_ctx *c, int32_t *out, int32_t *dev_out, const ds_tensor *x) {
     const int64_t rows = ds_cuda_nrows(x);
     DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
     if (rows == 0) return;
     DS_ASSERT(rows <= 65535);
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * (4 + 8 * AM_PARTS));
     if (!s) return;
-    int32_t *d = (int32_t *)s;
+    int32_t *d = dev_out ? dev_out : (int32_t *)s;
     float *pv = (float *)(s + (size_t)rows * 4);
     int *pi = (int *)(pv + (size_t)rows * AM_PARTS);
     ds_cu_launch(c, argmax_part_kernel, dim3(AM_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x),
@@ -332,7 +331,19 @@ extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x)
     ds_cu_launch(c, argmax_final_kernel, (unsigned)rows, AM_PARTS, 0, (const float *)pv,
                  (const int *)pi, d);
     ds_cuda_launched(c, "argmax");
-    ds_cuda_readback(c, out, d, (size_t)rows * 4);
+    if (!dev_out) ds_cuda_readback(c, out, d, (size_t)rows * 4);
+}
+
+extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "argmax")) return;
+    argmax_go(c, out, NULL, x);
+}
+
+extern "C" void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "argmax")) return;
+    argmax_go(c, NULL, out, x);
 }
 
 // ---- top-k ---------------------------------------------------------------------------------------
