@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(DS_DRAFT_MAX_TOPK <= DS_TOPK_MAX, "the selector's K fits the backend topk op");
+
 static dspec_status scratch_tensor(ds_draft_heads_scratch *s, ds_backend *be, ds_tensor *t,
                                    int64_t ne0, int64_t ne1, dspec_err *err) {
     DS_ASSERT(s->n_bufs < (int)(sizeof(s->bufs) / sizeof(s->bufs[0])));
@@ -111,7 +113,7 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     // (top-k in ds_topk_f32's order: the backend's op where it has one, so a device backend
     // copies n x K candidates instead of n x V logits; else on the host rows)
     s->h_ids[0] = in->anchor;
-    if (!out->logits && be->ops.topk && K <= DS_TOPK_MAX) {
+    if (!out->logits && be->ops.topk) {
         be->ops.topk(be, s->h_ids + 1, s->h_vals, in->logits, K);
     } else {
         const float *rows = out->logits;
@@ -253,7 +255,7 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
         }
         int32_t cid[DS_DRAFT_MAX_TOPK];
         float val[DS_DRAFT_MAX_TOPK], sc[DS_DRAFT_MAX_TOPK];
-        if (be->ops.topk && K <= DS_TOPK_MAX) {
+        if (be->ops.topk) {
             const ds_tensor row = ds_tensor_rows(in->logits, p, 1);
             be->ops.topk(be, cid, val, &row, K);
         } else {

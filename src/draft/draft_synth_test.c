@@ -300,6 +300,46 @@ static void test_dspark_q8_0(void **state) {
     roundtrip(DS_DRAFT_DSPARK, DS_TYPE_Q8_0, false, 16);
 }
 
+// A DSpark drafter without the Markov term (markov_rank 0): the Markov proposer is then every
+// slot's own argmax (one batched argmax), checked against the block's host logits.
+static void test_dspark_no_markov(void **state) {
+    (void)state;
+    const char *path = DSPEC_BINARY_DIR "/draft_synth_test_dspark_r0.gguf";
+    ds_draft_synth_params p;
+    assert_true(ds_draft_synth_preset("tiny", DS_DRAFT_DSPARK, &p));
+    p.markov_rank = 0, p.confidence_with_markov = false, p.wtype = DS_TYPE_F32;
+    dspec_err err = {0};
+    assert_int_equal(ds_draft_synth_write(path, &p, &err), DSPEC_OK);
+    ds_drafter *d = NULL;
+    assert_int_equal(ds_drafter_load(&d, path, W.m, &err), DSPEC_OK);
+    const ds_draft_config *c = ds_drafter_config(d);
+    assert_false(c->has_markov);
+    enum { N = 6 };
+    const int64_t F = (int64_t)c->n_taps * W.H;
+    float *feats = calloc((size_t)(N * F), sizeof(float));
+    assert_non_null(feats);
+    for (int64_t i = 0; i < N * F; i++) feats[i] = sinf(0.37f * (float)i);
+    ds_draft_ctx *ctx = NULL;
+    assert_int_equal(ds_draft_ctx_new(&ctx, d, 32, &err), DSPEC_OK);
+    assert_int_equal(ds_draft_ctx_append(ctx, feats, N, &err), DSPEC_OK);
+    ds_draft_out out;
+    assert_int_equal(ds_draft_out_init(&out, d, &err), DSPEC_OK);
+    assert_int_equal(ds_draft_block(ctx, 5, c->verify_width, DS_PROPOSE_MARKOV, &out, &err),
+                     DSPEC_OK);
+    assert_true(out.n_proposed >= 2);
+    for (int64_t j = 0; j < out.n_proposed; j++) {
+        const float *row = out.logits + j * W.V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < W.V; v++) best = row[v] > row[best] ? v : best;
+        assert_int_equal(out.tokens[j], best);
+    }
+    ds_draft_out_deinit(&out);
+    ds_draft_ctx_free(ctx);
+    ds_drafter_free(d);
+    free(feats);
+    unlink(path);
+}
+
 static void test_other_types(void **state) {
     (void)state;
     roundtrip(DS_DRAFT_DFLASH2, DS_TYPE_BF16, false, 8);
@@ -389,7 +429,7 @@ int main(void) {
         cmocka_unit_test(test_presets_published), cmocka_unit_test(test_dflash_q8_0),
         cmocka_unit_test(test_dflash2_q8_0),      cmocka_unit_test(test_dspark_q8_0),
         cmocka_unit_test(test_other_types),       cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_mismatched_target),
+        cmocka_unit_test(test_mismatched_target), cmocka_unit_test(test_dspark_no_markov),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -270,6 +270,39 @@ static void test_moe_route(void **s) {
     ds_backend_free(be);
 }
 
+// The CPU backend's topk op: each row's k best in ds_topk_f32's order (rows of ties, a NaN row,
+// k = 1 and k = DS_TOPK_MAX), row by row against the host function.
+static void test_topk_op(void **s) {
+    (void)s;
+    ds_backend *be;
+    dspec_err err = {0};
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    enum { V = 300, R = 3 };
+    float x[R * V];
+    for (int i = 0; i < R * V; i++) x[i] = (float)((i * 37) % 23);
+    x[2 * V + 7] = NAN;
+    x[2 * V + 11] = INFINITY;
+    ds_tensor t = ds_tensor_2d(x, DS_TYPE_F32, V, R);
+    static const int ks[] = {1, 5, DS_TOPK_MAX};
+    for (size_t a = 0; a < sizeof(ks) / sizeof(ks[0]); a++) {
+        const int k = ks[a];
+        int32_t ids[R * DS_TOPK_MAX], ref_ids[DS_TOPK_MAX];
+        float vals[R * DS_TOPK_MAX], ref_vals[DS_TOPK_MAX];
+        be->ops.topk(be, ids, vals, &t, k);
+        for (int r = 0; r < R; r++) {
+            ds_topk_f32(x + r * V, V, k, ref_ids, ref_vals);
+            assert_memory_equal(ids + r * k, ref_ids, (size_t)k * sizeof(int32_t));
+            assert_memory_equal(vals + r * k, ref_vals, (size_t)k * sizeof(float));
+        }
+    }
+    int32_t top[R];
+    float topv[R];
+    be->ops.topk(be, top, topv, &t, 1);
+    assert_int_equal(top[2], 11); // the infinity leads its row; the NaN never does
+    assert_true(topv[2] == INFINITY);
+    ds_backend_free(be);
+}
+
 static void test_load_refuses(void **s) {
     (void)s;
     char path[64] = "/tmp/dspec_model_bad_XXXXXX";
@@ -372,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_topk_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

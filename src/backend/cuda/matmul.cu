@@ -797,25 +797,11 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
     g.n_red += M.n_red;
 }
 
-template <int QT>
-static void mmqs_dispatch(ds_cuda_ctx *c, const mmqs_group &g) {
-    if (g.a.ncols <= 16) mmq_staged_launch<QT, 2>(c, g);
-    else mmq_staged_launch<QT, 4>(c, g);
-}
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g) {
-    switch (qt) {
-    case QT_Q8_0: mmqs_dispatch<QT_Q8_0>(c, g); break;
-    case QT_Q4_K: mmqs_dispatch<QT_Q4_K>(c, g); break;
-    case QT_Q5_K: mmqs_dispatch<QT_Q5_K>(c, g); break;
-    case QT_Q6_K: mmqs_dispatch<QT_Q6_K>(c, g); break;
-    default: mmqs_dispatch<QT_IQ4_XS>(c, g); break;
-    }
-}
-
-// N <= 8 (and MoE pairs): mmq_kernel (N > 8: the staged kernel, mmqs_run).
-template <int QT>
-static void mmq_dispatch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
-    mmq_launch<QT, 1>(c, a, n_z);
+    qt_switch(qt, [&](auto q) {
+        if (g.a.ncols <= 16) mmq_staged_launch<decltype(q)::value, 2>(c, g);
+        else mmq_staged_launch<decltype(q)::value, 4>(c, g);
+    });
 }
 
 template <int WT>
@@ -969,14 +955,9 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         ds_cuda_launched(c, op);
         return;
     }
-    const int n_z = moe ? a.ncols : 1; // (<= 8 dense columns: one chunk)
-    switch (qt) {
-    case QT_Q8_0: mmq_dispatch<QT_Q8_0>(c, a, n_z); break;
-    case QT_Q4_K: mmq_dispatch<QT_Q4_K>(c, a, n_z); break;
-    case QT_Q5_K: mmq_dispatch<QT_Q5_K>(c, a, n_z); break;
-    case QT_Q6_K: mmq_dispatch<QT_Q6_K>(c, a, n_z); break;
-    default: mmq_dispatch<QT_IQ4_XS>(c, a, n_z); break;
-    }
+    // N <= 8 (and MoE pairs): mmq_kernel, one chunk of dense columns or one MoE pair per grid.y
+    const int n_z = moe ? a.ncols : 1;
+    qt_switch(qt, [&](auto q) { mmq_launch<decltype(q)::value, 1>(c, a, n_z); });
     ds_cuda_launched(c, op);
 }
 

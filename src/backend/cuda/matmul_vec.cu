@@ -664,13 +664,7 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
         DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
         DS_ASSERT(((uintptr_t)g.m[i].w & 3) == 0); // (aligned word loads of Q8_0 / Q6_K)
     }
-    switch (qt) {
-    case QT_Q8_0: mmv_cols<QT_Q8_0>(c, g); break;
-    case QT_Q4_K: mmv_cols<QT_Q4_K>(c, g); break;
-    case QT_Q5_K: mmv_cols<QT_Q5_K>(c, g); break;
-    case QT_Q6_K: mmv_cols<QT_Q6_K>(c, g); break;
-    default: mmv_cols<QT_IQ4_XS>(c, g); break;
-    }
+    qt_switch(qt, [&](auto q) { mmv_cols<decltype(q)::value>(c, g); });
 }
 
 extern "C" void ds_cuda_set_mmv_staged(ds_backend *be, bool on) {

@@ -11,12 +11,26 @@
 
 #include "backend/cuda/common.cuh"
 
+#include <type_traits>
+
 enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
 // MMQ_ROWS: rows per block of the staged kernel; MMQ_MAX_WARPS: most warps per 16-row tile block;
 // MMQ_SPLIT_UNITS, MMQ_SPLIT_ROWS: units per K split, and the bound on splits x output rows
 // (matmul.cu mmq_splits; they fix the numerics).
 enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32,
        MMQ_SPLIT_UNITS = 4, MMQ_SPLIT_ROWS = 1 << 18 };
+
+// Calls f(std::integral_constant<int, QT>{}) for the weight type code qt (the kernels' template
+// argument), so a launcher names its per-type template once.
+template <typename F> void qt_switch(int qt, F &&f) {
+    switch (qt) {
+    case QT_Q8_0: f(std::integral_constant<int, QT_Q8_0>{}); break;
+    case QT_Q4_K: f(std::integral_constant<int, QT_Q4_K>{}); break;
+    case QT_Q5_K: f(std::integral_constant<int, QT_Q5_K>{}); break;
+    case QT_Q6_K: f(std::integral_constant<int, QT_Q6_K>{}); break;
+    default: f(std::integral_constant<int, QT_IQ4_XS>{}); break;
+    }
+}
 
 static constexpr int qt_unit_bytes(int qt) {
     return qt == QT_Q8_0 ? 272 : qt == QT_Q4_K ? 144 : qt == QT_Q5_K ? 176 : qt == QT_Q6_K ? 210

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# check.sh: the standard first device call of a session, in one call: B's CUDA tests and the
+# A/B table of ab.sh (27B Q4_K_M, prompt 512), the same at an 8K prompt (prefill at that length,
+# decode and verify at that context), the 35B-A3B MoE, and B's speculative chain step with the
+# synthetic drafters (carried.sh SPEC_STEP=1, Q4_K_M only). A in build-carry/ (dspec), B in
+# build-carry-b/ (dspec, cuda_ops_test, cuda_model_test); SPEC_STEP needs
+# models/tiny-target-q8_0.gguf in the carried tree (the tokenizer of the synthetic target).
+# Usage (repo root, on the GPU machine): bash bench/cuda/check.sh      (~5 min on the H200)
+set -u
+cd "$(dirname "$0")/../.."
+echo "=== 27B, prompt 512"
+VERIFY=${VERIFY:-1,4,8,16,32} bash bench/cuda/ab.sh 2>&1 | grep -vE "N =   1:"
+echo "=== 27B, prompt 8192"
+PROMPT=8192 VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|N =  16"
+echo "=== 35B-A3B"
+PRESET=35b-a3b VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|N =  16"
+echo "=== B: chain step"
+TESTS=0 SPEC_STEP=1 BIN=build-carry-b bash bench/cuda/carried.sh q4_k_m 2>&1 |
+  grep -E "speculative|^decode \(step|N =  16"
