@@ -140,6 +140,12 @@ typedef struct ds_backend_ops {
     void (*moe_route)(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits, int64_t k);
     // argmax over ne0 of each row of x {n_vocab, n} into out (host int32 [n]); ties -> lowest id.
     void (*argmax)(ds_backend *be, int32_t *out, const ds_tensor *x);
+    // argmax and get_rows with the ids in backend memory (int32 [n]): the token a row picks
+    // feeds the next lookup without a wait (the DSpark Markov chain). get_rows_dev's ids must
+    // be valid rows of the table (a device backend cannot check them).
+    void (*argmax_dev)(ds_backend *be, int32_t *out, const ds_tensor *x);
+    void (*get_rows_dev)(ds_backend *be, ds_tensor *y, const ds_tensor *table,
+                         const int32_t *ids);
     // The k largest of each row of x {V, n} (f32) in ds_topk_f32's order (largest first, equal
     // values by ascending id, NaN below every number; 1 <= k <= min(V, DS_TOPK_MAX)) into host
     // ids[r * k + j] and vals[r * k + j]. Optional: NULL means read the rows and use ds_topk_f32

@@ -57,6 +57,9 @@ dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_dra
             st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter heads: out of memory");
         }
     }
+    if (hp->markov_rank > 0) { // the chain's tokens in backend memory (int32 [1 + n])
+        st = st ? st : scratch_tensor(s, be, &s->chain_ids, 1 + n, 1, err);
+    }
     s->h_row = malloc((size_t)hp->n_vocab * sizeof(float));
     s->h_g = malloc((size_t)(r * n) * sizeof(float));
     s->h_pred = malloc((size_t)r * sizeof(float));
@@ -164,15 +167,18 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
     ds_draft_heads_scratch *s = in->hs;
     const int64_t r = hp->markov_rank, n = in->n;
     if (r > 0) {
-        int32_t prev = in->anchor;
-        for (int64_t k = 0; k < n; k++) { // z_k = U_k + W2 · W1[x_{k-1}]
+        // z_k = U_k + W2 · W1[x_{k-1}], x_{-1} the anchor: each pick stays in backend memory and
+        // feeds the next lookup, so a device backend runs the chain without a wait per slot
+        int32_t *ids = (int32_t *)s->chain_ids.data;
+        be->ops.write(be, ids, &in->anchor, sizeof(int32_t));
+        for (int64_t k = 0; k < n; k++) {
             ds_tensor row = ds_tensor_rows(in->logits, k, 1);
-            be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
+            be->ops.get_rows_dev(be, &s->w1row, &d->markov_w1, ids + k);
             be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
             be->ops.add(be, &s->bias, &s->bias, &row);
-            be->ops.argmax(be, &out->tokens[k], &s->bias);
-            prev = out->tokens[k];
+            be->ops.argmax_dev(be, ids + k + 1, &s->bias);
         }
+        be->ops.read(be, out->tokens, ids + 1, (size_t)n * sizeof(int32_t));
     } else { // no chain term: every slot's argmax at once (one wait, not one per slot)
         be->ops.argmax(be, out->tokens, in->logits);
     }

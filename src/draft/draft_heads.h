@@ -13,6 +13,7 @@ typedef struct ds_draft_heads_scratch {
     ds_tensor hproj, pred, succ; // {r, n}, {r, 1}, {r, K} (selector)
     ds_tensor pred_all, succ_all;// {r, 1 + n K}, {r, n K} (selector walk: every candidate)
     ds_tensor w1rows;            // {r, n} (Markov: W1 of every slot's previous token)
+    ds_tensor chain_ids;         // {1 + n, 1} as int32: the Markov chain's anchor and picks
     float *h_row;                // host [V]
     float *h_rows, *h_vals;      // host [V * n], [K * n] (selector walk)
     float *h_pred_all, *h_succ_all; // host [r * (1 + n K)], [r * n K]

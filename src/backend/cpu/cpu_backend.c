@@ -100,6 +100,8 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .gated_delta = ds_cpu_gated_delta,
         .gated_rmsnorm = ds_cpu_gated_rmsnorm,
         .argmax = ds_cpu_argmax,
+        .argmax_dev = ds_cpu_argmax, // (backend memory is host memory)
+        .get_rows_dev = ds_cpu_get_rows,
         .topk = ds_cpu_topk,
         .read = cpu_read,
         .write = cpu_read,

@@ -451,6 +451,9 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_delta = ds_cuda_gated_delta;
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
+    ops.topk = ds_cuda_topk;
+    ops.argmax_dev = ds_cuda_argmax_dev;
+    ops.get_rows_dev = ds_cuda_get_rows_dev;
     ops.moe_combine = ds_cuda_moe_combine;
     ops.moe_route = ds_cuda_moe_route;
     ops.read = cuda_read;

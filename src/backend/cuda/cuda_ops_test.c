@@ -759,6 +759,13 @@ static void test_get_rows(void **state) {
         char what[64];
         snprintf(what, sizeof(what), "get_rows %s", ds_type_name(t));
         expect_bitwise(what, got, ref, ne0 * n);
+        // the same rows with the ids in device memory
+        void *idd = up(e, ids, sizeof(ids));
+        e->gpu->ops.get_rows_dev(e->gpu, &yg, &tg, (const int32_t *)idd);
+        down(e, got, yd, (size_t)(ne0 * n) * 4);
+        snprintf(what, sizeof(what), "get_rows_dev %s", ds_type_name(t));
+        expect_bitwise(what, got, ref, ne0 * n);
+        dfree(e, idd);
         dfree(e, td), dfree(e, yd);
         free(tab), free(ref), free(got);
     }
@@ -1188,11 +1195,59 @@ static void test_argmax(void **state) {
     e->gpu->ops.argmax(e->gpu, got, &xg);
     assert_true(ds_cuda_ok(e->gpu));
     for (int i = 0; i < 4; i++) assert_int_equal(got[i], ref[i]);
+    int32_t *dd = e->gpu->ops.alloc(e->gpu, sizeof(got)), dev[4];
+    e->gpu->ops.argmax_dev(e->gpu, dd, &xg); // (into device memory, read back here)
+    down(e, dev, dd, sizeof(dev));
+    for (int i = 0; i < 4; i++) assert_int_equal(dev[i], ref[i]);
+    dfree(e, dd);
     assert_int_equal(got[1], 5);
     assert_int_equal(got[2], V - 1);
     assert_int_equal(got[3], 0);
     dfree(e, xd);
     free(x);
+}
+
+// topk against the CPU backend (ds_topk_f32's order): rows of 50 distinct values (ties across
+// slices), rows with NaN and infinities, widths below, at and above the 64 slices, k up to
+// DS_TOPK_MAX.
+static void test_topk(void **state) {
+    ENV(state);
+    static const struct {
+        int64_t V, n;
+        int k;
+    } cs[] = {{100, 3, 16}, {64, 2, 64}, {4097, 5, 1}, {4097, 5, 64}, {248320, 15, 16},
+              {248320, 1, 64}, {248320, 33, 5}};
+    for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
+        const int64_t V = cs[ci].V, n = cs[ci].n;
+        const int k = cs[ci].k;
+        float *x = xmalloc((size_t)(V * n) * 4);
+        fill_u(e, x, V * n, 10.0f);
+        for (int64_t r = 0; r < n; r++) {
+            for (int64_t i = 0; i < V; i++) {
+                float *v = &x[r * V + i];
+                if (r % 3 == 0) *v = (float)((int)(*v * 2.5f)); // 50 distinct values
+                if (r % 3 == 2 && i % 997 == 5) *v = NAN;
+                if (r % 3 == 2 && i % 1009 == 7) *v = INFINITY;
+                if (r % 3 == 2 && i % 1013 == 3) *v = -INFINITY;
+            }
+        }
+        void *xd = up(e, x, (size_t)(V * n) * 4);
+        ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, V, n), xg = with_data(&xt, xd);
+        int32_t *ri = xmalloc((size_t)(n * k) * 4), *gi = xmalloc((size_t)(n * k) * 4);
+        float *rv = xmalloc((size_t)(n * k) * 4), *gv = xmalloc((size_t)(n * k) * 4);
+        assert_non_null(e->gpu->ops.topk);
+        e->cpu->ops.topk(e->cpu, ri, rv, &xt, k);
+        e->gpu->ops.topk(e->gpu, gi, gv, &xg, k);
+        assert_true(ds_cuda_ok(e->gpu));
+        char what[96];
+        snprintf(what, sizeof(what), "topk V=%lld n=%lld k=%d (ids)", (long long)V, (long long)n, k);
+        expect_bitwise(what, (const float *)gi, (const float *)ri, n * k);
+        snprintf(what, sizeof(what), "topk V=%lld n=%lld k=%d (values)", (long long)V,
+                 (long long)n, k);
+        expect_bitwise(what, gv, rv, n * k);
+        dfree(e, xd);
+        free(x), free(ri), free(gi), free(rv), free(gv);
+    }
 }
 
 // ---- attention -----------------------------------------------------------------------------------
@@ -1736,7 +1791,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
         cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_gdn_gates),

@@ -1,11 +1,11 @@
 // elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
 // scale + tanh softcap, K/V row stores (F32/F16 cache), the MoE combine (weighted expert sum +
-// gated shared expert), and argmax over the vocabulary (result copied to the caller's host
-// array). Same formulas as the CPU backend (cpu_elem.c,
+// gated shared expert), and argmax and top-k over the vocabulary (results copied to the caller's
+// host arrays). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
 // matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused). Argmax: 64 slices per row, then
-// their winners. Calls common.cuh, quant.cuh. Called through the op table. Spec: backend.h.
+// their winners; top-k: the same with k rounds per slice. Calls common.cuh, quant.cuh. Called through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
 #include "backend/cuda/quant.cuh"
 
@@ -315,16 +315,15 @@ static __global__ __launch_bounds__(AM_PARTS) void argmax_final_kernel(const flo
     if (threadIdx.x == 0) out[r] = bi == 0x7fffffff ? 0 : bi;
 }
 
-extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
-    ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "argmax")) return;
+// The row winners into d (device memory): dev_out, else scratch that is read back into out.
+static void argmax_go(ds_cuda_ctx *c, int32_t *out, int32_t *dev_out, const ds_tensor *x) {
     const int64_t rows = ds_cuda_nrows(x);
     DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
     if (rows == 0) return;
     DS_ASSERT(rows <= 65535);
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * (4 + 8 * AM_PARTS));
     if (!s) return;
-    int32_t *d = (int32_t *)s;
+    int32_t *d = dev_out ? dev_out : (int32_t *)s;
     float *pv = (float *)(s + (size_t)rows * 4);
     int *pi = (int *)(pv + (size_t)rows * AM_PARTS);
     ds_cu_launch(c, argmax_part_kernel, dim3(AM_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x),
@@ -332,5 +331,140 @@ extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x)
     ds_cu_launch(c, argmax_final_kernel, (unsigned)rows, AM_PARTS, 0, (const float *)pv,
                  (const int *)pi, d);
     ds_cuda_launched(c, "argmax");
-    ds_cuda_readback(c, out, d, (size_t)rows * 4);
+    if (!dev_out) ds_cuda_readback(c, out, d, (size_t)rows * 4);
+}
+
+extern "C" void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "argmax")) return;
+    argmax_go(c, out, NULL, x);
+}
+
+extern "C" void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "argmax")) return;
+    argmax_go(c, NULL, out, x);
+}
+
+// ---- top-k ---------------------------------------------------------------------------------------
+// ds_topk_f32's order: (value, id) beats another if its value is larger, or equal with a lower id
+// (am_take); NaN counts as -inf. Pass 1: block (p, r) takes slice p of row r (TK_PARTS equal
+// slices) and finds its k best in k rounds, round j taking the best element that the winner of
+// round j - 1 beats (a rescan of the L1-resident slice, no per-thread lists); pass 2: one block per
+// row does the same over the TK_PARTS x k slice winners. A slice with fewer than k elements pads
+// with (-inf, INT_MAX), which every element beats. The global k best are among the slices' k best.
+enum { TK_PARTS = 64, TK_PER_THREAD = TK_PARTS * DS_TOPK_MAX / 256 };
+
+__device__ __forceinline__ float tk_key(float v) {
+    return v != v ? -INFINITY : v;
+}
+// (lv, li) beats (v, i)
+__device__ __forceinline__ bool tk_below(float lv, int li, float v, int i) {
+    return lv > v || (lv == v && li < i);
+}
+// The block's winner, broadcast to every thread.
+__device__ __forceinline__ void tk_block(float &bv, int &bi, float *sv, int *si) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, ov, oi);
+    }
+    if (lane == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            am_take(bv, bi, ov, oi);
+        }
+        if (lane == 0) sv[32] = bv, si[32] = bi;
+    }
+    __syncthreads();
+    bv = sv[32], bi = si[32];
+    __syncthreads(); // (the next round rewrites sv / si)
+}
+
+static __global__ __launch_bounds__(256) void topk_part_kernel(ds_cu_rows x, int k, float *pv,
+                                                               int *pi) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ float sv[33];
+    __shared__ int si[33];
+    const int64_t r = blockIdx.y, n = x.ne0;
+    const int64_t per = (n + TK_PARTS - 1) / TK_PARTS, i0 = blockIdx.x * per;
+    const int64_t i1 = min(n, i0 + per);
+    const float *xr = ds_cu_row(x, r);
+    float lv = INFINITY;
+    int li = -1;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+            const float v = tk_key(xr[i]);
+            if (tk_below(lv, li, v, (int)i)) am_take(bv, bi, v, (int)i);
+        }
+        tk_block(bv, bi, sv, si);
+        if (threadIdx.x == 0) {
+            pv[(r * TK_PARTS + blockIdx.x) * k + j] = bv;
+            pi[(r * TK_PARTS + blockIdx.x) * k + j] = bi;
+        }
+        lv = bv, li = bi;
+    }
+}
+
+static __global__ __launch_bounds__(256) void topk_final_kernel(const float *pv, const int *pi,
+                                                                int k, int32_t *ids, float *vals) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ float sv[33];
+    __shared__ int si[33];
+    const int64_t r = blockIdx.x;
+    const int m = TK_PARTS * k;
+    float cv[TK_PER_THREAD];
+    int ci[TK_PER_THREAD];
+#pragma unroll
+    for (int q = 0; q < TK_PER_THREAD; q++) {
+        const int c = threadIdx.x + 256 * q;
+        cv[q] = c < m ? pv[r * m + c] : -INFINITY;
+        ci[q] = c < m ? pi[r * m + c] : 0x7fffffff;
+    }
+    float lv = INFINITY;
+    int li = -1;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int q = 0; q < TK_PER_THREAD; q++) {
+            if (tk_below(lv, li, cv[q], ci[q])) am_take(bv, bi, cv[q], ci[q]);
+        }
+        tk_block(bv, bi, sv, si);
+        if (threadIdx.x == 0) ids[r * k + j] = bi, vals[r * k + j] = bv;
+        lv = bv, li = bi;
+    }
+}
+
+extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
+                             int k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "topk")) return;
+    const int64_t rows = ds_cuda_nrows(x);
+    DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
+    DS_ASSERT(k >= 1 && k <= DS_TOPK_MAX && k <= x->ne[0]);
+    if (rows == 0) return;
+    DS_ASSERT(rows <= 65535);
+    const size_t nk = (size_t)rows * (size_t)k;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, nk * 8 + nk * TK_PARTS * 8);
+    if (!s) return;
+    int32_t *di = (int32_t *)s;
+    float *dv = (float *)(s + nk * 4);
+    float *pv = (float *)(s + nk * 8);
+    int *pi = (int *)(pv + nk * TK_PARTS);
+    ds_cu_launch(c, topk_part_kernel, dim3(TK_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x), k,
+                 pv, pi);
+    ds_cu_launch(c, topk_final_kernel, (unsigned)rows, 256, 0, (const float *)pv,
+                 (const int *)pi, k, di, dv);
+    ds_cuda_launched(c, "topk");
+    ds_cuda_readback(c, ids, di, nk * 4);
+    ds_cuda_readback(c, vals, dv, nk * 4);
 }

@@ -21,17 +21,10 @@ static __global__ __launch_bounds__(256) void get_rows_kernel(float *y, int64_t 
     y[r * y_nb1 + i] = deq<T>(table + (size_t)ids[r] * t_nb1, i);
 }
 
-extern "C" void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table,
-                                 const int32_t *ids) {
-    ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "get_rows")) return;
+// ids_d: device memory (get_rows stages the caller's host ids; get_rows_dev takes the caller's).
+static void get_rows_go(ds_cuda_ctx *c, ds_tensor *y, const ds_tensor *table,
+                        const int32_t *ids_d) {
     const int64_t n = y->ne[1], ne0 = table->ne[0];
-    DS_ASSERT(y->ne[0] == ne0 && y->type == DS_TYPE_F32 && y->nb[1] % 4 == 0);
-    DS_ASSERT(n <= 65535);
-    for (int64_t r = 0; r < n; r++) DS_ASSERT(ids[r] >= 0 && ids[r] < table->ne[1]);
-    if (n == 0) return;
-    const int32_t *ids_d = (const int32_t *)ds_cuda_stage(c, ids, (size_t)n * 4);
-    if (!ids_d) return;
     dim3 grid((unsigned)((ne0 + 255) / 256), (unsigned)n);
     float *yd = (float *)y->data;
     const int64_t yl = (int64_t)(y->nb[1] / 4);
@@ -52,4 +45,28 @@ extern "C" void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *
     default: DS_ASSERT(!"get_rows: table type without a CUDA kernel");
     }
     ds_cuda_launched(c, "get_rows");
+}
+
+extern "C" void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table,
+                                 const int32_t *ids) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "get_rows")) return;
+    const int64_t n = y->ne[1];
+    DS_ASSERT(y->ne[0] == table->ne[0] && y->type == DS_TYPE_F32 && y->nb[1] % 4 == 0);
+    DS_ASSERT(n <= 65535);
+    for (int64_t r = 0; r < n; r++) DS_ASSERT(ids[r] >= 0 && ids[r] < table->ne[1]);
+    if (n == 0) return;
+    const int32_t *ids_d = (const int32_t *)ds_cuda_stage(c, ids, (size_t)n * 4);
+    if (!ids_d) return;
+    get_rows_go(c, y, table, ids_d);
+}
+
+extern "C" void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table,
+                                     const int32_t *ids) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "get_rows")) return;
+    DS_ASSERT(y->ne[0] == table->ne[0] && y->type == DS_TYPE_F32 && y->nb[1] % 4 == 0);
+    DS_ASSERT(y->ne[1] <= 65535);
+    if (y->ne[1] == 0) return;
+    get_rows_go(c, y, table, ids);
 }

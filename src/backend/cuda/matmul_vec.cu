@@ -458,7 +458,7 @@ __device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, 
 // reloaded with the unit PF further on: no register rotation, as moving a slot whose load is in
 // flight would wait for it). SX: the activations are read from a shared-memory copy (mmv_stage).
 template <int QT, int NC, bool SX>
-static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
+__device__ __forceinline__ void mmv_body(const mmv_group &grp) {
     typedef typename wv_of<QT>::type wv_t;
     constexpr int UB = qt_unit_bytes(QT), PF = mmv_pf(QT);
     __shared__ float part[32][MMV_ROWS][NC];
@@ -541,6 +541,27 @@ static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_grou
     }
 }
 
+// The kernels: one body, two register budgets. Decode (NC = 1, not Q6_K) is held to 96
+// registers, so 4 blocks of 5 warps fit an SM instead of 3 (Nsight: the 27B gate+up GEMV ran
+// 3.5 warps per scheduler at 51% of DRAM peak, long-scoreboard bound); Q6_K would spill there
+// and NC >= 2 keeps the compiler's own choice.
+template <int QT, int NC, bool SX>
+static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
+    mmv_body<QT, NC, SX>(grp);
+}
+template <int QT, int NC, bool SX>
+static __global__ __maxnreg__(96) void mmv_kernel96(
+    mmv_group grp) {
+    mmv_body<QT, NC, SX>(grp);
+}
+template <int QT, int NC, bool SX> static constexpr auto mmv_kern() {
+    if constexpr (NC == 1 && QT != QT_Q6_K) {
+        return mmv_kernel96<QT, NC, SX>;
+    } else {
+        return mmv_kernel<QT, NC, SX>;
+    }
+}
+
 // Blocks of `warps` warps of the kernel resident per SM with `smem` bytes of dynamic shared
 // memory: the register bound is cached per kernel and warp count, for the process (with GPUs of
 // different kinds one would use another's residency, which changes only the speed); the shared
@@ -550,7 +571,7 @@ template <int QT, int NC, bool SX> static int mmv_resident(const ds_cuda_ctx *c,
     static std::atomic<int> cache[MMV_MAX_WARPS + 1];
     int n = cache[warps].load(std::memory_order_relaxed);
     if (n == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kernel<QT, NC, SX>, 32 * warps,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kern<QT, NC, SX>(), 32 * warps,
                                                           0) != cudaSuccess || n < 1) {
             cudaGetLastError(); // (a speed heuristic only: not an error of the next launch)
             n = 1;
@@ -607,7 +628,7 @@ static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
         if (c->mmv_staged && !(c->mmv_sx_refused & bit) && smem <= limit && c->smem_per_sm > 0 &&
             (al & 15) == 0) {
             if (!(c->mmv_sx_opted & bit)) {
-                if (cudaFuncSetAttribute(mmv_kernel<QT, NC, true>,
+                if (cudaFuncSetAttribute(mmv_kern<QT, NC, true>(),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)limit) == cudaSuccess) {
                     c->mmv_sx_opted |= bit;
@@ -617,13 +638,13 @@ static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
                 }
             }
             if (c->mmv_sx_opted & bit) {
-                ds_cu_launch(c, mmv_kernel<QT, NC, true>, blocks,
+                ds_cu_launch(c, mmv_kern<QT, NC, true>(), blocks,
                              32 * mmv_warps<QT, NC, true>(c, g, smem), smem, g);
                 return;
             }
         }
     }
-    ds_cu_launch(c, mmv_kernel<QT, NC, false>, blocks, 32 * mmv_warps<QT, NC, false>(c, g, 0), 0,
+    ds_cu_launch(c, mmv_kern<QT, NC, false>(), blocks, 32 * mmv_warps<QT, NC, false>(c, g, 0), 0,
                  g);
 }
 
