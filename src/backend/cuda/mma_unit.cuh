@@ -133,12 +133,13 @@ __device__ __forceinline__ uint32_t q6_vals(const raw_q6_k &r, int n, int q, int
 
 // Per-thread activation pointers of one block's columns (all N <= 32 columns of one chunk):
 // B-fragment column nt*8 + g (where the mma reads int8 activations) and the two epilogue
-// columns nt*8 + 2t, +1 (scales). Columns past the valid ones are clamped to the
+// columns nt*8 + 2t, +1 (scales, group sums). Columns past the valid ones are clamped to the
 // last valid column: their outputs are never stored, and an mma output element depends only on
 // its own row and column.
 template <int NT> struct xcols {
     const int8_t *q[NT];      // xq of B column
     const float *d[NT][2];    // xd of epilogue columns
+    const int32_t *b[NT][2];  // xb of epilogue columns
 };
 
 template <int QT, int NT>
@@ -152,6 +153,7 @@ __device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c
         for (int e = 0; e < 2; e++) {
             const int64_t col = mm_xcol(a, c0 + min(nt * 8 + 2 * t + e, nvalid - 1));
             x.d[nt][e] = a.xd + col * nxd;
+            x.b[nt][e] = a.xb + col * (a.n_in / 32);
         }
     }
 }
@@ -160,7 +162,8 @@ __device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c
 // product with the group's activations is min * (their sum), so the groups' mins terms
 // (sum over groups of min * activation sum, the CPU's msum) accumulate on the tensor cores,
 // exactly (integers: |msum| <= 256 * 63 * 127), without the per-32 activation sums or one
-// multiply-add per group, row and column (27B verify: ~10% of the Q4_K kernel's instructions).
+// multiply-add per group, row and column (matmul.cu's staged kernel, N > 8: 27B verify N = 32
+// 22.9 -> 21.9 ms on the H200, N = 16 ~1% faster).
 __device__ __forceinline__ uint32_t k4_mins4(const uint32_t (&mn)[2], int sb) {
     return (uint32_t)k4_pick(mn, sb) * 0x01010101u;
 }
@@ -184,6 +187,21 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
         uint32_t scmA[2], mnA[2], scmB[2], mnB[2];
         k4_unpack(A.h, scmA, mnA);
         k4_unpack(B.h, scmB, mnB);
+        // the epilogue columns' activation sums per 32 of this unit (in registers for one column
+        // tile; wider tiles load them per group, as registers are short there). (Not the mins
+        // mma of the staged kernel, k4_mins4: its chain of 8 dependent mmas per unit made this
+        // kernel slower, 27B verify N = 4 / 8 14.5 / 16.2 -> 15.8 / 17.1 ms on the H200.)
+        int bs[NT][2][8];
+#pragma unroll
+        for (int nt = 0; nt < NT && NT == 1; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int4 *p = (const int4 *)(x.b[nt][e] + u * 8);
+                const int4 v0 = __ldg(p), v1 = __ldg(p + 1);
+                bs[nt][e][0] = v0.x, bs[nt][e][1] = v0.y, bs[nt][e][2] = v0.z, bs[nt][e][3] = v0.w;
+                bs[nt][e][4] = v1.x, bs[nt][e][5] = v1.y, bs[nt][e][6] = v1.z, bs[nt][e][7] = v1.w;
+            }
+        }
 #pragma unroll
         for (int sb = 0; sb < 8; sb++) {
             const int j = sb >> 1, h = (sb & 1) * 4;
@@ -195,18 +213,23 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
                 a1 |= ((B.qh.x >> sb) & 0x01010101u) << 4;
                 a3 |= ((B.qh.y >> sb) & 0x01010101u) << 4;
             }
-            const int scA = k4_pick(scmA, sb), scB = k4_pick(scmB, sb);
-            const uint32_t mA = k4_mins4(mnA, sb), mB = k4_mins4(mnB, sb);
+            const int scA = k4_pick(scmA, sb), mA = k4_pick(mnA, sb);
+            const int scB = k4_pick(scmB, sb), mB = k4_pick(mnB, sb);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 bq = __ldg((const uint2 *)(x.q[nt] + uo + sb * 32 + 8 * t));
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                mma_k32(msum[nt], mA, mB, mA, mB, bq.x, bq.y); // (mins: see k4_mins4)
+                const int b0 = NT == 1 ? bs[nt][0][sb] : __ldg(x.b[nt][0] + u * 8 + sb);
+                const int b1 = NT == 1 ? bs[nt][1][sb] : __ldg(x.b[nt][1] + u * 8 + sb);
                 isum[nt][0] += scA * c[0];
                 isum[nt][1] += scA * c[1];
                 isum[nt][2] += scB * c[2];
                 isum[nt][3] += scB * c[3];
+                msum[nt][0] += mA * b0;
+                msum[nt][1] += mA * b1;
+                msum[nt][2] += mB * b0;
+                msum[nt][3] += mB * b1;
             }
         }
         dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
