@@ -23,7 +23,8 @@ for run in A1 B1 A2 B2; do
   D=$A; [ "${run:0:1}" = B ] && D=$B
   echo "== $run (${PRESET:-27b} $MIX, prompt ${PROMPT:-512})"
   timeout 240 "$D/dspec" bench --model /tmp/ab.gguf --device cuda --prompt "${PROMPT:-512}" \
-    --decode 32 --reps 5 --verify "${VERIFY:-1,2,4,8,16,32}" >"$OUT/ab_${PRESET:-27b}_$run.txt" 2>&1
-  grep -E "^prefill|^decode \(step|^  N =" "$OUT/ab_${PRESET:-27b}_$run.txt"
+    --decode 32 --reps 5 --verify "${VERIFY:-1,2,4,8,16,32}" \
+    >"$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt" 2>&1
+  grep -E "^prefill|^decode \(step|^  N =" "$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt"
 done
 rm -f /tmp/ab.gguf

@@ -183,13 +183,10 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 // stages; blocks are persistent (one wave) and walk (row block, K split) items; split partials in
 // scratch, mmq_staged_reduce_kernel adds them in split order. Same terms, same order as mmq_kernel.
 
-// Per-type staging constants: activation scales per 256 (q8_0: one per 32); whether per-32 sums
-// are needed (types with mins); bytes per staged column (bank-conflict-free LDS).
+// Per-type staging constants: activation scales per 256 (q8_0: one per 32); bytes per staged
+// column (bank-conflict-free LDS). (No per-32 sums: the mins term is an mma, k4_mins4.)
 static constexpr int qt_xd_per_unit(int qt) {
     return qt == QT_Q8_0 ? 8 : 1;
-}
-static constexpr bool qt_bsum(int qt) {
-    return qt == QT_Q4_K || qt == QT_Q5_K;
 }
 static constexpr int qt_xq_ld(int qt) {
     return qt == QT_Q6_K ? 272 : 288;
@@ -200,8 +197,7 @@ template <int QT, int NT> struct stage_layout {
     static constexpr int NC = NT * 8;
     static constexpr int XQ = NC * qt_xq_ld(QT);
     static constexpr int XD = qt_xd_per_unit(QT) * NC * 4;
-    static constexpr int XB = qt_bsum(QT) ? 8 * NC * 4 : 0;
-    static constexpr int BUF = XQ + XD + XB;
+    static constexpr int BUF = XQ + XD;
 };
 
 // One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
@@ -221,7 +217,6 @@ __device__ __forceinline__ void unit_k_s(float (&acc)[NT][4], const typename raw
     }
     float dA, dB, dmA = 0.0f, dmB = 0.0f;
     if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
-        const int *xb = (const int *)(buf + L::XQ + L::XD);
         uint32_t scmA[2], mnA[2], scmB[2], mnB[2];
         k4_unpack(A.h, scmA, mnA);
         k4_unpack(B.h, scmB, mnB);
@@ -236,22 +231,18 @@ __device__ __forceinline__ void unit_k_s(float (&acc)[NT][4], const typename raw
                 a1 |= ((B.qh.x >> sb) & 0x01010101u) << 4;
                 a3 |= ((B.qh.y >> sb) & 0x01010101u) << 4;
             }
-            const int scA = k4_pick(scmA, sb), mA = k4_pick(mnA, sb);
-            const int scB = k4_pick(scmB, sb), mB = k4_pick(mnB, sb);
+            const int scA = k4_pick(scmA, sb), scB = k4_pick(scmB, sb);
+            const uint32_t mA = k4_mins4(mnA, sb), mB = k4_mins4(mnB, sb);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                int2 bs = *(const int2 *)(xb + sb * L::NC + nt * 8 + 2 * t);
+                mma_k32(msum[nt], mA, mB, mA, mB, bq.x, bq.y); // (mins: see k4_mins4)
                 isum[nt][0] += scA * c[0];
                 isum[nt][1] += scA * c[1];
                 isum[nt][2] += scB * c[2];
                 isum[nt][3] += scB * c[3];
-                msum[nt][0] += mA * bs.x;
-                msum[nt][1] += mA * bs.y;
-                msum[nt][2] += mB * bs.x;
-                msum[nt][3] += mB * bs.y;
             }
         }
         dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
@@ -404,7 +395,7 @@ __device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mmqs_group &g) {
 // What one thread copies of each unit of an item (cp.async; the caller commits the group):
 // weights -- 16-byte chunks tid + 256k of the MMQ_ROWS x qt_wrow bytes (rows past n_out repeat
 // the last row; never stored); activations -- xq chunk slots tid + 256k, one scale slot and one
-// group-sum slot (columns >= nvalid zero-filled). Offsets are fixed per item; a unit adds u times
+// (columns >= nvalid zero-filled). Offsets are fixed per item; a unit adds u times
 // its stride.
 template <int QT, int NT> struct mmqs_src {
     static constexpr int NC = NT * 8, NQ = (NC * 16 + MMQS_THREADS - 1) / MMQS_THREADS;
@@ -412,9 +403,9 @@ template <int QT, int NT> struct mmqs_src {
     int nb1;           // bytes per weight row
     int rmax;          // the item's last row (the rows past n_out repeat it)
     int q[NQ];         // xq element offsets (unit 0)
-    int d, b;          // xd / xb offsets (unit 0)
+    int d;             // xd offset (unit 0)
     uint32_t zq;       // bit k: xq slot k is a padding column
-    bool zd;           // the scale / group-sum slot is a padding column
+    bool zd;           // the scale slot is a padding column
 
     __device__ __forceinline__ void set(const mmqs_group &g, const mmqs_cursor &p, int tid) {
         const mm_args &a = g.a;
@@ -433,7 +424,6 @@ template <int QT, int NT> struct mmqs_src {
         const int jd = tid / NC, cd = tid % NC;
         d = (p.c0 + min(cd, p.nvalid - 1)) * n_xd + jd;
         zd = cd >= p.nvalid;
-        b = (p.c0 + min(cd, p.nvalid - 1)) * (int)(a.n_in / 32) + jd;
     }
 };
 
@@ -472,12 +462,6 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
     if (tid < XDU * NC) {
         cp_async4(smem_addr(buf + L::XQ + 4 * tid), a.xd + src.d + (size_t)u * XDU,
                   src.zd ? 0 : 4);
-    }
-    if constexpr (qt_bsum(QT)) {
-        if (tid < 8 * NC) {
-            cp_async4(smem_addr(buf + L::XQ + L::XD + 4 * tid), a.xb + src.b + (size_t)u * 8,
-                      src.zd ? 0 : 4);
-        }
     }
 }
 
