@@ -119,6 +119,29 @@ __device__ __forceinline__ void k4_lane_scales(const uint4 &h, int t, int &sc0, 
     m1 = (int)__byte_perm(mnw, 0, s1);
 }
 
+// NW (even) 32-bit words from a 2-byte-aligned address, kept as the NW/2 + 1 aligned 8-byte
+// words from the one at or below it (the last one reaches up to 8 bytes past the field, which
+// wv_q6_k's fields leave inside the unit), and shifted into place when used: 3 loads of 8 bytes
+// for 16 bytes instead of a2_words' 4-5 loads of 4 (the Q6_K GEMV issued 19 loads per lane and
+// unit; the load instructions, not the bytes, seemed to bound it -- docs/cuda.md).
+template <int NW> struct a8_words {
+    static constexpr int NL = NW / 2 + 1;
+    uint2 r[NL];
+    uint32_t o; // the address mod 8: 0, 2, 4 or 6
+    __device__ __forceinline__ void load(const uint8_t *p) {
+        const uint8_t *b = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)7);
+        o = (uint32_t)((uintptr_t)p & 6);
+#pragma unroll
+        for (int i = 0; i < NL; i++) ldw(r[i], b + 8 * i);
+    }
+    __device__ __forceinline__ uint32_t w(int k) const { return k & 1 ? r[k >> 1].y : r[k >> 1].x; }
+    __device__ __forceinline__ uint32_t operator[](int i) const {
+        const bool up = o >= 4; // the field starts in the second word
+        const uint32_t a = up ? w(i + 1) : w(i), b = up ? w(i + 2) : w(i + 1);
+        return __funnelshift_r(a, b, (o & 2) * 8);
+    }
+};
+
 // Q6_K: 4 x (q - 32) as int8 bytes from the 4 low bits (src >> ls, bits 0-3 of each byte) and
 // the 2 high bits (qh >> hs, bits 0-1): 4q lands in bits 2-7 and flipping bit 7 subtracts 128.
 // The dot of such words is exactly 4 x the dot of (q - 32).
@@ -219,7 +242,7 @@ struct wv_q5_k {
 // Q6_K (210 bytes, 2-byte aligned): lane t takes half n = t/2 and columns l = 16(t%2) .. +15 of
 // it: sub-blocks 8n + 2q + t%2 for q = 0..3 (elements 128n + 32q + 16(t%2) + i).
 struct wv_q6_k {
-    a2_words<4> la, lb, qh;
+    a8_words<4> la, lb, qh;
     a2_words<2> sc;
     uint32_t d;
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
@@ -261,7 +284,7 @@ struct wv_q6_k {
             is[c] = acc >> 2; // exact: every term is a multiple of 4
             ms[c] = 0;
         }
-        dw = ds_cu_h2f(d >> la.sh);
+        dw = ds_cu_h2f(d >> sc.sh);
         dmw = 0.0f;
     }
 };
@@ -319,21 +342,27 @@ struct wv_iq4_xs {
 // Q8_0 (8 blocks of 34 bytes per unit, 2-byte aligned): lane t takes blocks 2t and 2t+1; per
 // block the CPU's (float)isum * (dw * da), which the unit then adds in block order.
 struct wv_q8_0 {
-    // lane t's blocks 2t and 2t+1 are the 68 bytes at 68t of the unit, 17 aligned words (units
-    // start 4-byte aligned: 272-byte units, rows of whole units, ds_cuda_mmv_launch checks the
-    // base): block 2t has d in the low half of w[0] and its qs shifted by 2 bytes in w[0..8],
-    // block 2t+1 d in the high half of w[8] and its qs aligned in w[9..16].
-    uint32_t w[17];
+    // lane t's blocks 2t and 2t+1 are the 68 bytes at 68t of the unit, 17 aligned words w(0..16)
+    // (units start 16-byte aligned: 272-byte units, rows of whole units, matmul.cu checks the
+    // base): block 2t has d in the low half of w(0) and its qs shifted by 2 bytes in w(0..8),
+    // block 2t+1 d in the high half of w(8) and its qs aligned in w(9..16). They are loaded as
+    // the 9 aligned 8-byte words from 68t rounded down to 8 (odd t: 4 bytes before its blocks,
+    // inside the unit), 9 loads instead of 17 (docs/cuda.md); w(i) is word i + (t odd) of those.
+    uint2 r[9];
+    bool up; // t odd
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
-        const uint8_t *b = p + 68 * t;
+        const uint8_t *b = p + 64 * t + 8 * (t >> 1);
+        up = t & 1;
 #pragma unroll
-        for (int i = 0; i < 17; i++) ldw(w[i], b + 4 * i);
+        for (int i = 0; i < 9; i++) ldw(r[i], b + 8 * i);
     }
+    __device__ __forceinline__ uint32_t v(int k) const { return k & 1 ? r[k >> 1].y : r[k >> 1].x; }
+    __device__ __forceinline__ uint32_t w(int i) const { return up ? v(i + 1) : v(i); }
     __device__ __forceinline__ uint32_t qs(int j, int i) const {
-        return j == 0 ? __funnelshift_r(w[i], w[i + 1], 16) : w[9 + i];
+        return j == 0 ? __funnelshift_r(w(i), w(i + 1), 16) : w(9 + i);
     }
     __device__ __forceinline__ uint32_t d(int j) const {
-        return j == 0 ? w[0] & 0xffffu : w[8] >> 16;
+        return j == 0 ? w(0) & 0xffffu : w(8) >> 16;
     }
     // term[c][j]: block 2t + j's float term for column c.
     template <int NC, typename X>
