@@ -691,7 +691,8 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
     DS_ASSERT(g.n >= 1 && g.n <= MMV_MAX_MATS && g.m[0].blk0 == 0);
     for (int i = 0; i < g.n; i++) {
         DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
-        DS_ASSERT(((uintptr_t)g.m[i].w & 3) == 0); // (aligned word loads of Q8_0 / Q6_K)
+        // (aligned 8-byte loads: Q8_0 units at 8-byte multiples, Q6_K rounds its addresses down)
+        DS_ASSERT(((uintptr_t)g.m[i].w & 7) == 0 && (qt == QT_Q6_K || g.m[i].w_nb1 % 8 == 0));
     }
     qt_switch(qt, [&](auto q) { mmv_cols<decltype(q)::value>(c, g); });
 }
