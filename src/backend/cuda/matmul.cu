@@ -345,9 +345,6 @@ template <int QT, int NT> struct pipe_stage {
     static constexpr int BYTES = W + stage_layout<QT, NT>::BUF;
 };
 
-// The matrices of one staged launch: one input (mm_args: n_in, n_units, ncols, xq, xd, xb) and
-// one weight type; matmul_multi puts up to MMV_MAX_MATS matrices into one launch, whose items then
-// fill the waves together (the 48-row DeltaNet gate projections alone were 10 us launches).
 // n / d by a multiply and a shift, exact for n < 2^24 (m = ceil(2^k / d), k = 24 + ceil(log2 d):
 // the error n * (m d - 2^k) / (d 2^k) < 2^(24 - k) <= 1 / d never reaches the next integer);
 // the staged kernel's item walk divided by runtime values once per item (~20 instructions each).
@@ -366,6 +363,9 @@ __device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
     return (uint32_t)(((uint64_t)n * v.m) >> v.k);
 }
 
+// The matrices of one staged launch: one input (mm_args: n_in, n_units, ncols, xq, xd, xb) and
+// one weight type; matmul_multi puts up to MMV_MAX_MATS matrices into one launch, whose items then
+// fill the waves together (the 48-row DeltaNet gate projections alone were 10 us launches).
 struct mmqs_mat {
     const uint8_t *w;
     int64_t w_nb1, n_out, y_nb1;
