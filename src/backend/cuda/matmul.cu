@@ -345,6 +345,24 @@ template <int QT, int NT> struct pipe_stage {
     static constexpr int BYTES = W + stage_layout<QT, NT>::BUF;
 };
 
+// n / d by a multiply and a shift, exact for n < 2^24 (m = ceil(2^k / d), k = 24 + ceil(log2 d):
+// the error n * (m d - 2^k) / (d 2^k) < 2^(24 - k) <= 1 / d never reaches the next integer);
+// the staged kernel's item walk divided by runtime values once per item (~20 instructions each).
+struct udiv24 {
+    uint32_t m;
+    int k;
+};
+static udiv24 udiv24_of(uint32_t d) {
+    DS_ASSERT(d >= 1 && d < (1u << 24));
+    int l = 0;
+    while ((1u << l) < d) l++;
+    const int k = 24 + l;
+    return {(uint32_t)(((1ull << k) + d - 1) / d), k};
+}
+__device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
+    return (uint32_t)(((uint64_t)n * v.m) >> v.k);
+}
+
 // The matrices of one staged launch: one input (mm_args: n_in, n_units, ncols, xq, xd, xb) and
 // one weight type; matmul_multi puts up to MMV_MAX_MATS matrices into one launch, whose items then
 // fill the waves together (the 48-row DeltaNet gate projections alone were 10 us launches).
@@ -355,6 +373,7 @@ struct mmqs_mat {
     float *part;       // [ks][ncols][n_out] split partials (ks > 1)
     int ks, rb, item0; // K splits, MMQ_ROWS row blocks, first item
     int red0, n_red;   // first and count of the reduce kernel's 256-row blocks (0 when ks == 1)
+    udiv24 by_rb, by_zi, by_ks; // division by rb, rb * ks (items per column chunk), ks
 };
 struct mmqs_group {
     mm_args a;
@@ -375,14 +394,15 @@ __device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mmqs_group &g, in
 #pragma unroll
     for (int j = 1; j < MMV_MAX_MATS; j++) m = j < g.n && item >= g.m[j].item0 ? j : m;
     p.m = m;
-    const int rb = g.m[m].rb, ks = g.m[m].ks, local = item - g.m[m].item0;
-    const int per_z = rb * ks, z = local / per_z, rem = local - z * per_z;
-    p.split = rem / rb;
+    const mmqs_mat &M = g.m[m];
+    const int rb = M.rb, ks = M.ks, local = item - M.item0;
+    const int z = (int)udiv24_q((uint32_t)local, M.by_zi), rem = local - z * rb * ks;
+    p.split = (int)udiv24_q((uint32_t)rem, M.by_rb);
     p.row0 = (rem - p.split * rb) * MMQ_ROWS;
     p.c0 = z * NC;
     p.nvalid = min(NC, g.a.ncols - p.c0);
-    p.u = p.split * g.a.n_units / ks;
-    p.uend = (p.split + 1) * g.a.n_units / ks; // > u: ks <= n_units
+    p.u = (int)udiv24_q((uint32_t)(p.split * g.a.n_units), M.by_ks);
+    p.uend = (int)udiv24_q((uint32_t)((p.split + 1) * g.a.n_units), M.by_ks); // > u: ks <= U
 }
 // Next unit; true when that starts a new item.
 template <int NC>
@@ -399,9 +419,11 @@ __device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mmqs_group &g) {
 // its stride.
 template <int QT, int NT> struct mmqs_src {
     static constexpr int NC = NT * 8, NQ = (NC * 16 + MMQS_THREADS - 1) / MMQS_THREADS;
+    static constexpr int CPR = qt_wrow(QT) / 16;                               // chunks per row
+    static constexpr int NW = (MMQ_ROWS * CPR + MMQS_THREADS - 1) / MMQS_THREADS; // per thread
     const uint8_t *w;  // the item's first weight row
-    int nb1;           // bytes per weight row
-    int rmax;          // the item's last row (the rows past n_out repeat it)
+    int wo[NW];        // weight chunk k: byte offset of its row (+ its chunk where units are
+                       // 16-byte multiples) from w, rows past n_out clamped to the last
     int q[NQ];         // xq element offsets (unit 0)
     int d;             // xd offset (unit 0)
     uint32_t zq;       // bit k: xq slot k is a padding column
@@ -410,9 +432,13 @@ template <int QT, int NT> struct mmqs_src {
     __device__ __forceinline__ void set(const mmqs_group &g, const mmqs_cursor &p, int tid) {
         const mm_args &a = g.a;
         const mmqs_mat &M = g.m[p.m];
-        nb1 = (int)M.w_nb1;
+        const int nb1 = (int)M.w_nb1, rmax = (int)M.n_out - 1 - p.row0;
         w = M.w + (size_t)p.row0 * nb1;
-        rmax = (int)M.n_out - 1 - p.row0;
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            const int i = tid + k * MMQS_THREADS, r = i / CPR, ch = i - r * CPR;
+            wo[k] = min(r, rmax) * nb1 + (qt_unit_bytes(QT) % 16 == 0 ? 16 * ch : 0);
+        }
         zq = 0;
 #pragma unroll
         for (int k = 0; k < NQ; k++) {
@@ -430,18 +456,21 @@ template <int QT, int NT> struct mmqs_src {
 template <int QT, int NT>
 __device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mmqs_src<QT, NT> &src, int u,
                                              int tid) {
-    constexpr int RS = qt_wrow(QT), CPR = RS / 16, UB = qt_unit_bytes(QT);
+    constexpr int CPR = mmqs_src<QT, NT>::CPR, UB = qt_unit_bytes(QT);
     const uint8_t *wu = src.w + (size_t)u * UB;
-    const uint32_t sbase = smem_addr(st);
+    const uint32_t sbase = smem_addr(st) + 16 * tid; // (chunk i at 16 i: rows of CPR chunks)
     // consecutive threads copy consecutive chunks (a warp's copies cover few 128-byte lines:
     // one row per thread pair measured slower)
 #pragma unroll
-    for (int k = 0; k < (MMQ_ROWS * CPR + MMQS_THREADS - 1) / MMQS_THREADS; k++) {
-        const int i = tid + k * MMQS_THREADS, r = i / CPR, ch = i - r * CPR;
+    for (int k = 0; k < mmqs_src<QT, NT>::NW; k++) {
+        const int i = tid + k * MMQS_THREADS;
         if ((MMQ_ROWS * CPR) % MMQS_THREADS == 0 || i < MMQ_ROWS * CPR) {
-            const uint8_t *p = wu + min(r, src.rmax) * src.nb1;
-            if constexpr (UB % 16 != 0) p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
-            cp_async16(sbase + r * RS + 16 * ch, p + 16 * ch);
+            const uint8_t *p = wu + src.wo[k];
+            if constexpr (UB % 16 != 0) { // (the row's unit from the chunk boundary below it)
+                const int ch = i - (i / CPR) * CPR;
+                p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15) + 16 * ch;
+            }
+            cp_async16(sbase + 16 * MMQS_THREADS * k, p);
         }
     }
 }
@@ -769,13 +798,18 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
     M.ks = mmq_splits(c, n_out, a.n_units);
     M.rb = (int)((n_out + MMQ_ROWS - 1) / MMQ_ROWS);
     M.item0 = g.n_items;
+    M.by_rb = udiv24_of((uint32_t)M.rb);
+    M.by_zi = udiv24_of((uint32_t)(M.rb * M.ks));
+    M.by_ks = udiv24_of((uint32_t)M.ks);
     M.part = (float *)((uint8_t *)a.part + *part_off);
     *part_off += mmqs_part_bytes(c, a, n_out);
     M.red0 = g.n_red;
     M.n_red = M.ks > 1 ? (int)((n_out + 255) / 256) : 0;
     const int64_t items = (int64_t)g.n_items + (int64_t)M.rb * M.ks * n_z;
-    // (the kernel's item, row and activation offsets are 32-bit)
+    // (the kernel's item, row and activation offsets are 32-bit; its divisions (udiv24) take
+    // numerators below 2^24: items of one matrix, ks * n_units)
     DS_ASSERT(items <= 0x7fffffff && (int64_t)a.ncols * a.n_in <= 0x7fffffff);
+    DS_ASSERT(items - M.item0 < (1 << 24) && (int64_t)M.ks * a.n_units < (1 << 24));
     DS_ASSERT(w_nb1 * MMQ_ROWS <= 0x7fffffff && (uintptr_t)w % 16 == 0 && w_nb1 % 2 == 0);
     g.n_items = (int)items;
     g.n_red += M.n_red;
