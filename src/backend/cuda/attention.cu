@@ -1,16 +1,17 @@
 // attention.cu: softmax attention of a batch of query rows against the K/V cache (F32 or F16),
 // with chain, tree (parent chains) or explicit per-row [lo, hi) visibility; GQA (one block serves
 // the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
-// Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys: 16
-// up to 2048 visible keys (short contexts spread over many blocks), then growing so a row has at
-// most ~128 chunks (bounded partials at long contexts). Each chunk writes its max, sum and
-// unnormalised output, and attn_combine merges the chunks in order. Chunk boundaries depend only
-// on the row's own visible count, so a row's output is bitwise the same in a verify batch, a
-// tree, or alone (DESIGN.md §4.2). Calls common.cuh. Called through the op
+// Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys
+// (attention.cuh); each chunk writes its max, sum and unnormalised output, and attn_combine merges
+// the chunks in order. F16 caches of head dim 64 / 128 / 256 run attention_tc.cu's tensor-core
+// kernel (64-key chunks); the rest run attn_chunk_kernel here (f32 arithmetic; 16-key chunks up
+// to 2048 visible keys, so short contexts spread over many blocks). Chunk boundaries depend only
+// on the row's own visible count and the model's shape, so a row's output is bitwise the same in
+// a verify batch, a tree, or alone (DESIGN.md §4.2). Calls attention.cuh. Called through the op
 // table. Spec: backend.h (attention, attention_rows), target-qwen35.md §2.8.
 //   bytes: per row and kv head: n_vis*hd*2*sizeof(KV) + partials n_head*chunks*(hd+2)*8
 //   flops: 4*n*n_head*n_vis*hd
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/attention.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -18,47 +19,7 @@ extern "C" {
 
 #include <stdlib.h>
 
-enum { ATT_THREADS = 256, ATT_GMAX = 16, ATT_CH_MAX = 512 };
-
-// Keys per chunk of a row with nv visible keys (see the header).
-__host__ __device__ __forceinline__ int att_chunk(int64_t nv) {
-    if (nv <= 2048) return 16;
-    int ch = 32;
-    while (ch < ATT_CH_MAX && (int64_t)ch * 128 < nv) ch *= 2;
-    return ch;
-}
-__host__ __device__ __forceinline__ int att_nchunks(int64_t nv) {
-    const int ch = att_chunk(nv);
-    return (int)((nv + ch - 1) / ch);
-}
-
-struct attn_args {
-    const char *q;
-    int64_t q_nb1, q_nb2;   // bytes: per head, per row
-    const char *k, *v;
-    int64_t k_nb1, v_nb1;   // bytes per cache row
-    int hd, n_head, group;
-    float scale;
-    int n_all;              // rows of the whole call: nvis[n_all] holds n_past (staged, so a
-                            // step graph replays with the step's own n_past)
-    const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
-    int vis_stride;
-    const int32_t *lo;      // rows mode: first visible cache row per batch row
-    const int32_t *nvis;    // visible keys per row
-    int s_max;              // chunks per row in the partial arrays
-    int ch_max;             // longest chunk of any row (score rows in shared memory)
-    float *pm, *pl, *pacc;  // partials [t][head][chunk] (m, l), [t][head][chunk][hd]
-    float *out;
-    int64_t out_nb1;        // floats
-    int64_t t0;             // first batch row of this launch
-};
-
-// Cache row of the i-th visible key of row t (np: n_past; chains see cache rows 0..).
-__device__ __forceinline__ int64_t key_row(const attn_args &a, int64_t np, int64_t t, int64_t i) {
-    if (a.lo) return a.lo[t] + i;
-    if (!a.vis || i < np) return i;
-    return np + a.vis[t * a.vis_stride + (i - np)];
-}
+enum { ATT_THREADS = 256 };
 
 template <typename KV>
 __device__ __forceinline__ float kv_ld(const char *p, int64_t i) {
@@ -80,7 +41,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     const int kvh = blockIdx.x, s = blockIdx.z;
     const int64_t tl = blockIdx.y, t = a.t0 + tl; // partials are indexed by tl (this launch)
     const int64_t nv = a.nvis[t];
-    const int ch = att_chunk(nv), CH = a.ch_max;
+    const int ch = att_chunk(a, nv), CH = a.ch_max;
     const int64_t i0 = (int64_t)s * ch;
     if (i0 >= nv) return; // whole block: uniform
     const int cnt = (int)min((int64_t)ch, nv - i0);
@@ -183,7 +144,7 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int h = blockIdx.x, d = threadIdx.x;
     const int64_t tl = blockIdx.y, t = a.t0 + tl;
-    const int S = att_nchunks(a.nvis[t]);
+    const int S = att_nchunks(a, a.nvis[t]);
     const int64_t base = (tl * a.n_head + h) * a.s_max;
     // (chunks loaded 8 at a time, then used in order: one round trip per 8 chunks)
     float M = -INFINITY;
@@ -251,8 +212,13 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
                      int64_t n, const int32_t *nvis_h, int64_t max_vis) {
     const int64_t B = (DS_MAX(max_vis, (int64_t)1) + DS_CU_KV_BUCKET - 1) / DS_CU_KV_BUCKET *
                       DS_CU_KV_BUCKET; // every row has at most B visible keys
-    a.s_max = B <= 2048 ? (int)(B / 16) : DS_MAX(128, att_nchunks(B) + 1);
-    a.ch_max = att_chunk(B);
+    const bool tc = ds_cuda_attn_tc_ok(a, kvt == DS_TYPE_F16);
+    a.ch_base = tc ? ATT_TC_BASE : 16;
+    a.ch_cap = tc ? (1 << 30) : ATT_CH_MAX;
+    // (rows of up to 128 * ch_base keys: ceil(nv / ch_base) chunks; longer ones at most ~128)
+    a.s_max = B <= 128 * (int64_t)a.ch_base ? (int)((B + a.ch_base - 1) / a.ch_base)
+                                             : DS_MAX(128, att_nchunks(a, B) + 1);
+    a.ch_max = att_chunk(a, B);
     a.n_all = (int)n;
     a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)(n + 1) * 4);
     if (!a.nvis) return;
@@ -263,7 +229,8 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
     const int64_t rows = DS_MAX((int64_t)1, DS_MIN(n, (int64_t)((256u << 20) / per_row)));
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * per_row + 1024);
     if (!s) return;
-    const size_t n_p = (size_t)rows * (size_t)a.n_head * (size_t)a.s_max;
+    // (a multiple of 4 floats: the partial outputs stay 16-byte aligned)
+    const size_t n_p = ((size_t)rows * (size_t)a.n_head * (size_t)a.s_max + 3) & ~(size_t)3;
     a.pm = (float *)s;
     a.pl = a.pm + n_p;
     a.pacc = a.pl + n_p;
@@ -271,7 +238,10 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
         const int64_t nr = DS_MIN(rows, n - t0);
         DS_ASSERT(nr <= 65535);
         a.t0 = t0;
-        if (kvt == DS_TYPE_F16) {
+        a.n_rows = (int)nr;
+        if (tc) {
+            if (!ds_cuda_attn_tc(c, a, n_kv)) return;
+        } else if (kvt == DS_TYPE_F16) {
             attn_chunks<__half>(c, a, n_kv, nr, gm);
         } else {
             attn_chunks<float>(c, a, n_kv, nr, gm);

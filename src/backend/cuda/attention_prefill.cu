@@ -2,8 +2,8 @@
 // one pass over the keys with an online softmax, nothing but the output written). Used by
 // attention.cu for chains of >= DS_CUDA_PREFILL_MIN_ROWS rows in prefill mode (backend.h
 // prefill_mode), head dims 64 / 128 / 256; decode and verify keep attention.cu's split-KV kernel,
-// whose rows are bitwise those of single steps. Calls common.cuh. Spec: backend.h (attention),
-// docs/cuda.md "Prefill".
+// whose rows are bitwise those of single steps. Calls attention.cuh (the f16 mma helpers).
+// Spec: backend.h (attention), docs/cuda.md "Prefill".
 //
 // Block: FA_BM = 64 query rows of one head, 4 warps of 16 rows. Q (f16, unscaled) stays in shared
 // memory; per tile of FA_BN = 64 keys the block loads K and V (F16 cache: cp.async; F32: converted
@@ -14,7 +14,7 @@
 // rows differ from the split-KV kernel's f32 arithmetic by ~1e-3 relative (tested against it).
 //   bytes: n_head*ceil(n/64)*(visible keys)*hd*2*sizeof(KV) (L2-served across a kv head's query
 //          heads) + n*n_head*hd*8;  flops: 4*n_head*hd*sum over rows of visible keys
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/attention.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -33,32 +33,6 @@ struct fa_args {
     float *out;
     int64_t out_nb1;       // floats
 };
-
-__device__ __forceinline__ void fa_ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                           uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1,
-                                             uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void fa_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
 
 // Rows [0, FA_BN) of a K or V tile from cache rows key0.. (rows at or past `lim`: zeros) into
 // shared memory (row stride D + FA_PAD halves).

@@ -1351,9 +1351,12 @@ static void test_attention(void **state) {
     ENV(state);
     static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
     static const int64_t shapes[][3] = {{64, 4, 2}, {256, 24, 4}, {128, 16, 2}};
-    // (2040: rows of one call on both sides of the 2048-key chunk-length step; 2100: 32-key
-    // chunks; from 16 keys of prefix the verify rows share its whole chunks)
-    static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100};
+    // (F32 caches, attention.cu's kernel: 2040: rows of one call on both sides of the 2048-key
+    // chunk-length step; 2100: 32-key chunks; from 16 keys of prefix the verify rows share its
+    // whole chunks. F16, attention_tc.cu: 64-key chunks; 8190: rows of one call on both sides
+    // of the 8192-key step, whose blocks then take their rows' tiles in turn, as trees do for
+    // the chunks over their own rows; 5 and 7 rows: two row groups)
+    static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100, 8190};
     for (size_t s = 0; s < DS_ARRAY_LEN(shapes); s++) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
             for (int f16 = 0; f16 < 2; f16++) {

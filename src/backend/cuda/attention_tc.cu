@@ -1,0 +1,251 @@
+// attention_tc.cu: the split-KV attention of decode and verify rows on the tensor cores, for F16
+// caches of head dim 64 / 128 / 256 (attention.cu picks it per model shape and merges its chunk
+// partials with attn_combine_kernel). Calls attention.cuh. Spec: backend.h (attention,
+// attention_rows), target-qwen35.md §2.8, docs/cuda.md "Decode and verify attention".
+//
+// Block: one kv head, one chunk of keys (att_chunk: 64 keys up to 8,192 visible, then longer, as
+// 64-key tiles with an online softmax), TC_WARPS rows of the launch: warp w takes row
+// blockIdx.y * TC_WARPS + w and its G query heads as the 16 rows of its mma tiles (rows past G
+// read a zero row). The block stages each 64-key tile of K and V once (cp.async) and every warp
+// whose row sees those keys uses it: chain rows always share their chunks' keys, tree rows share
+// those below n_past; otherwise (a chunk over a tree's own rows, attention_rows windows) the rows
+// take their tiles in turn. S = Q K^T and O += P V run on mma.sync m16n8k16 with f32 accumulators;
+// Q and P are split into two f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): ~22 bits),
+// so the products with the f16 cache are about as exact as f32 arithmetic (K and V are exact in
+// f16 already). Keys past a row's visible count are masked to p = 0 (a tile's keys past every
+// row's count are zero-filled, never read), and an mma's output row depends only on its own A
+// row, so a row's partials do not depend on the other rows of its block: bitwise the same in a
+// verify batch, a tree, or alone.
+//   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to TC_WARPS rows)
+//          + partials;  flops: 4*2*n*n_head*n_vis*hd on the tensor cores (two f16 parts each)
+#include "backend/cuda/attention.cuh"
+
+enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8 };
+
+// Rows [0, TC_BN) of the K and V tiles for a chunk's keys k0.. (of pcnt; past it: zero-filled),
+// key j at cache row key_row(a, np, pt, i0 + j).
+template <int D>
+__device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn_args &a,
+                                              int kvh, int64_t np, int64_t pt, int64_t i0,
+                                              int k0, int pcnt) {
+    constexpr int LD = D + TC_PAD, CPR = D / 8; // 16-byte chunks (8 halves) per row
+    const int64_t hoff = (int64_t)kvh * D * 2;
+    for (int i = threadIdx.x; i < TC_BN * CPR; i += TC_WARPS * 32) {
+        const int r = i / CPR, cc = i % CPR;
+        const bool ok = k0 + r < pcnt;
+        const int64_t row = ok ? key_row(a, np, pt, i0 + k0 + r) : 0;
+        const int sz = ok ? 16 : 0; // zero-fill
+        const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
+        const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk),
+                     "l"(a.k + row * a.k_nb1 + hoff + cc * 16), "r"(sz));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv),
+                     "l"(a.v + row * a.v_nb1 + hoff + cc * 16), "r"(sz));
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// x as two halves: hi = f16(x), lo = f16(x - hi).
+__device__ __forceinline__ void tc_split(float x, __half &hi, __half &lo) {
+    hi = __float2half_rn(x);
+    lo = __float2half_rn(__fsub_rn(x, __half2float(hi)));
+}
+__device__ __forceinline__ void tc_split2(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    __half h0, l0, h1, l1;
+    tc_split(x0, h0, l0);
+    tc_split(x1, h1, l1);
+    __half2 h = __halves2half2(h0, h1), l = __halves2half2(l0, l1);
+    memcpy(&hi, &h, 4);
+    memcpy(&lo, &l, 4);
+}
+
+template <int D>
+static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int LD = D + TC_PAD, NT = D / 8;
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    __shared__ int s_cnt[TC_WARPS], s_ch[TC_WARPS];
+    const int G = a.group;
+    __half *sk = (__half *)tc_smem, *sv = sk + TC_BN * LD, *zr = sv + TC_BN * LD;
+    __half *sq = zr + LD; // [warp][hi, lo][G][LD]
+    const int kvh = blockIdx.x, s = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, c4 = lane % 4;
+    const int tl = blockIdx.y * TC_WARPS + warp; // this warp's row (partials are indexed by it)
+    const int64_t t = a.t0 + tl;
+    const int64_t np = a.vis ? a.nvis[a.n_all] : 0;
+    int cnt = 0, ch = 0; // this row's keys in the chunk, its chunk length
+    if (tl < a.n_rows) {
+        const int64_t nv = a.nvis[t];
+        ch = att_chunk(a, nv);
+        const int64_t i0 = (int64_t)s * ch;
+        if (i0 < nv) cnt = (int)min((int64_t)ch, nv - i0);
+    }
+    if (lane == 0) s_cnt[warp] = cnt, s_ch[warp] = ch;
+    for (int i = threadIdx.x; i < LD; i += TC_WARPS * 32) zr[i] = __float2half_rn(0.0f);
+    __half *qh = sq + (size_t)warp * 2 * G * LD, *ql = qh + (size_t)G * LD;
+    if (cnt > 0) {
+        for (int idx = lane; idx < G * D; idx += 32) {
+            const int gq = idx / D, d = idx % D;
+            const float x = ((const float *)(a.q + (int64_t)(kvh * G + gq) * a.q_nb1 +
+                                             t * a.q_nb2))[d];
+            tc_split(x, qh[gq * LD + d], ql[gq * LD + d]);
+        }
+    }
+    __syncthreads();
+    int cnt_max = 0, ch0 = 0, first = -1;
+    bool same_ch = true;
+    for (int w = 0; w < TC_WARPS; w++) {
+        if (s_cnt[w] == 0) continue;
+        if (first < 0) first = w, ch0 = s_ch[w];
+        same_ch = same_ch && s_ch[w] == ch0;
+        cnt_max = max(cnt_max, s_cnt[w]);
+    }
+    if (first < 0) return; // (uniform: no row of the block sees this chunk)
+    const bool shared = same_ch && !a.lo && (!a.vis || (int64_t)s * ch0 + cnt_max <= np);
+
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    // ldmatrix row addresses of this warp's Q tile (A operand rows past G: the zero row)
+    const int qr = (lane % 8) + 8 * ((lane / 8) % 2), qc = 8 * (lane / 16);
+    const uint32_t qh_a = (uint32_t)__cvta_generic_to_shared(qr < G ? qh + qr * LD + qc : zr + qc);
+    const uint32_t ql_a = (uint32_t)__cvta_generic_to_shared(qr < G ? ql + qr * LD + qc : zr + qc);
+    const uint32_t k_a = (uint32_t)__cvta_generic_to_shared(
+        sk + (size_t)((lane % 8) + 8 * (lane / 16)) * LD + 8 * ((lane / 8) % 2));
+    const uint32_t v_a = (uint32_t)__cvta_generic_to_shared(
+        sv + (size_t)((lane % 8) + 8 * ((lane / 8) % 2)) * LD + 8 * (lane / 16));
+
+    for (int pass = 0; pass < (shared ? 1 : TC_WARPS); pass++) {
+        const int pw = shared ? first : pass; // a row whose keys the tiles hold
+        if (s_cnt[pw] == 0) continue;          // (uniform)
+        const int pcnt = shared ? cnt_max : s_cnt[pw];
+        const int64_t pt = a.t0 + blockIdx.y * TC_WARPS + pw, pi0 = (int64_t)s * s_ch[pw];
+        const bool mine = cnt > 0 && (shared || pw == warp);
+        for (int k0 = 0; k0 < pcnt; k0 += TC_BN) {
+            __syncthreads(); // the previous tile's readers are done
+            tc_load_tiles<D>(sk, sv, a, kvh, np, pt, pi0, k0, pcnt);
+            __syncthreads();
+            if (!mine) continue;
+            // S = (Q_hi + Q_lo) K^T: 16 query heads x 64 keys
+            float sc[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll 4
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
+                fa_ldsm_x4(qh_a + kk * 32, h0, h1, h2, h3);
+                fa_ldsm_x4(ql_a + kk * 32, l0, l1, l2, l3);
+#pragma unroll
+                for (int jp = 0; jp < 4; jp++) { // two 8-key n-tiles per ldmatrix.x4
+                    uint32_t b0, b1, b2, b3;
+                    fa_ldsm_x4(k_a + (uint32_t)(jp * 16 * LD + kk * 16) * 2, b0, b1, b2, b3);
+                    fa_mma(sc[2 * jp], h0, h1, h2, h3, b0, b1);
+                    fa_mma(sc[2 * jp], l0, l1, l2, l3, b0, b1);
+                    fa_mma(sc[2 * jp + 1], h0, h1, h2, h3, b2, b3);
+                    fa_mma(sc[2 * jp + 1], l0, l1, l2, l3, b2, b3);
+                }
+            }
+            // scale, mask the keys past this row's count, online softmax
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + j * 8 + 2 * c4 + (e & 1);
+                    const float x = key < cnt ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
+                    sc[j][e] = x;
+                    mx[e / 2] = fmaxf(mx[e / 2], x);
+                }
+            }
+            float alpha[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                alpha[i] = expf(__fsub_rn(m[i], mx[i])); // first tile: e^-inf = 0
+                m[i] = mx[i];
+                l[i] = __fmul_rn(l[i], alpha[i]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                o[j][0] = __fmul_rn(o[j][0], alpha[0]), o[j][1] = __fmul_rn(o[j][1], alpha[0]);
+                o[j][2] = __fmul_rn(o[j][2], alpha[1]), o[j][3] = __fmul_rn(o[j][3], alpha[1]);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = expf(__fsub_rn(sc[j][e], m[e / 2])); // masked: 0
+                    sc[j][e] = p;
+                    l[e / 2] = __fadd_rn(l[e / 2], p);
+                }
+            }
+            // O += (P_hi + P_lo) V: 16 query heads x D, keys in 4 steps of 16
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
+                tc_split2(sc[2 * ks][0], sc[2 * ks][1], h0, l0);
+                tc_split2(sc[2 * ks][2], sc[2 * ks][3], h1, l1);
+                tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h2, l2);
+                tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h3, l3);
+#pragma unroll
+                for (int dp = 0; dp < NT / 2; dp++) { // two 8-dim n-tiles per ldmatrix.x4.trans
+                    uint32_t b0, b1, b2, b3;
+                    fa_ldsm_x4_t(v_a + (uint32_t)(ks * 16 * LD + dp * 16) * 2, b0, b1, b2, b3);
+                    fa_mma(o[2 * dp], h0, h1, h2, h3, b0, b1);
+                    fa_mma(o[2 * dp], l0, l1, l2, l3, b0, b1);
+                    fa_mma(o[2 * dp + 1], h0, h1, h2, h3, b2, b3);
+                    fa_mma(o[2 * dp + 1], l0, l1, l2, l3, b2, b3);
+                }
+            }
+        }
+    }
+    if (cnt == 0) return;
+    // the chunk's partials of this row's heads (the quad's four sums added in a fixed order)
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int gq = g + 8 * i;
+        if (gq >= G) continue;
+        const int64_t pi = ((int64_t)tl * a.n_head + (int64_t)kvh * G + gq) * a.s_max + s;
+        if (c4 == 0) a.pm[pi] = m[i], a.pl[pi] = l[i];
+        float *acc = a.pacc + pi * D;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            *(float2 *)(acc + j * 8 + 2 * c4) = make_float2(o[j][2 * i], o[j][2 * i + 1]);
+        }
+    }
+}
+
+bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16) {
+    return f16 && (a.hd == 64 || a.hd == 128 || a.hd == 256) && a.group <= 16 &&
+           a.k_nb1 % 16 == 0 && a.v_nb1 % 16 == 0 && (uintptr_t)a.k % 16 == 0 &&
+           (uintptr_t)a.v % 16 == 0;
+}
+
+template <int D> static bool tc_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
+    const size_t smem = (size_t)(2 * TC_BN + 1 + 2 * TC_WARPS * a.group) * (D + TC_PAD) * 2;
+    // (a per-device kernel attribute: set at every launch, a cheap host call next to the kernel)
+    if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(attn_tc_kernel<D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem))) {
+        return false;
+    }
+    dim3 grid((unsigned)n_kv, (unsigned)((a.n_rows + TC_WARPS - 1) / TC_WARPS), (unsigned)a.s_max);
+    ds_cu_launch(c, attn_tc_kernel<D>, grid, TC_WARPS * 32, smem, a);
+    return true;
+}
+
+bool ds_cuda_attn_tc(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
+    DS_ASSERT(a.pacc && (uintptr_t)a.pacc % 8 == 0 && a.s_max <= 65535);
+    switch (a.hd) {
+    case 64: return tc_launch<64>(c, a, n_kv);
+    case 128: return tc_launch<128>(c, a, n_kv);
+    default: return tc_launch<256>(c, a, n_kv);
+    }
+}
