@@ -93,6 +93,15 @@ typedef struct ds_backend_ops {
     // Copies x {ne0, n} (f32) into rows [row0, row0+n) of dst {ne0, n_ctx} (F32 or F16),
     // converting.
     void (*store_rows)(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+    // (optional; NULL: callers run the six ops) The attention prologue of a batch in one call,
+    // bitwise those ops in this order: rmsnorm(q, wq) and rmsnorm(k, wk) per head (eps, in
+    // place), rope_neox(q) and rope_neox(k) (pos, n_rot, base), store_rows(kc, row0, k as
+    // {hd * n_kv, n}) and store_rows(vc, row0, v). q {hd, n_head, n} and k {hd, n_kv, n} f32
+    // (strided views allowed); v {hd * n_kv, n} f32; kc, vc {hd * n_kv, n_ctx} F32 or F16.
+    void (*attn_prologue)(ds_backend *be, ds_tensor *q, ds_tensor *k, const ds_tensor *v,
+                          const ds_tensor *wq, const ds_tensor *wk, float eps,
+                          const int32_t *pos, int n_rot, float base, ds_tensor *kc,
+                          ds_tensor *vc, int64_t row0);
     // Causal softmax attention of q {hd, n_head, n} against cache rows k/v {hd * n_kv, n_ctx}
     // (F32 or F16; batch rows already stored at [n_past, n_past + n)). GQA: head h uses kv head
     // h / (n_head / n_kv). out {hd * n_head, n} f32.
@@ -111,6 +120,13 @@ typedef struct ds_backend_ops {
     // head. b, alpha {H_v, n}; dt_bias, ssm_a {H_v}. Outputs beta, g {H_v, n}.
     void (*gdn_gates)(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
                       const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
+    // (optional; NULL: callers run gdn_gates, then conv_silu) Both in one call, bitwise those two
+    // ops (their arguments as above; b's rows are x's rows).
+    void (*conv_silu_gates)(ds_backend *be, ds_tensor *out, const ds_tensor *x,
+                            const ds_tensor *w, ds_tensor *window, const int32_t *parent,
+                            bool update_window, ds_tensor *beta, ds_tensor *g,
+                            const ds_tensor *b, const ds_tensor *alpha,
+                            const ds_tensor *dt_bias, const ds_tensor *ssm_a);
     // Gated delta rule over n rows (target-qwen35.md §2.5) with q/k L2-normalised inside.
     // qkv {conv_dim, n} = [q (d_k*H_k) | k (d_k*H_k) | v (d_v*H_v)] after conv+silu; beta, g
     // {H_v, n}; state {d_v * d_k, H_v} f32 (per head, element (key i, value j) at j*d_k + i,

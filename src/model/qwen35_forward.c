@@ -65,19 +65,24 @@ static void layer_deltanet(const ds_model *m, ds_state *st, int il, const chunk 
     ds_tensor *py[4] = {&qkv_pre, &z, &bb, &aa};
     const ds_weight *pw[4] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
     mm_multi(be, 4, py, pw, cur);
-    // beta = sigmoid(b); g = ssm_a * softplus(alpha + dt_bias)
-    be->ops.gdn_gates(be, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
-    // causal conv + silu over [window | rows]
-    // (a committed batch also moves the conv window on; a speculative one leaves it to commit)
-    be->ops.conv_silu(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent, !c->spec);
+    // beta = sigmoid(b); g = ssm_a * softplus(alpha + dt_bias); causal conv + silu over
+    // [window | rows] (a committed batch also moves the conv window on; a speculative one leaves
+    // it to commit)
+    if (be->ops.conv_silu_gates) { // (both in one launch)
+        be->ops.conv_silu_gates(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent,
+                                !c->spec, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
+    } else {
+        be->ops.gdn_gates(be, &beta, &g, &bb, &aa, &L->ssm_dt_bias.t, &L->ssm_a.t);
+        be->ops.conv_silu(be, &qkv, &qkv_pre, &L->ssm_conv1d.t, &r->window, c->parent, !c->spec);
+    }
     // gated delta rule; a speculative batch leaves S untouched and records its rows
     ds_gdn_params gp = {.parent = c->parent, .q_scale = 1.0f / sqrtf((float)hp->d_state),
                         .eps = hp->eps};
     be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, c->spec ? NULL : &r->S, hp->n_k_heads,
                         hp->n_v_heads, &gp);
     // gated RMSNorm per value head, then the output projection
-    ds_tensor oh = ds_tensor_2d(o.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);
-    ds_tensor zh = ds_tensor_2d(z.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads * n);
+    ds_tensor oh = ds_tensor_3d(o.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads, n);
+    ds_tensor zh = ds_tensor_3d(z.data, DS_TYPE_F32, hp->d_state, hp->n_v_heads, n);
     be->ops.gated_rmsnorm(be, &oh, &oh, &L->ssm_norm.t, &zh, hp->eps);
     ds_qwen35_mm(be, out, &L->ssm_out, &o);
 }
@@ -102,12 +107,18 @@ static void layer_attention(const ds_model *m, ds_state *st, int il, const chunk
     ds_tensor gate = q;
     gate.data = (float *)qg.data + hd;
     ds_tensor kh = ds_tensor_3d(k.data, DS_TYPE_F32, hd, nkv, n);
-    be->ops.rmsnorm(be, &q, &q, &L->attn_q_norm.t, hp->eps);
-    be->ops.rmsnorm(be, &kh, &kh, &L->attn_k_norm.t, hp->eps);
-    be->ops.rope_neox(be, &q, st->pos, hp->n_rot, hp->rope_base);
-    be->ops.rope_neox(be, &kh, st->pos, hp->n_rot, hp->rope_base);
-    be->ops.store_rows(be, &st->kv[il].k, st->n_past, &k);
-    be->ops.store_rows(be, &st->kv[il].v, st->n_past, &v);
+    if (be->ops.attn_prologue) { // (the six ops below in one launch)
+        be->ops.attn_prologue(be, &q, &kh, &v, &L->attn_q_norm.t, &L->attn_k_norm.t, hp->eps,
+                              st->pos, hp->n_rot, hp->rope_base, &st->kv[il].k, &st->kv[il].v,
+                              st->n_past);
+    } else {
+        be->ops.rmsnorm(be, &q, &q, &L->attn_q_norm.t, hp->eps);
+        be->ops.rmsnorm(be, &kh, &kh, &L->attn_k_norm.t, hp->eps);
+        be->ops.rope_neox(be, &q, st->pos, hp->n_rot, hp->rope_base);
+        be->ops.rope_neox(be, &kh, st->pos, hp->n_rot, hp->rope_base);
+        be->ops.store_rows(be, &st->kv[il].k, st->n_past, &k);
+        be->ops.store_rows(be, &st->kv[il].v, st->n_past, &v);
+    }
     ds_tensor o = view(&a->o, nh * hd, n);
     ds_attn_params ap = {.n_past = st->n_past, .parent = c->parent,
                          .scale = 1.0f / sqrtf((float)hd)};

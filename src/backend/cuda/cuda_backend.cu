@@ -445,9 +445,11 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.mul_sigmoid = ds_cuda_mul_sigmoid;
     ops.rope_neox = ds_cuda_rope_neox;
     ops.store_rows = ds_cuda_store_rows;
+    ops.attn_prologue = ds_cuda_attn_prologue;
     ops.attention = ds_cuda_attention;
     ops.conv_silu = ds_cuda_conv_silu;
     ops.gdn_gates = ds_cuda_gdn_gates;
+    ops.conv_silu_gates = ds_cuda_conv_silu_gates;
     ops.gated_delta = ds_cuda_gated_delta;
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;

@@ -62,6 +62,11 @@ void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
 void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+// prologue.cu
+void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k, const ds_tensor *v,
+                           const ds_tensor *wq, const ds_tensor *wk, float eps,
+                           const int32_t *pos, int n_rot, float base, ds_tensor *kc,
+                           ds_tensor *vc, int64_t row0);
 // rope.cu
 void ds_cuda_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
 void ds_cuda_rope_neox_freq(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
@@ -77,6 +82,11 @@ void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const
                        ds_tensor *window, const int32_t *parent, bool update_window);
 void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
                        const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);
+void ds_cuda_conv_silu_gates(ds_backend *be, ds_tensor *out, const ds_tensor *x,
+                             const ds_tensor *w, ds_tensor *window, const int32_t *parent,
+                             bool update_window, ds_tensor *beta, ds_tensor *g,
+                             const ds_tensor *b, const ds_tensor *alpha, const ds_tensor *dt_bias,
+                             const ds_tensor *ssm_a);
 void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
                          const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
                          ds_tensor *state_out, int n_k_heads, int n_v_heads,

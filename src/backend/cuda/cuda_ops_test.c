@@ -977,6 +977,61 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
     down(e, oo, nc->od, (size_t)(nc->n_out * m) * 4);
 }
 
+// gated_rmsnorm of {d, H, n} heads (in place, as DeltaNet's output norm) after a Q4_K matmul, so
+// that it prepares its output for the next (norm.cu gated_unit_kernel), against the same call
+// after a Q8_0 matmul (the row kernel, then the matmul's own preparation): y and the next
+// matmul's output bitwise, no preparation launched when fused; y against the CPU. d = 128 (2
+// heads per unit: the 27B) and 64 (4), 1 / 5 / 16 rows.
+static void test_gated_norm_prep(void **state) {
+    ENV(state);
+    static const int64_t dh[][2] = {{128, 48}, {64, 8}};
+    static const int64_t ns[] = {1, 5, 16};
+    enum { N_OUT = 64 };
+    for (size_t di = 0; di < DS_ARRAY_LEN(dh); di++) {
+        for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
+            const int64_t d = dh[di][0], H = dh[di][1], n = ns[ni], E = d * H;
+            const size_t xb = (size_t)(E * n) * 4, ob = (size_t)(N_OUT * n) * 4;
+            float *x = xmalloc(xb), *z = xmalloc(xb), *w = xmalloc((size_t)d * 4), *ref = xmalloc(xb);
+            fill_u(e, x, E * n, 3.0f), fill_u(e, z, E * n, 4.0f), fill_u(e, w, d, 1.5f);
+            ds_tensor wq, w8;
+            void *wqd = up_weights(e, DS_TYPE_Q4_K, E, N_OUT, &wq);
+            void *w8d = up_weights(e, DS_TYPE_Q8_0, E, N_OUT, &w8);
+            void *xd = e->gpu->ops.alloc(e->gpu, xb), *zd = up(e, z, xb), *wd = up(e, w, (size_t)d * 4);
+            void *od = e->gpu->ops.alloc(e->gpu, ob);
+            float *yo[2], *oo[2];
+            for (int fused = 0; fused < 2; fused++) {
+                e->gpu->ops.write(e->gpu, xd, x, xb);
+                ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, d, H, n), x2 = ds_tensor_2d(xd, DS_TYPE_F32, E, n);
+                ds_tensor z3 = ds_tensor_3d(zd, DS_TYPE_F32, d, H, n), wt = ds_tensor_1d(wd, DS_TYPE_F32, d);
+                ds_tensor og = ds_tensor_2d(od, DS_TYPE_F32, N_OUT, n);
+                e->gpu->ops.matmul(e->gpu, &og, fused ? &wq : &w8, &x2); // the last preparation's kind
+                e->gpu->ops.gated_rmsnorm(e->gpu, &x3, &x3, &wt, &z3, 1e-6f);
+                const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
+                e->gpu->ops.matmul(e->gpu, &og, &wq, &x2);
+                if (ds_cuda_prep_launches(e->gpu) != p0 + (fused ? 0 : 1)) {
+                    fail_msg("gated_rmsnorm d=%lld n=%lld: %s preparation expected", (long long)d,
+                             (long long)n, fused ? "the norm's" : "the matmul's");
+                }
+                yo[fused] = xmalloc(xb), oo[fused] = xmalloc(ob);
+                down(e, yo[fused], xd, xb), down(e, oo[fused], od, ob);
+            }
+            char what[80];
+            snprintf(what, sizeof(what), "gated_rmsnorm + prep d=%lld H=%lld n=%lld", (long long)d,
+                     (long long)H, (long long)n);
+            expect_bitwise(what, yo[1], yo[0], E * n);
+            expect_bitwise(what, oo[1], oo[0], N_OUT * n);
+            memcpy(ref, x, xb);
+            ds_tensor r3 = ds_tensor_3d(ref, DS_TYPE_F32, d, H, n), zc = ds_tensor_3d(z, DS_TYPE_F32, d, H, n);
+            ds_tensor wc = ds_tensor_1d(w, DS_TYPE_F32, d);
+            e->cpu->ops.gated_rmsnorm(e->cpu, &r3, &r3, &wc, &zc, 1e-6f);
+            expect_close(what, yo[1], ref, E * n, TOL_ULPS_REL, TOL_ULPS_ABS);
+            for (int f = 0; f < 2; f++) free(yo[f]), free(oo[f]);
+            dfree(e, wqd), dfree(e, w8d), dfree(e, xd), dfree(e, zd), dfree(e, wd), dfree(e, od);
+            free(x), free(z), free(w), free(ref);
+        }
+    }
+}
+
 // rmsnorm and add_rmsnorm calls of 1, 2 and 3 rows (one block per 256-element unit) against one
 // call of 100 rows (one block per row) on the same rows: x, y and the matmul of y (through the
 // prepared activations the norm wrote, or through the matmul's own) bitwise equal row by row
@@ -1157,6 +1212,84 @@ static void test_rope(void **state) {
         dfree(e, bd);
     }
     free(buf), free(got);
+}
+
+// attn_prologue (prologue.cu) against the six ops it fuses, run on the GPU: bitwise q, k and
+// both caches (F16 / F32; the 27B's shape with partial RoPE at positions past 4096, and head dim
+// 128 with full RoPE, no norm weights, 3 rows at cache row 0); and against the CPU's six ops.
+static void test_attn_prologue(void **state) {
+    ENV(state);
+    static const struct {
+        int64_t hd, nh, nkv, n, row0;
+        int n_rot;
+        bool w;
+    } cs[] = {{256, 24, 4, 5, 9, 64, true}, {128, 8, 2, 3, 0, 128, false}, {256, 24, 4, 1, 17, 64, true}};
+    const int32_t pos[5] = {7, 8, 4100, 4101, 30000};
+    const float eps = 1e-6f, base = 1e7f;
+    for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
+        for (int f16 = 0; f16 < 2; f16++) {
+            const int64_t hd = cs[ci].hd, nh = cs[ci].nh, nkv = cs[ci].nkv, n = cs[ci].n;
+            const int64_t kvd = hd * nkv, n_ctx = cs[ci].row0 + n + 3;
+            const ds_type ct = f16 ? DS_TYPE_F16 : DS_TYPE_F32;
+            const size_t qb = (size_t)(2 * hd * nh * n) * 4, kb = (size_t)(kvd * n) * 4;
+            const size_t cb = ds_type_row_size(ct, kvd) * (size_t)n_ctx;
+            float *q = xmalloc(qb), *k = xmalloc(kb), *v = xmalloc(kb), *wq = xmalloc(hd * 4),
+                  *wk = xmalloc(hd * 4);
+            fill_u(e, q, 2 * hd * nh * n, 3.0f), fill_u(e, k, kvd * n, 3.0f);
+            fill_u(e, v, kvd * n, 3.0f), fill_u(e, wq, hd, 1.5f), fill_u(e, wk, hd, 1.5f);
+            uint8_t *cache0 = calloc(1, cb);
+            // [0]: the six ops, [1]: attn_prologue, [2]: the CPU's six ops
+            float *qo[3], *ko[3];
+            uint8_t *kco[3], *vco[3];
+            for (int r = 0; r < 3; r++) {
+                qo[r] = xmalloc(qb), ko[r] = xmalloc(kb), kco[r] = xmalloc(cb), vco[r] = xmalloc(cb);
+                ds_backend *be = r == 2 ? e->cpu : e->gpu;
+                void *qd = q, *kd = k, *vd = v, *wqd = wq, *wkd = wk, *kcd, *vcd;
+                memcpy(qo[r], q, qb), memcpy(ko[r], k, kb);
+                memcpy(kco[r], cache0, cb), memcpy(vco[r], cache0, cb);
+                if (r < 2) {
+                    qd = up(e, q, qb), kd = up(e, k, kb), vd = up(e, v, kb);
+                    wqd = up(e, wq, hd * 4), wkd = up(e, wk, hd * 4);
+                    kcd = up(e, cache0, cb), vcd = up(e, cache0, cb);
+                } else {
+                    qd = qo[r], kd = ko[r], kcd = kco[r], vcd = vco[r];
+                }
+                ds_tensor qt = qview(qd, hd, nh, n), kh = ds_tensor_3d(kd, DS_TYPE_F32, hd, nkv, n);
+                ds_tensor kt = ds_tensor_2d(kd, DS_TYPE_F32, kvd, n), vt = ds_tensor_2d(vd, DS_TYPE_F32, kvd, n);
+                ds_tensor wqt = ds_tensor_1d(wqd, DS_TYPE_F32, hd), wkt = ds_tensor_1d(wkd, DS_TYPE_F32, hd);
+                ds_tensor kct = ds_tensor_2d(kcd, ct, kvd, n_ctx), vct = ds_tensor_2d(vcd, ct, kvd, n_ctx);
+                const ds_tensor *pwq = cs[ci].w ? &wqt : NULL, *pwk = cs[ci].w ? &wkt : NULL;
+                if (r == 1) {
+                    be->ops.attn_prologue(be, &qt, &kh, &vt, pwq, pwk, eps, pos, cs[ci].n_rot,
+                                          base, &kct, &vct, cs[ci].row0);
+                } else {
+                    be->ops.rmsnorm(be, &qt, &qt, pwq, eps);
+                    be->ops.rmsnorm(be, &kh, &kh, pwk, eps);
+                    be->ops.rope_neox(be, &qt, pos, cs[ci].n_rot, base);
+                    be->ops.rope_neox(be, &kh, pos, cs[ci].n_rot, base);
+                    be->ops.store_rows(be, &kct, cs[ci].row0, &kt);
+                    be->ops.store_rows(be, &vct, cs[ci].row0, &vt);
+                }
+                if (r < 2) {
+                    down(e, qo[r], qd, qb), down(e, ko[r], kd, kb);
+                    down(e, kco[r], kcd, cb), down(e, vco[r], vcd, cb);
+                    dfree(e, qd), dfree(e, kd), dfree(e, vd), dfree(e, wqd), dfree(e, wkd);
+                    dfree(e, kcd), dfree(e, vcd);
+                }
+            }
+            char what[96];
+            snprintf(what, sizeof(what), "attn_prologue hd=%lld nh=%lld nkv=%lld n=%lld %s",
+                     (long long)hd, (long long)nh, (long long)nkv, (long long)n, ds_type_name(ct));
+            expect_bitwise(what, qo[1], qo[0], 2 * hd * nh * n);
+            expect_bitwise(what, ko[1], ko[0], kvd * n);
+            assert_memory_equal(kco[1], kco[0], cb);
+            assert_memory_equal(vco[1], vco[0], cb);
+            expect_close(what, qo[1], qo[2], 2 * hd * nh * n, TOL_ULPS_REL, TOL_ULPS_ABS);
+            expect_close(what, ko[1], ko[2], kvd * n, TOL_ULPS_REL, TOL_ULPS_ABS);
+            for (int r = 0; r < 3; r++) free(qo[r]), free(ko[r]), free(kco[r]), free(vco[r]);
+            free(q), free(k), free(v), free(wq), free(wk), free(cache0);
+        }
+    }
 }
 
 static void test_store_rows(void **state) {
@@ -1521,6 +1654,71 @@ static void test_conv_silu(void **state) {
     free(x), free(w), free(win), free(ref), free(got);
 }
 
+// conv_silu_gates against gdn_gates then conv_silu on the GPU, bitwise: chain rows (1 row: the
+// window updated in the kernel; 5 rows: after it), tree rows (window untouched), outputs, gates
+// and window.
+static void test_conv_silu_gates(void **state) {
+    ENV(state);
+    const int64_t C = 10240, K = 4, H = 48, nmax = 7;
+    static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
+    const size_t xb = (size_t)(C * nmax) * 4, wb = (size_t)(C * K) * 4, winb = (size_t)(C * (K - 1)) * 4;
+    const size_t hb = (size_t)(H * nmax) * 4;
+    float *x = xmalloc(xb), *w = xmalloc(wb), *win = xmalloc(winb), *b = xmalloc(hb), *al = xmalloc(hb);
+    float *dt = xmalloc((size_t)H * 4), *A = xmalloc((size_t)H * 4);
+    fill_u(e, x, C * nmax, 2.0f), fill_u(e, w, C * K, 1.0f), fill_u(e, win, C * (K - 1), 2.0f);
+    fill_u(e, b, H * nmax, 6.0f), fill_u(e, al, H * nmax, 15.0f);
+    fill_u(e, dt, H, 4.0f), fill_u(e, A, H, 2.0f);
+    void *xd = up(e, x, xb), *wd = up(e, w, wb), *bd = up(e, b, hb), *ald = up(e, al, hb);
+    void *dtd = up(e, dt, (size_t)H * 4), *Ad = up(e, A, (size_t)H * 4);
+    static const struct {
+        int64_t n;
+        bool tree, upd;
+    } cs[] = {{1, false, true}, {5, false, true}, {7, true, false}, {3, false, false}};
+    float *got[2][4];
+    for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
+        const int64_t n = cs[ci].n;
+        const int32_t *par = cs[ci].tree ? tree : NULL;
+        for (int fused = 0; fused < 2; fused++) {
+            void *wind = up(e, win, winb), *od = e->gpu->ops.alloc(e->gpu, xb);
+            void *betad = e->gpu->ops.alloc(e->gpu, hb), *gd = e->gpu->ops.alloc(e->gpu, hb);
+            ds_tensor xt = ds_tensor_2d(xd, DS_TYPE_F32, C, n), wt = ds_tensor_2d(wd, DS_TYPE_F32, K, C);
+            ds_tensor wint = ds_tensor_2d(wind, DS_TYPE_F32, C, K - 1);
+            ds_tensor ot = ds_tensor_2d(od, DS_TYPE_F32, C, n);
+            ds_tensor bt = ds_tensor_2d(bd, DS_TYPE_F32, H, n), alt = ds_tensor_2d(ald, DS_TYPE_F32, H, n);
+            ds_tensor bet = ds_tensor_2d(betad, DS_TYPE_F32, H, n), gt = ds_tensor_2d(gd, DS_TYPE_F32, H, n);
+            ds_tensor dtt = ds_tensor_1d(dtd, DS_TYPE_F32, H), At = ds_tensor_1d(Ad, DS_TYPE_F32, H);
+            if (fused) {
+                e->gpu->ops.conv_silu_gates(e->gpu, &ot, &xt, &wt, &wint, par, cs[ci].upd, &bet,
+                                            &gt, &bt, &alt, &dtt, &At);
+            } else {
+                e->gpu->ops.gdn_gates(e->gpu, &bet, &gt, &bt, &alt, &dtt, &At);
+                e->gpu->ops.conv_silu(e->gpu, &ot, &xt, &wt, &wint, par, cs[ci].upd);
+            }
+            got[fused][0] = xmalloc(xb), got[fused][1] = xmalloc(winb);
+            got[fused][2] = xmalloc(hb), got[fused][3] = xmalloc(hb);
+            down(e, got[fused][0], od, (size_t)(C * n) * 4), down(e, got[fused][1], wind, winb);
+            down(e, got[fused][2], betad, (size_t)(H * n) * 4);
+            down(e, got[fused][3], gd, (size_t)(H * n) * 4);
+            dfree(e, wind), dfree(e, od), dfree(e, betad), dfree(e, gd);
+        }
+        char what[80];
+        snprintf(what, sizeof(what), "conv_silu_gates n=%lld%s%s", (long long)n,
+                 cs[ci].tree ? " tree" : "", cs[ci].upd ? " update" : "");
+        expect_bitwise(what, got[1][0], got[0][0], C * n);
+        expect_bitwise(what, got[1][1], got[0][1], C * (K - 1));
+        expect_bitwise(what, got[1][2], got[0][2], H * n);
+        expect_bitwise(what, got[1][3], got[0][3], H * n);
+        if (cs[ci].upd) { // (the window moved)
+            assert_true(memcmp(got[1][1], win, winb) != 0);
+        }
+        for (int f = 0; f < 2; f++) {
+            for (int j = 0; j < 4; j++) free(got[f][j]);
+        }
+    }
+    dfree(e, xd), dfree(e, wd), dfree(e, bd), dfree(e, ald), dfree(e, dtd), dfree(e, Ad);
+    free(x), free(w), free(win), free(b), free(al), free(dt), free(A);
+}
+
 static void test_gdn_gates(void **state) {
     ENV(state);
     const int64_t H = 48, n = 5;
@@ -1792,12 +1990,12 @@ int main(void) {
         cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
-        cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units),
-        cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units), cmocka_unit_test(test_gated_norm_prep),
+        cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
         cmocka_unit_test(test_attention_prefill),
-        cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_gdn_gates),
+        cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_conv_silu_gates), cmocka_unit_test(test_gdn_gates),
         cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_dyn_conv),
         cmocka_unit_test(test_gated_delta_prefill),
         cmocka_unit_test(test_staging),

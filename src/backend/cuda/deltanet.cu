@@ -1,5 +1,5 @@
 // deltanet.cu: Gated DeltaNet ops: causal conv + SiLU over the conv window (chain or parent
-// chains), the beta/g gates, the gated delta rule with the state kept in registers across the
+// chains), the beta/g gates (alone, or in the conv's launch: conv_silu_gates), the gated delta rule with the state kept in registers across the
 // rows of a batch (chain; trees reload a parent's saved state only at branch points), and the
 // DFlash 2 grouped dynamic conv. Elementwise float operations follow cpu_deltanet.c /
 // cpu_attn_block.c; dot products inside the delta rule are warp reductions in a fixed order, so a
@@ -18,16 +18,37 @@ extern "C" {
 
 enum { CONV_MAX_K = 16, GDN_WARPS = 4, GDN_JW = 8 };
 
+// ---- gates ---------------------------------------------------------------------------------------
+
+// beta and g of value head h of row t (gdn_gates), alone or in conv_silu's launch (cb > 0 conv
+// blocks come first there).
+struct gates_args {
+    ds_cu_rows beta, g, b, alpha;
+    const float *dt, *A;
+};
+__device__ __forceinline__ void gates_one(const gates_args &a, int64_t t, int64_t h) {
+    if (h >= a.b.ne0) return;
+    ds_cu_row(a.beta, t)[h] = ds_cu_sigmoid(ds_cu_row(a.b, t)[h]);
+    const float x = __fadd_rn(ds_cu_row(a.alpha, t)[h], a.dt[h]);
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    ds_cu_row(a.g, t)[h] = __fmul_rn(a.A[h], sp);
+}
+
 // ---- causal conv + SiLU --------------------------------------------------------------------------
 
 // UPD (one row, chain): the thread also shifts its channel of the window by one row and appends
 // the row's input, after reading it (no other thread touches the channel).
-template <bool UPD>
+// GATES: blocks blockIdx.y >= cb compute row t's gates instead (conv_silu_gates: one launch).
+template <bool UPD, bool GATES>
 static __global__ __launch_bounds__(256) void conv_silu_kernel(
     float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
-    int64_t win_nb1, const int32_t *parent, int64_t C, int K) {
+    int64_t win_nb1, const int32_t *parent, int64_t C, int K, int cb, gates_args ga) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t t = blockIdx.x;
+    if (GATES && (int)blockIdx.y >= cb) {
+        gates_one(ga, t, (int64_t)(blockIdx.y - cb) * 256 + threadIdx.x);
+        return;
+    }
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (ch >= C) return;
     const float *in[CONV_MAX_K];
@@ -54,11 +75,12 @@ static __global__ __launch_bounds__(256) void conv_silu_kernel(
     }
 }
 
-extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x,
-                                  const ds_tensor *w, ds_tensor *window, const int32_t *parent,
-                                  bool update_window) {
+// conv_silu, and with ga the gates in the same launch (conv_silu_gates).
+static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_tensor *x,
+                     const ds_tensor *w, ds_tensor *window, const int32_t *parent,
+                     bool update_window, const gates_args *ga) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "conv_silu")) return;
+    if (!ds_cuda_alive(c, op)) return;
     const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
     DS_ASSERT(K >= 1 && K <= CONV_MAX_K && w->ne[1] == C && window->ne[0] == C &&
               window->ne[1] == K - 1 && out->ne[0] == C && out->ne[1] == n);
@@ -71,20 +93,18 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
         par_d = (const int32_t *)ds_cuda_stage(c, parent, (size_t)n * 4);
         if (!par_d) return;
     }
-    dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
+    const int cb = (int)((C + 255) / 256), gb = ga ? (int)((ga->b.ne0 + 255) / 256) : 0;
+    dim3 grid((unsigned)n, (unsigned)(cb + gb));
     const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
-    if (in_kernel) {
-        ds_cu_launch(c, conv_silu_kernel<true>, grid, 256, 0, (float *)out->data,
-                     (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
-                     (const float *)w->data, (char *)window->data, (int64_t)window->nb[1], par_d, C,
-                     (int)K);
-    } else {
-        ds_cu_launch(c, conv_silu_kernel<false>, grid, 256, 0, (float *)out->data,
-                     (int64_t)(out->nb[1] / 4), (const char *)x->data, (int64_t)x->nb[1],
-                     (const float *)w->data, (char *)window->data, (int64_t)window->nb[1], par_d, C,
-                     (int)K);
-    }
-    ds_cuda_launched(c, "conv_silu");
+    const gates_args gv = ga ? *ga : gates_args{};
+    void (*k)(float *, int64_t, const char *, int64_t, const float *, char *, int64_t,
+              const int32_t *, int64_t, int, int, gates_args) =
+        in_kernel ? (ga ? conv_silu_kernel<true, true> : conv_silu_kernel<true, false>)
+                  : (ga ? conv_silu_kernel<false, true> : conv_silu_kernel<false, false>);
+    ds_cu_launch(c, k, grid, 256, 0, (float *)out->data, (int64_t)(out->nb[1] / 4),
+                 (const char *)x->data, (int64_t)x->nb[1], (const float *)w->data,
+                 (char *)window->data, (int64_t)window->nb[1], par_d, C, (int)K, cb, gv);
+    ds_cuda_launched(c, op);
     if (update_window && !in_kernel && K > 1) { // rows: after the conv read the old window
         const int64_t K1 = K - 1;
         const size_t rb = (size_t)window->nb[1];
@@ -99,19 +119,29 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
     }
 }
 
+extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x,
+                                  const ds_tensor *w, ds_tensor *window, const int32_t *parent,
+                                  bool update_window) {
+    conv_run(be, "conv_silu", out, x, w, window, parent, update_window, NULL);
+}
+
 // ---- gates ---------------------------------------------------------------------------------------
 
-static __global__ __launch_bounds__(256) void gdn_gates_kernel(ds_cu_rows beta, ds_cu_rows g,
-                                                               ds_cu_rows b, ds_cu_rows alpha,
-                                                               const float *dt, const float *A) {
+static __global__ __launch_bounds__(256) void gdn_gates_kernel(gates_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int64_t t = blockIdx.x;
-    const int64_t h = (int64_t)blockIdx.y * 256 + threadIdx.x;
-    if (h >= b.ne0) return;
-    ds_cu_row(beta, t)[h] = ds_cu_sigmoid(ds_cu_row(b, t)[h]);
-    const float x = __fadd_rn(ds_cu_row(alpha, t)[h], dt[h]);
-    const float sp = x > 20.0f ? x : log1pf(expf(x));
-    ds_cu_row(g, t)[h] = __fmul_rn(A[h], sp);
+    gates_one(a, blockIdx.x, (int64_t)blockIdx.y * 256 + threadIdx.x);
+}
+
+// The gates' arguments after their shape checks (gdn_gates, conv_silu_gates).
+static gates_args gates_of(ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
+                           const ds_tensor *alpha, const ds_tensor *dt_bias,
+                           const ds_tensor *ssm_a) {
+    const int64_t H = b->ne[0], n = b->ne[1];
+    DS_ASSERT(alpha->ne[0] == H && dt_bias->ne[0] == H && ssm_a->ne[0] == H);
+    DS_ASSERT(beta->ne[0] == H && g->ne[0] == H && alpha->ne[1] == n && beta->ne[1] == n &&
+              g->ne[1] == n);
+    return {ds_cu_rows_of(beta), ds_cu_rows_of(g), ds_cu_rows_of(b), ds_cu_rows_of(alpha),
+            (const float *)dt_bias->data, (const float *)ssm_a->data};
 }
 
 extern "C" void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g,
@@ -119,16 +149,23 @@ extern "C" void ds_cuda_gdn_gates(ds_backend *be, ds_tensor *beta, ds_tensor *g,
                                   const ds_tensor *dt_bias, const ds_tensor *ssm_a) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "gdn_gates")) return;
+    const gates_args ga = gates_of(beta, g, b, alpha, dt_bias, ssm_a);
     const int64_t H = b->ne[0], n = b->ne[1];
-    DS_ASSERT(alpha->ne[0] == H && dt_bias->ne[0] == H && ssm_a->ne[0] == H);
-    DS_ASSERT(beta->ne[0] == H && g->ne[0] == H && alpha->ne[1] == n && beta->ne[1] == n &&
-              g->ne[1] == n);
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((H + 255) / 256));
-    ds_cu_launch(c, gdn_gates_kernel, grid, 256, 0, ds_cu_rows_of(beta), ds_cu_rows_of(g),
-                 ds_cu_rows_of(b), ds_cu_rows_of(alpha), (const float *)dt_bias->data,
-                 (const float *)ssm_a->data);
+    ds_cu_launch(c, gdn_gates_kernel, grid, 256, 0, ga);
     ds_cuda_launched(c, "gdn_gates");
+}
+
+extern "C" void ds_cuda_conv_silu_gates(ds_backend *be, ds_tensor *out, const ds_tensor *x,
+                                        const ds_tensor *w, ds_tensor *window,
+                                        const int32_t *parent, bool update_window,
+                                        ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
+                                        const ds_tensor *alpha, const ds_tensor *dt_bias,
+                                        const ds_tensor *ssm_a) {
+    const gates_args ga = gates_of(beta, g, b, alpha, dt_bias, ssm_a);
+    DS_ASSERT(b->ne[1] == x->ne[1]);
+    conv_run(be, "conv_silu_gates", out, x, w, window, parent, update_window, &ga);
 }
 
 // ---- gated delta rule ----------------------------------------------------------------------------

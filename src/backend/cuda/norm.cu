@@ -5,43 +5,16 @@
 // call of at most 8 rows whose rows are whole 256-element units runs one block per unit
 // (rmsnorm_unit_kernel), which repeats the row's sum in the same order. rmsnorm and add_rmsnorm
 // also write their output's prepared (q8_K) activations for the next matmul (quant.cuh q8k_group,
-// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. Calls common.cuh,
+// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. Calls norm.cuh,
 // quant.cuh. Called through the op table. Spec: backend.h (rmsnorm, gated_rmsnorm),
 // target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
 //   flops: ~4*rows*ne0.
+#include "backend/cuda/norm.cuh"
 #include "backend/cuda/quant.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
-}
-
-// Sum over the block (fixed order: per-thread strided sums, warp butterflies, warps in order;
-// the warp sums are read all at once, then added in order).
-__device__ double block_sum_d(double v, double *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = ds_cu_warp_sum_d(v);
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    double s = 0.0;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        if (i < nw) s += sh[i];
-    }
-    __syncthreads();
-    return s;
-}
-
-// s + d*d for d = f in double, as one fused multiply-add (what nvcc makes of `s += d * d`; spelt
-// out so that both kernels round alike).
-__device__ __forceinline__ double sq_acc(double s, float f) {
-    const double d = (double)f;
-    return __fma_rn(d, d, s);
-}
-
-// 1 / sqrt(mean square + eps) from the row's sum of squares.
-__device__ __forceinline__ float norm_scale(double s, int64_t n, float eps) {
-    return __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(s / (double)n), eps)));
 }
 
 // GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): x += b first, in place. Q: y feeds
@@ -230,6 +203,45 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     }
 }
 
+// The DeltaNet output norm with its output prepared for the next matmul: a {d, H, n} call whose
+// d * H row is whole 256-element units and whose heads tile a unit (256 % d == 0), as one block
+// of 256 threads per (unit, row): the unit's 256 / d heads each normalised by their first NT =
+// norm_threads(d) threads exactly as rmsnorm_kernel<GATED> does it (virtual thread vt adds the
+// squares of elements vt, vt + NT, ... in order; its warps' sums added in order), then every
+// thread gates its own element and quantizes it with its unit (q8k_group). Bitwise the row
+// kernel's y, plus the prepared activations that prep_q8k_kernel would write.
+template <int EPT>
+static __global__ __launch_bounds__(256) void gated_unit_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                                const float *w, ds_cu_rows z,
+                                                                float eps, q8k_out qo, int d,
+                                                                int nt, int heads) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ double sh[8];
+    const int tid = threadIdx.x, lane = tid & 31, jh = tid / d, e = tid % d;
+    const int64_t u = blockIdx.x, t = blockIdx.y, r = t * heads + u * (256 / d) + jh; // head row
+    const float *xr = ds_cu_row(x, r);
+    const float xe = xr[e], ze = ds_cu_row(z, r)[e], we = w[e];
+    if (e < nt) { // (whole warps: nt is a multiple of 32)
+        double s = 0.0;
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            if (e + k * nt < d) s = sq_acc(s, xr[e + k * nt]);
+        }
+        s = ds_cu_warp_sum_d(s);
+        if (lane == 0) sh[tid >> 5] = s;
+    }
+    __syncthreads();
+    double s = 0.0;
+    const int w0 = jh * d / 32; // the head's first warp
+    for (int i = 0; i < nt / 32; i++) s += sh[w0 + i];
+    const float scale = norm_scale(s, d, eps);
+    float o = __fmul_rn(xe, scale);
+    o = __fmul_rn(o, we);
+    o = __fmul_rn(o, ds_cu_silu(ze));
+    ds_cu_row(y, r)[e] = o;
+    q8k_group_out(qo, o, t, u, (int64_t)d * heads);
+}
+
 // Launches rmsnorm_kernel<GATED, ADD, Q> with 2, 4 or 8 elements per thread in registers when
 // the row fits (the 27B decode row: 5120 over 1024 threads), else the strided loop.
 template <bool GATED, bool ADD, bool Q>
@@ -290,11 +302,6 @@ static bool norm_fusable(int64_t n, int nt, int64_t rows) {
     return nt % 256 == 0 && n % nt == 0 && rows >= 64;
 }
 
-// Threads per row: a decode row is one block, so wide rows get many threads (few loads each).
-static int norm_threads(int64_t n) {
-    return n >= 4096 ? 1024 : n >= 1024 ? 256 : n >= 256 ? 128 : 64;
-}
-
 extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x,
                                 const ds_tensor *w, float eps) {
     ds_cuda_ctx *c = ds_cuda_of(be);
@@ -331,8 +338,25 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
     DS_ASSERT(y->ne[0] == d && ds_cuda_nrows(y) == rows);
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && z->nb[0] == 4);
     if (rows == 0) return;
-    norm_launch<true, false, false>(c, rows, norm_threads(d), ds_cu_rows_of(y), ds_cu_rows_of(x),
-                                    (const float *)w->data, ds_cu_rows_of(z), eps, q8k_out{});
+    // {d, H, n} with whole units per row of H heads, heads tiling units: one block per unit that
+    // also prepares the row for the next matmul (DeltaNet's ssm_out), as add_rmsnorm does
+    const int nt = norm_threads(d), heads = (int)y->ne[1];
+    q8k_out qo = {};
+    ds_tensor y2 = ds_tensor_2d(y->data, DS_TYPE_F32, d * y->ne[1], y->ne[2]);
+    if (y->ne[3] == 1 && d <= 256 && 256 % d == 0 && (d * heads) % 256 == 0 && nt % 32 == 0 &&
+        d % nt == 0 && d / nt <= 4 && y->nb[1] == (size_t)d * 4 &&
+        y->nb[2] == (size_t)(d * heads) * 4 && x->ne[1] == heads && z->ne[1] == heads &&
+        ds_cuda_prep_fused(c, &y2, &qo)) {
+        dim3 grid((unsigned)(d * heads / 256), (unsigned)y->ne[2]);
+        const int ept = (int)(d / nt);
+        void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, int, int,
+                  int) = ept <= 2 ? gated_unit_kernel<2> : gated_unit_kernel<4>;
+        ds_cu_launch(c, k, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
+                     (const float *)w->data, ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
+    } else {
+        norm_launch<true, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
+                                        (const float *)w->data, ds_cu_rows_of(z), eps, q8k_out{});
+    }
     ds_cuda_launched(c, "gated_rmsnorm");
 }
 

@@ -2,10 +2,10 @@
 // {head_dim, n_head, n} view: with base^(-2i/n_rot) frequencies (target) or caller-supplied
 // inverse frequencies and a magnitude scale (drafters, YaRN). cos/sin are computed in double and
 // rounded to float exactly as cpu_attn.c / cpu_attn_block.c do. Positions and frequencies are
-// host arrays staged to the device. Calls common.cuh. Called through the op table.
+// host arrays staged to the device. Calls rope.cuh. Called through the op table.
 // Spec: backend.h (rope_neox, rope_neox_freq), target-qwen35.md §2.7.
 //   bytes: n*n_head*n_rot*8;  flops: n*n_head*n_rot*3 (+ one double cos/sin per element pair).
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/rope.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -26,14 +26,12 @@ static __global__ __launch_bounds__(512) void rope_kernel(char *x, int64_t nb1, 
         cs = __fmul_rn((float)cos((double)th), mscale);
         sn = __fmul_rn((float)sin((double)th), mscale);
     } else {
-        const double th = (double)pos[t] * pow((double)base, -2.0 * i / (double)n_rot);
-        cs = (float)cos(th);
-        sn = (float)sin(th);
+        rope_cs(pos[t], i, n_rot, base, cs, sn);
     }
     float *v = (float *)(x + h * nb1 + t * nb2);
     const float a = v[i], b = v[i + half];
-    v[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-    v[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+    v[i] = rope_lo(a, b, cs, sn);
+    v[i + half] = rope_hi(a, b, cs, sn);
 }
 
 static void rope_run(ds_backend *be, const char *op, ds_tensor *x, const int32_t *pos, int n_rot,

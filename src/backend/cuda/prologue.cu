@@ -1,0 +1,156 @@
+// prologue.cu: the attention prologue (backend.h attn_prologue) in one launch: per head of q and
+// k the RMSNorm with its weight, the NEOX RoPE of the first n_rot dims, in place, then the rows of
+// k and v stored into the K/V cache (F32 or F16). Bitwise rmsnorm, rope_neox and store_rows (the
+// same arithmetic: norm.cuh, rope.cuh), in one kernel instead of six (a decode step of the 27B
+// ran 80 such launches). Calls norm.cuh, rope.cuh. Called through the op table.
+// Spec: backend.h (attn_prologue), target-qwen35.md §2.7-2.8.
+//   bytes: n*((n_head + n_kv)*hd*8 + n_kv*hd*(4 + 2*sizeof(cache)));  flops: ~n*(n_head+n_kv)*hd*6
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/rope.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_ops.h"
+}
+
+struct prologue_args {
+    ds_cu_rows q, k, v;          // q {hd, n_head, n}, k {hd, n_kv, n}, v {hd * n_kv, n}
+    const float *wq, *wk;
+    float eps, base;
+    int n_rot, n_head, n_kv;
+    const int32_t *pos;          // staged, [n]
+    char *kc, *vc;
+    int64_t kc_nb1, vc_nb1;      // bytes per cache row
+    int64_t row0;
+    const int64_t *row0p;        // staged row0 inside a step graph (row0 is then 0)
+};
+
+// grid (n, n_head + n_kv + v blocks), NT = norm_threads(hd) threads: block y < n_head normalises
+// and rotates head y of row t's q, the next n_kv blocks do k's heads and store them, the rest
+// store NT * EPT elements of v each. The norm is rmsnorm_kernel's EPT path, thread for thread
+// (each thread holds elements tid, tid + NT, ...); the rotation reads its pair partner from
+// shared memory after the norm.
+template <int EPT, bool F16>
+static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ double sh[32];
+    __shared__ float ob[256 * 8];
+    const int64_t t = blockIdx.x;
+    const int y = blockIdx.y, nt = blockDim.x, tid = threadIdx.x;
+    const int64_t hd = a.q.ne0, crow = (a.row0p ? *a.row0p : a.row0) + t;
+    if (y >= a.n_head + a.n_kv) { // v: NT * EPT elements of row t
+        const int64_t n = a.v.ne0, i0 = (int64_t)(y - a.n_head - a.n_kv) * nt * EPT;
+        const float *vr = ds_cu_row(a.v, t);
+        char *d = a.vc + crow * a.vc_nb1;
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t i = i0 + tid + (int64_t)k * nt;
+            if (i < n) {
+                if (F16) ((__half *)d)[i] = __float2half_rn(vr[i]);
+                else ((float *)d)[i] = vr[i];
+            }
+        }
+        return;
+    }
+    const bool isq = y < a.n_head;
+    const int h = isq ? y : y - a.n_head;
+    float *x = isq ? ds_cu_row(a.q, t * a.n_head + h) : ds_cu_row(a.k, t * a.n_kv + h);
+    const float *w = isq ? a.wq : a.wk;
+    float v[EPT], wv[EPT];
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int64_t i = tid + (int64_t)k * nt;
+        if (i < hd) {
+            v[k] = x[i];
+            if (w) wv[k] = w[i];
+        }
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        if (tid + (int64_t)k * nt < hd) s = sq_acc(s, v[k]);
+    }
+    s = block_sum_d(s, sh);
+    const float scale = norm_scale(s, hd, a.eps);
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int64_t i = tid + (int64_t)k * nt;
+        if (i < hd) {
+            float o = __fmul_rn(v[k], scale);
+            if (w) o = __fmul_rn(o, wv[k]);
+            ob[i] = o;
+        }
+    }
+    __syncthreads();
+    const int half = a.n_rot / 2;
+    const int32_t pos = a.pos[t];
+    char *kd = isq ? NULL : a.kc + crow * a.kc_nb1;
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int64_t i = tid + (int64_t)k * nt;
+        if (i >= hd) continue;
+        float o = ob[i];
+        if (i < a.n_rot) {
+            const int p = (int)(i < half ? i : i - half);
+            float cs, sn;
+            rope_cs(pos, p, a.n_rot, a.base, cs, sn);
+            o = i < half ? rope_lo(ob[p], ob[p + half], cs, sn) : rope_hi(ob[p], ob[p + half], cs, sn);
+        }
+        x[i] = o;
+        if (!isq) {
+            const int64_t c = (int64_t)h * hd + i;
+            if (F16) ((__half *)kd)[c] = __float2half_rn(o);
+            else ((float *)kd)[c] = o;
+        }
+    }
+}
+
+extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k,
+                                      const ds_tensor *v, const ds_tensor *wq,
+                                      const ds_tensor *wk, float eps, const int32_t *pos,
+                                      int n_rot, float base, ds_tensor *kc, ds_tensor *vc,
+                                      int64_t row0) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "attn_prologue")) return;
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = k->ne[1];
+    DS_ASSERT(k->ne[0] == hd && k->ne[2] == n && v->ne[0] == hd * nkv && v->ne[1] == n);
+    DS_ASSERT(q->type == DS_TYPE_F32 && k->type == DS_TYPE_F32 && v->type == DS_TYPE_F32);
+    DS_ASSERT(q->nb[0] == 4 && k->nb[0] == 4 && v->nb[0] == 4 && q->ne[3] == 1 && k->ne[3] == 1);
+    DS_ASSERT(!wq || (wq->ne[0] == hd && wq->type == DS_TYPE_F32));
+    DS_ASSERT(!wk || (wk->ne[0] == hd && wk->type == DS_TYPE_F32));
+    DS_ASSERT(n_rot % 2 == 0 && n_rot >= 2 && n_rot <= hd);
+    DS_ASSERT(kc->ne[0] == hd * nkv && vc->ne[0] == hd * nkv && kc->type == vc->type);
+    DS_ASSERT(kc->type == DS_TYPE_F32 || kc->type == DS_TYPE_F16);
+    DS_ASSERT(row0 >= 0 && row0 + n <= kc->ne[1] && row0 + n <= vc->ne[1]);
+    if (n == 0) return;
+    const int nt = norm_threads(hd);
+    const int64_t ept = (hd + nt - 1) / nt;
+    DS_ASSERT(ept <= 8 && hd <= 256 * 8 && nh + nkv <= 65535);
+    const int32_t *pos_d = (const int32_t *)ds_cuda_stage(c, pos, (size_t)n * 4);
+    if (!pos_d) return;
+    prologue_args a;
+    memset(&a, 0, sizeof(a));
+    a.q = ds_cu_rows_of(q), a.k = ds_cu_rows_of(k), a.v = ds_cu_rows_of(v);
+    a.wq = wq ? (const float *)wq->data : NULL, a.wk = wk ? (const float *)wk->data : NULL;
+    a.eps = eps, a.base = base, a.n_rot = n_rot, a.n_head = (int)nh, a.n_kv = (int)nkv;
+    a.pos = pos_d;
+    a.kc = (char *)kc->data, a.vc = (char *)vc->data;
+    a.kc_nb1 = (int64_t)kc->nb[1], a.vc_nb1 = (int64_t)vc->nb[1];
+    // inside a step graph row0 is staged (as store_rows does), so a replay stores at its own row
+    a.row0 = row0;
+    if (c->gmode != DS_CU_EAGER) {
+        a.row0p = (const int64_t *)ds_cuda_stage(c, &row0, sizeof(row0));
+        if (!a.row0p) return;
+        a.row0 = 0;
+    }
+    const int64_t nvb = (hd * nkv + (int64_t)nt * ept - 1) / ((int64_t)nt * ept);
+    dim3 grid((unsigned)n, (unsigned)(nh + nkv + nvb));
+    const bool f16 = kc->type == DS_TYPE_F16;
+#define PROLOGUE_GO(E)                                                                             \
+    (f16 ? ds_cu_launch(c, prologue_kernel<E, true>, grid, nt, 0, a)                              \
+         : ds_cu_launch(c, prologue_kernel<E, false>, grid, nt, 0, a))
+    if (ept <= 2) PROLOGUE_GO(2);
+    else if (ept <= 4) PROLOGUE_GO(4);
+    else PROLOGUE_GO(8);
+#undef PROLOGUE_GO
+    ds_cuda_launched(c, "attn_prologue");
+}
