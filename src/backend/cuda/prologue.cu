@@ -124,7 +124,7 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
     if (n == 0) return;
     const int nt = norm_threads(hd);
     const int64_t ept = (hd + nt - 1) / nt;
-    DS_ASSERT(ept <= 8 && hd <= 256 * 8 && nh + nkv <= 65535);
+    DS_ASSERT(ept <= 8 && hd <= 256 * 8);
     const int32_t *pos_d = (const int32_t *)ds_cuda_stage(c, pos, (size_t)n * 4);
     if (!pos_d) return;
     prologue_args a;
@@ -143,6 +143,7 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
         a.row0 = 0;
     }
     const int64_t nvb = (hd * nkv + (int64_t)nt * ept - 1) / ((int64_t)nt * ept);
+    DS_ASSERT(nh + nkv + nvb <= 65535 && n <= 0x7fffffff); // (grid.y, grid.x)
     dim3 grid((unsigned)n, (unsigned)(nh + nkv + nvb));
     const bool f16 = kc->type == DS_TYPE_F16;
 #define PROLOGUE_GO(E)                                                                             \
