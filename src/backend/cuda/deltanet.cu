@@ -1,10 +1,11 @@
 // deltanet.cu: Gated DeltaNet ops: causal conv + SiLU over the conv window (chain or parent
-// chains), the beta/g gates (alone, or in the conv's launch: conv_silu_gates), the gated delta rule with the state kept in registers across the
-// rows of a batch (chain; trees reload a parent's saved state only at branch points), and the
-// DFlash 2 grouped dynamic conv. Elementwise float operations follow cpu_deltanet.c /
-// cpu_attn_block.c; dot products inside the delta rule are warp reductions in a fixed order, so a
-// row's result never depends on the batch size (DESIGN.md §4.2). Calls common.cuh. Called
-// through the op table. Spec: backend.h, target-qwen35.md §2.4-2.5.
+// chains), the beta/g gates (alone, or in the conv's launch: conv_silu_gates), the gated delta
+// rule with the state kept in registers across the rows of a batch (chain; trees reload a
+// parent's saved state only at branch points), and the DFlash 2 grouped dynamic conv.
+// Elementwise float operations follow cpu_deltanet.c / cpu_attn_block.c; dot products inside the
+// delta rule are warp reductions in a fixed order, so a row's result never depends on the batch
+// size (DESIGN.md §4.2). Calls common.cuh. Called through the op table. Spec: backend.h,
+// target-qwen35.md §2.4-2.5.
 //   gated_delta bytes: 2*H_v*d_k*d_v*4 (state in/out once per call) + n*(conv_dim + 2*H_v +
 //   d_v*H_v)*4 (+ d_k*d_v*4 per head per saved/reloaded tree branch); flops: ~8*n*H_v*d_k*d_v.
 //   conv_silu bytes: n*C*(K+1)*4; flops: 2*n*C*K.
@@ -125,7 +126,7 @@ extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tenso
     conv_run(be, "conv_silu", out, x, w, window, parent, update_window, NULL);
 }
 
-// ---- gates ---------------------------------------------------------------------------------------
+// ---- gates: gdn_gates alone, and conv_silu_gates -------------------------------------------------
 
 static __global__ __launch_bounds__(256) void gdn_gates_kernel(gates_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)

@@ -209,8 +209,8 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
 // norm_threads(d) threads exactly as rmsnorm_kernel<GATED> does it (virtual thread vt adds the
 // squares of elements vt, vt + NT, ... in order; its warps' sums added in order), then every
 // thread gates its own element and quantizes it with its unit (q8k_group). Bitwise the row
-// kernel's y, plus the prepared activations that prep_q8k_kernel would write.
-template <int EPT>
+// kernel's y, plus the prepared activations that prep_q8k_kernel would write. (Heads that tile
+// units are 64, 128 or 256 wide: NT = d or d / 2, so at most 2 elements per thread.)
 static __global__ __launch_bounds__(256) void gated_unit_kernel(ds_cu_rows y, ds_cu_rows x,
                                                                 const float *w, ds_cu_rows z,
                                                                 float eps, q8k_out qo, int d,
@@ -224,7 +224,7 @@ static __global__ __launch_bounds__(256) void gated_unit_kernel(ds_cu_rows y, ds
     if (e < nt) { // (whole warps: nt is a multiple of 32)
         double s = 0.0;
 #pragma unroll
-        for (int k = 0; k < EPT; k++) {
+        for (int k = 0; k < 2; k++) {
             if (e + k * nt < d) s = sq_acc(s, xr[e + k * nt]);
         }
         s = ds_cu_warp_sum_d(s);
@@ -342,16 +342,12 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
     // also prepares the row for the next matmul (DeltaNet's ssm_out), as add_rmsnorm does
     const int nt = norm_threads(d), heads = (int)y->ne[1];
     q8k_out qo = {};
-    ds_tensor y2 = ds_tensor_2d(y->data, DS_TYPE_F32, d * y->ne[1], y->ne[2]);
-    if (y->ne[3] == 1 && d <= 256 && 256 % d == 0 && (d * heads) % 256 == 0 && nt % 32 == 0 &&
-        d % nt == 0 && d / nt <= 4 && y->nb[1] == (size_t)d * 4 &&
-        y->nb[2] == (size_t)(d * heads) * 4 && x->ne[1] == heads && z->ne[1] == heads &&
-        ds_cuda_prep_fused(c, &y2, &qo)) {
+    ds_tensor y2 = ds_tensor_2d(y->data, DS_TYPE_F32, d * heads, y->ne[2]);
+    if (y->ne[3] == 1 && d >= 64 && 256 % d == 0 && (d * heads) % 256 == 0 &&
+        y->nb[1] == (size_t)d * 4 && y->nb[2] == (size_t)(d * heads) * 4 && x->ne[1] == heads &&
+        z->ne[1] == heads && ds_cuda_prep_fused(c, &y2, &qo)) {
         dim3 grid((unsigned)(d * heads / 256), (unsigned)y->ne[2]);
-        const int ept = (int)(d / nt);
-        void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, int, int,
-                  int) = ept <= 2 ? gated_unit_kernel<2> : gated_unit_kernel<4>;
-        ds_cu_launch(c, k, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
+        ds_cu_launch(c, gated_unit_kernel, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
                      (const float *)w->data, ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
     } else {
         norm_launch<true, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
