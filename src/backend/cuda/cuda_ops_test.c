@@ -341,7 +341,7 @@ static void test_matmul_27b(void **state) {
     }
 }
 
-// The staged kernel (N > 8) writes K-split partials that mmq_staged_reduce_kernel adds in split
+// The staged kernel (N >= MMQS_MIN_COLS) writes K-split partials that mmq_staged_reduce_kernel adds in split
 // order (matmul.cu): the same matmul called again, interleaved with other shapes, plain and as a
 // captured and replayed step graph, gives the same bits each time (y poisoned with NaN before
 // every call), equal to the rows computed alone (the dp4a GEMV); the last case has 4,224 tiles.
@@ -602,9 +602,9 @@ static void test_matmul_multi(void **state) {
     fill_u(e, x, n_in * NMAX, 1.0f);
     void *xd = up(e, x, (size_t)(n_in * NMAX) * 4);
     float *ref = xmalloc((size_t)(1030 * NMAX) * 4), *got = xmalloc((size_t)(1030 * NMAX) * 4);
-    // (1, 2: the grouped GEMV; 5: one matmul per weight; 9, 16, 17, 33: one staged launch per
+    // (1, 2: the grouped GEMV; 4: one matmul per weight; 5, 9, 16, 17, 33: one staged launch per
     // weight type, with a partial last row block, K splits and 1-2 column chunks)
-    static const int ns[] = {1, 2, 5, 9, 16, 17, 33};
+    static const int ns[] = {1, 2, 4, 5, 9, 16, 17, 33};
     for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
         const int64_t n = ns[k];
         ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);

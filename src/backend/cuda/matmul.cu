@@ -177,8 +177,8 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
     }
 }
 
-// ---- staged int8 tensor-core GEMM for 9..32 columns -----------------------------------------------
-// For N > 8 (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
+// ---- staged int8 tensor-core GEMM for MMQS_MIN_COLS..32 columns -----------------------------------------------
+// For N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
 // rows and the activations of each unit go to shared memory through a cp.async pipeline of 2-3
 // stages; blocks are persistent (one wave) and walk (row block, K split) items; split partials in
 // scratch, mmq_staged_reduce_kernel adds them in split order. Same terms, same order as mmq_kernel.
@@ -950,7 +950,7 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     a.n_units = (int)(n_in / UNIT);
     a.ks = mmq_splits(c, a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
-    const bool staged = !moe && a.ncols > 8; // its split partials follow xq | xd | xb
+    const bool staged = !moe && a.ncols >= MMQS_MIN_COLS; // partials after xq | xd | xb
     const size_t sz_p = staged ? mmqs_part_bytes(c, a, a.n_out) : 0;
     if (!prep_quant(c, qt, xs, ncx, sz_p, a)) return;
     if (vec) {
@@ -1004,7 +1004,7 @@ extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
     mm_run(c, "matmul", w->type, a, xs, n);
 }
 
-// matmul_multi for N > 8 quantized columns: per weight type (first-seen order) one prepared
+// matmul_multi for N >= MMQS_MIN_COLS quantized columns: per weight type (first-seen order) one prepared
 // input and one staged launch over all of that type's matrices. Results are bitwise those of
 // separate matmul calls (the same items, split partials and reduce order).
 static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_tensor *const *w,
@@ -1060,8 +1060,8 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
               w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
               (uintptr_t)w[i]->data % 16 == 0;
     }
-    // N > 8: one staged launch per weight type (matmul_vec's grouping, for the mma kernel)
-    bool staged = !vec && n > 8 && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof && n_in % UNIT == 0;
+    // N >= MMQS_MIN_COLS: one staged launch per weight type (matmul_vec's grouping, for the mma kernel)
+    bool staged = !vec && n >= MMQS_MIN_COLS && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof && n_in % UNIT == 0;
     for (int i = 0; i < n_w && staged; i++) { // (prompt chunks: gemm.cu, through ds_cuda_matmul)
         staged = qt_of(w[i]->type) >= 0 && !ds_cuda_gemm_wanted(c, w[i]->type, n_in, (int)n, false) &&
                  w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
