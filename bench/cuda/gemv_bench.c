@@ -2,10 +2,11 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
-// Usage: gemv_bench [iters] [small|mmv]   ("small": only the small-op table: launch floor, fused
-// residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types at
-// N = 1..3, the decode GEMV with its activations staged in shared memory and read from global
-// memory, side by side).
+// Usage: gemv_bench [iters] [small|mmv|mmqs]   ("small": only the small-op table: launch floor,
+// fused residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types
+// at N = 1..3, the decode GEMV with its activations staged in shared memory and read from global
+// memory, side by side; "mmqs": the quantized types at N = 16 and 32 on the staged mma kernel,
+// with its default pipeline depth, then forced to 2 and to 3 stages).
 //
 // Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
 // each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
@@ -191,8 +192,12 @@ int main(int argc, char **argv) {
                                     DS_TYPE_Q8_0, DS_TYPE_BF16, DS_TYPE_F16, DS_TYPE_F32};
     static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1, 2, 3};
     const bool mmv = argc > 2 && strcmp(argv[2], "mmv") == 0;
-    const int *ns = mmv ? ns_mmv : ns_all;
-    const size_t n_ns = mmv ? DS_ARRAY_LEN(ns_mmv) : DS_ARRAY_LEN(ns_all);
+    // mmqs: the staged mma kernel at N = 16 and 32 with its default depth, then 2 and 3 stages
+    const bool mmqs = argc > 2 && strcmp(argv[2], "mmqs") == 0;
+    static const int ns_mmqs[] = {16, 32};
+    const int *ns = mmv ? ns_mmv : mmqs ? ns_mmqs : ns_all;
+    const size_t n_ns = mmv ? DS_ARRAY_LEN(ns_mmv) : mmqs ? DS_ARRAY_LEN(ns_mmqs) : DS_ARRAY_LEN(ns_all);
+    const int reps = mmv ? 2 : mmqs ? 3 : 1; // variants per N
     enum { COPIES = 4, NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
            "t(N)/t(1)");
@@ -200,7 +205,7 @@ int main(int argc, char **argv) {
         for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
             ds_type t = types[ti];
             const shape *s = &shapes[si];
-            if (mmv && !ds_type_traits_get(t)->is_quantized) continue; // (no dp4a GEMV)
+            if ((mmv || mmqs) && !ds_type_traits_get(t)->is_quantized) continue; // (no dp4a GEMV)
             if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
             size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
             uint8_t *h = malloc(bytes);
@@ -222,11 +227,13 @@ int main(int argc, char **argv) {
             be->ops.write(be, x, xh, (size_t)(s->n_in * NMAX) * 4);
             free(xh);
             double t1 = 0.0;
-            for (size_t ni = 0; ni < n_ns * (mmv ? 2 : 1); ni++) {
-                int n = ns[mmv ? ni / 2 : ni];
+            for (size_t ni = 0; ni < n_ns * (size_t)reps; ni++) {
+                int n = ns[ni / (size_t)reps];
                 const bool global_x = mmv && (ni & 1);
                 if (mmv && !global_x && t == DS_TYPE_IQ4_XS) continue; // (never staged)
                 ds_cuda_set_mmv_staged(be, !global_x);
+                const int stages = mmqs ? (int)(ni % 3 == 0 ? 0 : ni % 3 + 1) : 0; // 0, 2, 3
+                ds_cuda_set_mmqs_stages(be, stages);
                 ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
                 ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
                 for (int i = 0; i < 3; i++) {
@@ -243,9 +250,10 @@ int main(int argc, char **argv) {
                 double dt = (ds_time_now() - t0) / iters;
                 if (t1 == 0.0) t1 = dt;
                 double gbs = (double)bytes / dt / 1e9;
-                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s\n", ds_type_name(t), s->name, n,
+                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s%s\n", ds_type_name(t), s->name, n,
                        dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,
-                       global_x ? "  (activations from global memory)" : "");
+                       global_x ? "  (activations from global memory)" : "",
+                       stages == 2 ? "  (2 stages)" : stages == 3 ? "  (3 stages)" : "");
             }
             fflush(stdout);
             for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);

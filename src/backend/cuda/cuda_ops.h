@@ -34,6 +34,9 @@ void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
 // matmul_vec.cu: whether the decode GEMV reads its activations from a shared-memory copy (the
 // default) or from global memory (for tests and A/B timing; the results are bitwise the same).
 void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
+// matmul.cu: the staged mma kernel's pipeline depth, 2 or 3 stages where it fits (0: the default
+// choice; for A/B timing, gemv_bench mmqs: fewer stages fit more blocks per SM; bitwise the same).
+void ds_cuda_set_mmqs_stages(ds_backend *be, int stages);
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

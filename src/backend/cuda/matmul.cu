@@ -773,7 +773,8 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
 template <int QT, int NT>
 static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
-    if (st3 <= c->smem_optin && 2 * (st3 + 1024) <= c->smem_per_sm) {
+    if (c->mmqs_stages != 2 && st3 <= c->smem_optin &&
+        (c->mmqs_stages == 3 || 2 * (st3 + 1024) <= c->smem_per_sm)) {
         mmq_staged_go<QT, NT, 3>(c, g);
     } else {
         mmq_staged_go<QT, NT, 2>(c, g);
@@ -1129,4 +1130,9 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
     a.ids = ids, a.k = (int)k, a.per_slot = per_slot;
     const xsrc xs = xsrc_of(x);
     mm_run(c, "matmul_id", w->type, a, xs, per_slot ? n * k : n);
+}
+
+extern "C" void ds_cuda_set_mmqs_stages(ds_backend *be, int stages) {
+    DS_ASSERT(stages == 0 || stages == 2 || stages == 3);
+    ds_cuda_of(be)->mmqs_stages = stages;
 }
