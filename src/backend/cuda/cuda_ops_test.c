@@ -313,7 +313,7 @@ static const ds_type k_mm_types[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_
 
 static void test_matmul_small(void **state) {
     ENV(state);
-    static const int ns[] = {1, 2, 3, 8, 9, 16, 17, 32, 33, 70, 0};
+    static const int ns[] = {1, 2, 3, 8, 9, 16, 17, 24, 25, 32, 33, 70, 0};
     for (size_t i = 0; i < DS_ARRAY_LEN(k_mm_types); i++) {
         mm_case a = {k_mm_types[i], 512, 200, ns, false}; // 200 rows: a partial row block
         run_matmul(e, &a);

@@ -750,7 +750,7 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
 template <int QT, int NT, int ST>
 static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES;
-    const uint32_t bit = 1u << (QT * 4 + NT / 4 * 2 + ST - 2);
+    const uint32_t bit = 1u << (QT * 6 + (NT - 2) * 2 + ST - 2); // (NT 2..4, ST 2..3)
     if (!(c->mmqs_opted & bit)) {
         if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_staged_kernel<QT, NT, ST>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -787,12 +787,19 @@ static size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_
     return ks > 1 ? (size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 : 0;
 }
 
+// 8-column n-tiles per column chunk of the staged kernel: 16-column chunks up to 16 columns, 24
+// up to 24 (17..24 rows were as slow as 32 on 32-column chunks: 27B verify N = 24 18.18 ms, N =
+// 32 19.01, N = 16 14.16, session 10), else 32. Only the padding work differs: the bits do not.
+static int mmqs_nt(int ncols) {
+    return ncols <= 16 ? 2 : ncols <= 24 ? 3 : 4;
+}
+
 // Adds matrix (w, n_out -> y) to a staged group whose a (prepared input, a.part: the partials
 // scratch) is set; part_off: bytes of that scratch taken by the earlier matrices.
 static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int64_t w_nb1,
                      int64_t n_out, float *y, int64_t y_nb1, size_t *part_off) {
     const mm_args &a = g.a;
-    const int nt = a.ncols <= 16 ? 2 : 4;
+    const int nt = mmqs_nt(a.ncols);
     const int64_t n_z = (a.ncols + nt * 8 - 1) / (nt * 8);
     mmqs_mat &M = g.m[g.n++];
     M.w = w, M.w_nb1 = w_nb1, M.n_out = n_out, M.y = y, M.y_nb1 = y_nb1;
@@ -818,7 +825,9 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
 
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g) {
     qt_switch(qt, [&](auto q) {
-        if (g.a.ncols <= 16) mmq_staged_launch<decltype(q)::value, 2>(c, g);
+        const int nt = mmqs_nt(g.a.ncols);
+        if (nt == 2) mmq_staged_launch<decltype(q)::value, 2>(c, g);
+        else if (nt == 3) mmq_staged_launch<decltype(q)::value, 3>(c, g);
         else mmq_staged_launch<decltype(q)::value, 4>(c, g);
     });
 }

@@ -197,7 +197,7 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
 // (27B Q4_K_M verify on the H200: N = 3 14.1 ms here against 14.8 on the mma kernel; N = 4 18.1
 // against 15.1 -- four columns exceed the GEMV's 128 registers)
 enum { MMV_MAX_COLS = 3, MMV_MAX_MATS = 4 }; // wider N: the mma kernel is faster (RESULTS.md)
-// Dense calls of at least MMQS_MIN_COLS columns run the staged mma kernel (matmul.cu, 16- or
+// Dense calls of at least MMQS_MIN_COLS columns run the staged mma kernel (matmul.cu, 16-, 24- or
 // 32-column tiles), narrower ones above MMV_MAX_COLS mmq_kernel. (27B Q4_K_M verify on the H200,
 // session 10: N = 8 15.40 ms on mmq_kernel against 14.16 ms for N = 16 on the staged kernel.)
 enum { MMQS_MIN_COLS = 5 };
