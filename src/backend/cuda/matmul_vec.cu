@@ -292,12 +292,35 @@ struct wv_q6_k {
 // IQ4_XS (136 bytes, 8-byte aligned): lane t takes sub-blocks 2t and 2t+1 (qs bytes 32t ..).
 // The activations are in prep_q8k_kernel<true>'s order: word k of a sub-block's qs decodes (via
 // iq4_lut of its two halves) to staged positions 8k .. 8k+7.
+// Loads: units start 8 or 0 mod 16 (136 = 8 mod 16), so lane t's 32 qs bytes at unit + 8 + 32t
+// are either 16-byte aligned (two 16-byte loads into q1, q2) or 8 mod 16 (an 8-byte load into
+// q2.xy, a 16-byte load into q1, an 8-byte load into q2.zw): 3-4 loads per lane and unit with
+// the header instead of 5. Rows of an even number of units keep every unit's case the same for
+// all rows, so the choice is warp-uniform there.
 struct wv_iq4_xs {
-    uint2 h, q[4];
+    uint2 h;
+    uint4 q1, q2;
+    bool a16; // the lane's qs 16-byte aligned: words [q1 | q2]; else [q2.xy | q1 | q2.zw]
     __device__ __forceinline__ void load(const uint8_t *p, int t) {
         ldw(h, p);
-#pragma unroll
-        for (int i = 0; i < 4; i++) ldw(q[i], p + 8 + 32 * t + 8 * i);
+        const uint8_t *qs = p + 8 + 32 * t;
+        a16 = ((uintptr_t)qs & 15) == 0;
+        if (a16) {
+            ldw(q1, qs);
+            ldw(q2, qs + 16);
+        } else {
+            uint2 lo, hi;
+            ldw(lo, qs);
+            ldw(q1, qs + 8);
+            ldw(hi, qs + 24);
+            q2 = make_uint4(lo.x, lo.y, hi.x, hi.y);
+        }
+    }
+    // qs word k (0..7) of the lane's 32 bytes
+    __device__ __forceinline__ uint32_t word(int k) const {
+        const uint32_t a[8] = {q1.x, q1.y, q1.z, q1.w, q2.x, q2.y, q2.z, q2.w};
+        const uint32_t b[8] = {q2.x, q2.y, q1.x, q1.y, q1.z, q1.w, q2.z, q2.w};
+        return a16 ? a[k] : b[k];
     }
     template <int NC, typename X>
     __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
@@ -311,11 +334,11 @@ struct wv_iq4_xs {
             ls[j] = (int)(((h.y >> (8 * (ib >> 1))) >> (4 * (ib & 1))) & 0xfu) |
                     (int)(((sh >> (2 * ib)) & 3u) << 4);
             ls[j] -= 32;
-            const uint32_t w[4] = {q[2 * j].x, q[2 * j].y, q[2 * j + 1].x, q[2 * j + 1].y};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                v[j][2 * k] = iq4_lut(w[k]);
-                v[j][2 * k + 1] = iq4_lut(w[k] >> 16);
+                const uint32_t w = word(4 * j + k);
+                v[j][2 * k] = iq4_lut(w);
+                v[j][2 * k + 1] = iq4_lut(w >> 16);
             }
         }
 #pragma unroll
