@@ -4,7 +4,7 @@
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
 // Usage: gemv_bench [iters] [small|mmv|mmqs]   ("small": only the small-op table: launch floor,
 // fused residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types
-// at N = 1..3, the decode GEMV with its activations staged in shared memory and read from global
+// at N = 1, the decode GEMV with its activations staged in shared memory and read from global
 // memory, side by side; "mmqs": the quantized types at N = 16 and 32 on the staged mma kernel,
 // with its default pipeline depth, then forced to 2 and to 3 stages).
 //
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
                                    {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320}};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,
                                     DS_TYPE_Q8_0, DS_TYPE_BF16, DS_TYPE_F16, DS_TYPE_F32};
-    static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1, 2, 3};
+    static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1};
     const bool mmv = argc > 2 && strcmp(argv[2], "mmv") == 0;
     // mmqs: the staged mma kernel at N = 16 and 32 with its default depth, then 2 and 3 stages
     const bool mmqs = argc > 2 && strcmp(argv[2], "mmqs") == 0;

@@ -92,7 +92,7 @@ typedef struct ds_cuda_ctx {
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
                                            // shared memory on this device, or refused it
     int mmqs_stages;     // matmul.cu's staged kernel depth forced to 2 or 3 (0: its choice)
-    uint32_t mmqs_opted; // matmul.cu's staged kernels (bit 6*type + 2*(NT-2) + stages - 2) given
+    uint64_t mmqs_opted; // matmul.cu's staged kernels (bit 8*type + 2*(NT-1) + stages - 2) given
                          // their shared memory
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the

@@ -3,14 +3,15 @@
 // Calls common.cuh. Called through the op table (cuda_ops.h). Spec: backend.h (matmul,
 // matmul_id), DESIGN.md §4.2 (batch invariance) and §7, docs/cuda.md "matmul".
 //
-// Quantized weights (mmq_kernel). The activations are first quantized exactly as the CPU backend
+// Quantized weights. The activations are first quantized exactly as the CPU backend
 // quantizes them (q8_K per 256 for the K-quants and IQ4_XS, llama.cpp's x86 q8_0 per 32 for
 // Q8_0: prep_* kernels, bit-identical to ds_quantize_act). The weights are decoded in registers to
 // int8 and multiplied with int8 mma.sync (m16n8k32; m16n8k16 for Q6_K's 16-element scales), so
 // every per-super-block (per-block for Q8_0) integer sum and float term equals the CPU kernel's
 // (dtype.h "Dot products"); only the order in which those float terms are added differs.
-//   Block: one 16-row tile x up to 32 columns (NT n8 tiles; grid.y: 32-column chunks, or MoE
-//   pairs), W warps. K is cut into `ks` contiguous ranges of units (mmq_splits: runs of
+//   Dense calls: N = 1 (decode) runs matmul_vec.cu's dp4a GEMV, N >= 2 mmq_staged_kernel (below:
+//   128-row blocks, 8- to 32-column chunks, weights staged through shared memory); the MoE expert
+//   pairs run mmq_kernel -- block: one 16-row tile x one pair's column (grid.y), W warps. K is cut into `ks` contiguous ranges of units (mmq_splits: runs of
 //   MMQ_SPLIT_UNITS units, from n_in only); warp w runs a contiguous run of splits, each accumulated in unit order with
 //   the weights of the next unit in flight and the activations read straight into the B
 //   fragments (L1/L2-resident, no shared-memory staging, no barrier per unit). The split
@@ -27,8 +28,7 @@
 // w[i]*a[i] (activation rounded to the weight type as ds_quantize_act does), then the same
 // pairwise tree as ds_lanes32_reduce: bitwise equal to the CPU backend, for every N.
 //   bytes: n_out*n_in*sizeof(W) (once per 8 columns) + N*n_in*8;  flops: 2*n_out*n_in*N
-// N <= MMV_MAX_COLS (decode, small verifies) runs matmul_vec.cu's dp4a GEMV instead of the mma
-// kernel: same terms, same order, no split-K scratch. Consecutive matmuls of one input reuse
+// The GEMV and the staged kernel add the same terms in the same order as mmq_kernel. Consecutive matmuls of one input reuse
 // its prepared activations (prep_reuse). Measured: bench/RESULTS.md (bench/cuda/run.sh).
 #include "backend/cuda/mma_unit.cuh"
 
@@ -177,8 +177,8 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
     }
 }
 
-// ---- staged int8 tensor-core GEMM for MMQS_MIN_COLS..32 columns -----------------------------------------------
-// For N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
+// ---- staged int8 tensor-core GEMM for MMQS_MIN_COLS..32 columns -------------------------------
+// For dense N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
 // rows and the activations of each unit go to shared memory through a cp.async pipeline of 2-3
 // stages; blocks are persistent (one wave) and walk (row block, K split) items; split partials in
 // scratch, mmq_staged_reduce_kernel adds them in split order. Same terms, same order as mmq_kernel.
@@ -750,7 +750,7 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
 template <int QT, int NT, int ST>
 static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES;
-    const uint32_t bit = 1u << (QT * 6 + (NT - 2) * 2 + ST - 2); // (NT 2..4, ST 2..3)
+    const uint64_t bit = 1ull << (QT * 8 + (NT - 1) * 2 + ST - 2); // (NT 1..4, ST 2..3)
     if (!(c->mmqs_opted & bit)) {
         if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_staged_kernel<QT, NT, ST>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -773,7 +773,10 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
 template <int QT, int NT>
 static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
-    if (c->mmqs_stages != 2 && st3 <= c->smem_optin &&
+    // Q6_K up to 16 columns: 2 stages (3 blocks per SM instead of 2: 4-7% faster per matmul,
+    // gemv_bench mmqs, session 11)
+    const bool two = c->mmqs_stages == 2 || (c->mmqs_stages == 0 && QT == QT_Q6_K && NT <= 2);
+    if (!two && st3 <= c->smem_optin &&
         (c->mmqs_stages == 3 || 2 * (st3 + 1024) <= c->smem_per_sm)) {
         mmq_staged_go<QT, NT, 3>(c, g);
     } else {
@@ -787,11 +790,12 @@ static size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_
     return ks > 1 ? (size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 : 0;
 }
 
-// 8-column n-tiles per column chunk of the staged kernel: 16-column chunks up to 16 columns, 24
-// up to 24 (17..24 rows were as slow as 32 on 32-column chunks: 27B verify N = 24 18.18 ms, N =
-// 32 19.01, N = 16 14.16, session 10), else 32. Only the padding work differs: the bits do not.
+// 8-column n-tiles per column chunk of the staged kernel: 8-column chunks up to 8 columns, 16 up
+// to 16, 24 up to 24 (17..24 rows were as slow as 32 on 32-column chunks: 27B verify N = 24 18.18
+// ms, N = 32 19.01, N = 16 14.16, session 10), else 32. Only the padding work differs: the bits
+// do not.
 static int mmqs_nt(int ncols) {
-    return ncols <= 16 ? 2 : ncols <= 24 ? 3 : 4;
+    return ncols <= 8 ? 1 : ncols <= 16 ? 2 : ncols <= 24 ? 3 : 4;
 }
 
 // Adds matrix (w, n_out -> y) to a staged group whose a (prepared input, a.part: the partials
@@ -826,7 +830,8 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g) {
     qt_switch(qt, [&](auto q) {
         const int nt = mmqs_nt(g.a.ncols);
-        if (nt == 2) mmq_staged_launch<decltype(q)::value, 2>(c, g);
+        if (nt == 1) mmq_staged_launch<decltype(q)::value, 1>(c, g);
+        else if (nt == 2) mmq_staged_launch<decltype(q)::value, 2>(c, g);
         else if (nt == 3) mmq_staged_launch<decltype(q)::value, 3>(c, g);
         else mmq_staged_launch<decltype(q)::value, 4>(c, g);
     });
@@ -983,8 +988,9 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
         ds_cuda_launched(c, op);
         return;
     }
-    // N <= 8 (and MoE pairs): mmq_kernel, one chunk of dense columns or one MoE pair per grid.y
-    const int n_z = moe ? a.ncols : 1;
+    // MoE pairs: mmq_kernel, one pair per grid.y
+    DS_ASSERT(moe);
+    const int n_z = a.ncols;
     qt_switch(qt, [&](auto q) { mmq_launch<decltype(q)::value, 1>(c, a, n_z); });
     ds_cuda_launched(c, op);
 }

@@ -596,7 +596,7 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
 // The kernels: one body, two register budgets. Decode (NC = 1, not Q6_K) is held to 96
 // registers, so 4 blocks of 5 warps fit an SM instead of 3 (Nsight: the 27B gate+up GEMV ran
 // 3.5 warps per scheduler at 51% of DRAM peak, long-scoreboard bound); Q6_K would spill there
-// and NC >= 2 keeps the compiler's own choice.
+// (the GEMV runs N = 1 only: MMV_MAX_COLS).
 template <int QT, int NC, bool SX>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
     mmv_body<QT, NC, SX>(grp);
@@ -704,9 +704,7 @@ template <int QT>
 static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
     const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     DS_ASSERT(blocks <= 0x7fffffff);
-    if (g.a.ncols == 1) mmv_go<QT, 1>(c, g, (unsigned)blocks);
-    else if (g.a.ncols == 2) mmv_go<QT, 2>(c, g, (unsigned)blocks);
-    else mmv_go<QT, 3>(c, g, (unsigned)blocks);
+    mmv_go<QT, 1>(c, g, (unsigned)blocks); // (MMV_MAX_COLS == 1: wider N runs the staged kernel)
 }
 
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {

@@ -194,13 +194,12 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
 // MMV_MAX_MATS weight matrices of one type and one input (the prepared activations in `a`), in
 // one launch. Matrix i: its own weights, rows, output, K splits (mmq_splits of its shape) and
 // first block blk0 (blocks of 8 rows, matrices in order).
-// (27B Q4_K_M verify on the H200: N = 3 14.1 ms here against 14.8 on the mma kernel; N = 4 18.1
-// against 15.1 -- four columns exceed the GEMV's 128 registers)
-enum { MMV_MAX_COLS = 3, MMV_MAX_MATS = 4 }; // wider N: the mma kernel is faster (RESULTS.md)
-// Dense calls of at least MMQS_MIN_COLS columns run the staged mma kernel (matmul.cu, 16-, 24- or
-// 32-column tiles), narrower ones above MMV_MAX_COLS mmq_kernel. (27B Q4_K_M verify on the H200,
-// session 10: N = 8 15.40 ms on mmq_kernel against 14.16 ms for N = 16 on the staged kernel.)
-enum { MMQS_MIN_COLS = 5 };
+// Dense calls of MMQS_MIN_COLS columns or more run the staged mma kernel (matmul.cu: 8-, 16-, 24-
+// or 32-column chunks). 27B Q4_K_M verify on the H200, session 11: N = 2 10.48 / 10.58 ms on the
+// GEMV against 10.05 / 10.05 staged; N = 3 12.09 (GEMV) -> 10.30, N = 4 13.72 (mmq_kernel) ->
+// 10.58, N = 8 12.47 (16-column chunks) -> 11.13 on 8-column chunks.
+enum { MMV_MAX_COLS = 1, MMV_MAX_MATS = 4 };
+enum { MMQS_MIN_COLS = 2 };
 struct mmv_mat {
     const uint8_t *w;
     size_t w_nb1;
