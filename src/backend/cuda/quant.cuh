@@ -43,8 +43,11 @@ struct xsrc {
     int64_t ne1, nb1, nb2;
 };
 
+// (columns: at most 65535, the matmuls' bound; no 64-bit division: see ds_cu_row)
 __device__ __forceinline__ const float *xcol_ptr(const xsrc &s, int64_t c) {
-    return (const float *)(s.data + (c % s.ne1) * s.nb1 + (c / s.ne1) * s.nb2);
+    if (c < s.ne1) return (const float *)(s.data + c * s.nb1);
+    const uint32_t q = (uint32_t)c / (uint32_t)s.ne1;
+    return (const float *)(s.data + ((uint32_t)c - q * (uint32_t)s.ne1) * s.nb1 + q * s.nb2);
 }
 
 // Round to nearest even for |f| < 2^22 (dtype quants.c round_int).
