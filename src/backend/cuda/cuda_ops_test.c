@@ -1600,9 +1600,9 @@ static void test_attention_rows(void **state) {
 
 // ---- DeltaNet ------------------------------------------------------------------------------------
 
-static void test_conv_silu(void **state) {
-    ENV(state);
-    const int64_t C = 10240, K = 4, n = 7;
+// K: 4 (Qwen3.5's width: the kernel compiled for it) and 3 (the run-time-width kernel).
+static void run_conv_silu(env *e, int64_t K) {
+    const int64_t C = 10240, n = 7;
     static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
     float *x = xmalloc((size_t)(C * n) * 4), *w = xmalloc((size_t)(C * K) * 4);
     float *win = xmalloc((size_t)(C * (K - 1)) * 4);
@@ -1652,6 +1652,12 @@ static void test_conv_silu(void **state) {
     free(wref), free(wgot);
     dfree(e, xd), dfree(e, wd), dfree(e, wind), dfree(e, od);
     free(x), free(w), free(win), free(ref), free(got);
+}
+
+static void test_conv_silu(void **state) {
+    ENV(state);
+    run_conv_silu(e, 4);
+    run_conv_silu(e, 3);
 }
 
 // conv_silu_gates against gdn_gates then conv_silu on the GPU, bitwise: chain rows (1 row: the

@@ -40,11 +40,15 @@ __device__ __forceinline__ void gates_one(const gates_args &a, int64_t t, int64_
 // UPD (one row, chain): the thread also shifts its channel of the window by one row and appends
 // the row's input, after reading it (no other thread touches the channel).
 // GATES: blocks blockIdx.y >= cb compute row t's gates instead (conv_silu_gates: one launch).
-template <bool UPD, bool GATES>
+// KT: the kernel width when known at compile time (4, Qwen3.5's), so the row pointers and taps
+// stay in registers (0: K at run time, the arrays in local memory -- 128 bytes of stack).
+template <bool UPD, bool GATES, int KT>
 static __global__ __launch_bounds__(256) void conv_silu_kernel(
     float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
-    int64_t win_nb1, const int32_t *parent, int64_t C, int K, int cb, gates_args ga) {
+    int64_t win_nb1, const int32_t *parent, int64_t C, int K_rt, int cb, gates_args ga) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int KA = KT > 0 ? KT : CONV_MAX_K; // array sizes
+    const int K = KT > 0 ? KT : K_rt;
     const int64_t t = blockIdx.x;
     if (GATES && (int)blockIdx.y >= cb) {
         gates_one(ga, t, (int64_t)(blockIdx.y - cb) * 256 + threadIdx.x);
@@ -52,9 +56,10 @@ static __global__ __launch_bounds__(256) void conv_silu_kernel(
     }
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (ch >= C) return;
-    const float *in[CONV_MAX_K];
+    const float *in[KA];
     in[K - 1] = (const float *)(x + t * x_nb1);
     int64_t cur = t, wi = K - 2; // next window row once the history in the batch ends
+#pragma unroll
     for (int j = K - 2; j >= 0; j--) {
         const int64_t prev = cur < 0 ? -1 : parent ? parent[cur] : cur - 1;
         if (cur >= 0 && prev >= 0) {
@@ -65,13 +70,15 @@ static __global__ __launch_bounds__(256) void conv_silu_kernel(
             in[j] = (const float *)(win + (wi--) * win_nb1);
         }
     }
-    float s = 0.0f, v[CONV_MAX_K];
+    float s = 0.0f, v[KA];
+#pragma unroll
     for (int j = 0; j < K; j++) {
         v[j] = in[j][ch];
         s = __fadd_rn(s, __fmul_rn(w[ch * K + j], v[j]));
     }
     out[t * o_nb1 + ch] = ds_cu_silu(s);
     if (UPD) {
+#pragma unroll
         for (int j = 0; j + 1 < K; j++) ((float *)(win + j * win_nb1))[ch] = v[j + 1];
     }
 }
@@ -99,9 +106,14 @@ static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_te
     const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
     const gates_args gv = ga ? *ga : gates_args{};
     void (*k)(float *, int64_t, const char *, int64_t, const float *, char *, int64_t,
-              const int32_t *, int64_t, int, int, gates_args) =
-        in_kernel ? (ga ? conv_silu_kernel<true, true> : conv_silu_kernel<true, false>)
-                  : (ga ? conv_silu_kernel<false, true> : conv_silu_kernel<false, false>);
+              const int32_t *, int64_t, int, int, gates_args);
+    if (K == 4) {
+        k = in_kernel ? (ga ? conv_silu_kernel<true, true, 4> : conv_silu_kernel<true, false, 4>)
+                      : (ga ? conv_silu_kernel<false, true, 4> : conv_silu_kernel<false, false, 4>);
+    } else {
+        k = in_kernel ? (ga ? conv_silu_kernel<true, true, 0> : conv_silu_kernel<true, false, 0>)
+                      : (ga ? conv_silu_kernel<false, true, 0> : conv_silu_kernel<false, false, 0>);
+    }
     ds_cu_launch(c, k, grid, 256, 0, (float *)out->data, (int64_t)(out->nb[1] / 4),
                  (const char *)x->data, (int64_t)x->nb[1], (const float *)w->data,
                  (char *)window->data, (int64_t)window->nb[1], par_d, C, (int)K, cb, gv);
