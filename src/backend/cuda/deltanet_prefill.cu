@@ -1,12 +1,12 @@
 // deltanet_prefill.cu: the gated delta rule over a prompt chunk (a chain of >= 65 rows in prefill
 // mode, state updated in place), spread wide: q and k of every row are L2-normalised first in
-// parallel (gdp_norm_kernel), then each thread carries a quarter of one state column (value row j,
-// keys i = 4r + quarter) through the rows, so a row's two dot products need two shuffles instead
-// of a block-wide reduction, and the rows' normalised q/k, v, beta and decay are staged in shared
-// memory a tile of rows at a time (two barriers per tile, none per row). Decode, verify and trees
-// keep deltanet.cu's kernel, whose rows are bitwise those of single steps; here the sums run in
-// another order (f32 throughout): rows agree with it to ~1e-6 relative. Calls common.cuh.
-// Spec: backend.h (gated_delta), target-qwen35.md §2.5, docs/cuda.md "Prefill".
+// parallel (gdp_norm_kernel), then each thread carries an eighth of one state column (value row j,
+// 4-key chunks l, l + 8, ...) through the rows, so a row's two dot products need three shuffles
+// instead of a block-wide reduction, and the rows' normalised q/k, v, beta and decay are staged
+// in shared memory a tile of rows at a time (double-buffered, one barrier per tile). Decode,
+// verify and trees keep deltanet.cu's kernel, whose rows are bitwise those of single steps; here
+// the sums run in another order (f32 throughout): rows agree with it to ~1e-6 relative. Calls
+// common.cuh. Spec: backend.h (gated_delta), target-qwen35.md §2.5, docs/cuda.md "Prefill".
 //   bytes: 2*H_v*d_k*d_v*4 (state in/out per launch) + n*(conv_dim + 2*H_k*d_k*2 + H_v*(d_v+2))*4
 //   flops: ~6*n*H_v*d_k*d_v
 #include "backend/cuda/common.cuh"
@@ -15,7 +15,10 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-enum { GDP_J = 32, GDP_THREADS = GDP_J * 4, GDP_ROWS = 4096 };
+// GDP_J value rows (state columns) per block, GDP_L lanes per column: 384 blocks of 4 warps for
+// the 27B's 48 heads of 128 (about 3 per SM, ~12 warps; session 11: 32 columns x 4 lanes gave
+// 192 blocks of 4 warps, 1-2 per SM, and ran 5 ms per layer at an 8K prompt).
+enum { GDP_J = 16, GDP_L = 8, GDP_THREADS = GDP_J * GDP_L, GDP_ROWS = 4096 };
 
 struct gdp_args {
     const char *qkv;
@@ -55,64 +58,92 @@ static __global__ __launch_bounds__(32) void gdp_norm_kernel(const char *qkv, in
     for (int i = 0; i < DK / 32; i++) dst[lane + 32 * i] = __fmul_rn(v[i], sc);
 }
 
-// Block: value rows [j0, j0 + 32) of head h; thread (jl, quarter) holds S[j0 + jl][4 r + quarter].
+// Block: value rows [j0, j0 + GDP_J) of head h; thread (jl, lane l of GDP_L) holds S[j0 + jl][e]
+// for the 4-element chunks e / 4 = l + GDP_L m (m < DK / (4 GDP_L)), so a row's two dot products
+// take three shuffles and the warp's k / q reads are 8 consecutive float4 (no bank conflicts).
+// Tiles of T rows are double-buffered: tile k + 1 is copied (cp.async) while tile k is computed,
+// one barrier per tile (session 11: with plain loads before a barrier, each tile's copy waited
+// on one load after another and took longer than the tile's rows).
 template <int DK>
 static __global__ __launch_bounds__(GDP_THREADS) void gdp_kernel(gdp_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    constexpr int R = DK / 4, T = DK <= 128 ? 32 : 16; // state per thread, rows per tile
-    __shared__ float sk[T][DK], sq[T][DK], sv[T][GDP_J], sb[T], sd[T];
-    const int h = blockIdx.y, kh = h % a.hk;
-    const int jl = threadIdx.x / 4, qi = threadIdx.x % 4, j0 = blockIdx.x * GDP_J;
+    // float4 chunks per thread and per row, rows per tile
+    constexpr int M = DK / (4 * GDP_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8;
+    __shared__ float4 sk[2][T][C4], sq[2][T][C4];
+    __shared__ float sv[2][T][GDP_J], sb[2][T], sg[2][T];
+    const int h = blockIdx.y, kh = h % a.hk, tid = threadIdx.x;
+    const int jl = tid / GDP_L, l = tid % GDP_L, j0 = blockIdx.x * GDP_J;
     const size_t hs = (size_t)DK * (size_t)a.dv;
-    const float *s_in = a.s_in + (size_t)h * hs + (size_t)(j0 + jl) * DK;
-    float S[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) S[r] = s_in[4 * r + qi];
-    for (int tt = 0; tt < a.n; tt += T) {
+    const float4 *kn4 = (const float4 *)a.kn, *qn4 = (const float4 *)a.qn;
+    auto issue = [&](int buf, int tt) { // tile [tt, tt + T) into buffer buf, one commit group
         const int nt = min(T, a.n - tt);
-        __syncthreads(); // the previous tile's readers are done
-        for (int i = threadIdx.x; i < nt * DK; i += GDP_THREADS) {
-            const int t = i / DK, e = i % DK;
-            const int64_t src = ((int64_t)(tt + t) * a.hk + kh) * DK + e;
-            sk[t][e] = a.kn[src];
-            sq[t][e] = a.qn[src];
+        for (int i = tid; i < nt * C4; i += GDP_THREADS) {
+            const int t = i / C4, e = i % C4;
+            const int64_t src = ((int64_t)(tt + t) * a.hk + kh) * C4 + e;
+            cp_async16(smem_addr(&sk[buf][t][e]), kn4 + src);
+            cp_async16(smem_addr(&sq[buf][t][e]), qn4 + src);
         }
-        for (int i = threadIdx.x; i < nt * GDP_J; i += GDP_THREADS) {
+        for (int i = tid; i < nt * GDP_J; i += GDP_THREADS) {
             const int t = i / GDP_J, e = i % GDP_J;
             const int64_t row = a.t0 + tt + t;
             const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + 2 * (int64_t)a.hk * DK;
-            sv[t][e] = v[(int64_t)h * a.dv + j0 + e];
+            cp_async4(smem_addr(&sv[buf][t][e]), v + (int64_t)h * a.dv + j0 + e);
         }
-        if (threadIdx.x < nt) {
-            const int64_t row = a.t0 + tt + threadIdx.x;
-            sb[threadIdx.x] = ((const float *)(a.beta + row * a.beta_nb1))[h];
-            sd[threadIdx.x] = expf(((const float *)(a.g + row * a.g_nb1))[h]);
+        if (tid < nt) {
+            const int64_t row = a.t0 + tt + tid;
+            cp_async4(smem_addr(&sb[buf][tid]), (const float *)(a.beta + row * a.beta_nb1) + h);
+            cp_async4(smem_addr(&sg[buf][tid]), (const float *)(a.g + row * a.g_nb1) + h);
         }
-        __syncthreads();
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    issue(0, 0);
+    const float4 *s_in = (const float4 *)(a.s_in + (size_t)h * hs + (size_t)(j0 + jl) * DK);
+    float4 S[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) S[m] = s_in[l + GDP_L * m];
+    for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= 1) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads(); // tile tt is in every thread's view; the other buffer's readers are done
+        if (tt + T < a.n) issue(buf ^ 1, tt + T);
+        const int nt = min(T, a.n - tt);
         for (int t = 0; t < nt; t++) {
-            const float decay = sd[t];
+            const float decay = expf(sg[buf][t]);
+            float4 k[M];
             float u4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int r = 0; r < R; r++) u4[r % 4] = __fmaf_rn(S[r], sk[t][4 * r + qi], u4[r % 4]);
+            for (int m = 0; m < M; m++) {
+                k[m] = sk[buf][t][l + GDP_L * m];
+                u4[0] = __fmaf_rn(S[m].x, k[m].x, u4[0]);
+                u4[1] = __fmaf_rn(S[m].y, k[m].y, u4[1]);
+                u4[2] = __fmaf_rn(S[m].z, k[m].z, u4[2]);
+                u4[3] = __fmaf_rn(S[m].w, k[m].w, u4[3]);
+            }
             float u = (u4[0] + u4[1]) + (u4[2] + u4[3]);
-            u += __shfl_xor_sync(0xffffffffu, u, 1);
-            u += __shfl_xor_sync(0xffffffffu, u, 2);
-            const float delta = sb[t] * (sv[t][jl] - decay * u);
+#pragma unroll
+            for (int x = 1; x < GDP_L; x *= 2) u += __shfl_xor_sync(0xffffffffu, u, x);
+            const float delta = sb[buf][t] * (sv[buf][t][jl] - decay * u);
             float o4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                S[r] = __fmaf_rn(S[r], decay, sk[t][4 * r + qi] * delta);
-                o4[r % 4] = __fmaf_rn(S[r], sq[t][4 * r + qi], o4[r % 4]);
+            for (int m = 0; m < M; m++) {
+                const float4 q = sq[buf][t][l + GDP_L * m];
+                S[m].x = __fmaf_rn(S[m].x, decay, k[m].x * delta);
+                S[m].y = __fmaf_rn(S[m].y, decay, k[m].y * delta);
+                S[m].z = __fmaf_rn(S[m].z, decay, k[m].z * delta);
+                S[m].w = __fmaf_rn(S[m].w, decay, k[m].w * delta);
+                o4[0] = __fmaf_rn(S[m].x, q.x, o4[0]);
+                o4[1] = __fmaf_rn(S[m].y, q.y, o4[1]);
+                o4[2] = __fmaf_rn(S[m].z, q.z, o4[2]);
+                o4[3] = __fmaf_rn(S[m].w, q.w, o4[3]);
             }
             float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
-            o += __shfl_xor_sync(0xffffffffu, o, 1);
-            o += __shfl_xor_sync(0xffffffffu, o, 2);
-            if (qi == 0) a.out[(a.t0 + tt + t) * a.out_nb1 + (int64_t)h * a.dv + j0 + jl] = o;
+#pragma unroll
+            for (int x = 1; x < GDP_L; x *= 2) o += __shfl_xor_sync(0xffffffffu, o, x);
+            if (l == 0) a.out[(a.t0 + tt + t) * a.out_nb1 + (int64_t)h * a.dv + j0 + jl] = o;
         }
     }
-    float *s_out = a.s_out + (size_t)h * hs + (size_t)(j0 + jl) * DK;
+    float4 *s_out = (float4 *)(a.s_out + (size_t)h * hs + (size_t)(j0 + jl) * DK);
 #pragma unroll
-    for (int r = 0; r < R; r++) s_out[4 * r + qi] = S[r];
+    for (int m = 0; m < M; m++) s_out[l + GDP_L * m] = S[m];
 }
 
 bool ds_cuda_gdn_prefill_wanted(const ds_cuda_ctx *c, int64_t n, int64_t dk, int64_t dv,
@@ -130,6 +161,7 @@ void ds_cuda_gdn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *qkv,
     float *qn = (float *)ds_cuda_scratch(c, (size_t)rows * (size_t)hk * (size_t)dk * 8);
     if (!qn) return;
     float *kn = qn + rows * hk * dk;
+    DS_ASSERT((uintptr_t)state->data % 16 == 0 && (uintptr_t)state_out->data % 16 == 0); // (float4)
     gdp_args a;
     memset(&a, 0, sizeof(a));
     a.qkv = (const char *)qkv->data, a.qkv_nb1 = (int64_t)qkv->nb[1];
