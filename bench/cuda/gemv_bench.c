@@ -196,7 +196,9 @@ int main(int argc, char **argv) {
     const bool mmqs = argc > 2 && strcmp(argv[2], "mmqs") == 0;
     static const int ns_mmqs[] = {16, 32};
     const int *ns = mmv ? ns_mmv : mmqs ? ns_mmqs : ns_all;
-    const size_t n_ns = mmv ? DS_ARRAY_LEN(ns_mmv) : mmqs ? DS_ARRAY_LEN(ns_mmqs) : DS_ARRAY_LEN(ns_all);
+    const size_t n_ns = mmv    ? DS_ARRAY_LEN(ns_mmv)
+                        : mmqs ? DS_ARRAY_LEN(ns_mmqs)
+                               : DS_ARRAY_LEN(ns_all);
     const int reps = mmv ? 2 : mmqs ? 3 : 1; // variants per N
     enum { COPIES = 4, NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
@@ -250,8 +252,8 @@ int main(int argc, char **argv) {
                 double dt = (ds_time_now() - t0) / iters;
                 if (t1 == 0.0) t1 = dt;
                 double gbs = (double)bytes / dt / 1e9;
-                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s%s\n", ds_type_name(t), s->name, n,
-                       dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,
+                printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s%s\n", ds_type_name(t), s->name,
+                       n, dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,
                        global_x ? "  (activations from global memory)" : "",
                        stages == 2 ? "  (2 stages)" : stages == 3 ? "  (3 stages)" : "");
             }

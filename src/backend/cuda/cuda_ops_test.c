@@ -341,10 +341,11 @@ static void test_matmul_27b(void **state) {
     }
 }
 
-// The staged kernel (N >= MMQS_MIN_COLS) writes K-split partials that mmq_staged_reduce_kernel adds in split
-// order (matmul.cu): the same matmul called again, interleaved with other shapes, plain and as a
-// captured and replayed step graph, gives the same bits each time (y poisoned with NaN before
-// every call), equal to the rows computed alone (the dp4a GEMV); the last case has 4,224 tiles.
+// The staged kernel (N >= MMQS_MIN_COLS) writes K-split partials that mmq_staged_reduce_kernel
+// adds in split order (matmul.cu): the same matmul called again, interleaved with other shapes,
+// plain and as a captured and replayed step graph, gives the same bits each time (y poisoned with
+// NaN before every call), equal to the rows computed alone (the dp4a GEMV); the last case has
+// 4,224 tiles.
 static void test_matmul_split_repeat(void **state) {
     ENV(state);
     static const struct {

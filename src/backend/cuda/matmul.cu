@@ -11,8 +11,9 @@
 // (dtype.h "Dot products"); only the order in which those float terms are added differs.
 //   Dense calls: N = 1 (decode) runs matmul_vec.cu's dp4a GEMV, N >= 2 mmq_staged_kernel (below:
 //   128-row blocks, 8- to 32-column chunks, weights staged through shared memory); the MoE expert
-//   pairs run mmq_kernel -- block: one 16-row tile x one pair's column (grid.y), W warps. K is cut into `ks` contiguous ranges of units (mmq_splits: runs of
-//   MMQ_SPLIT_UNITS units, from n_in only); warp w runs a contiguous run of splits, each accumulated in unit order with
+//   pairs run mmq_kernel -- block: one 16-row tile x one pair's column (grid.y), W warps. K is
+//   cut into `ks` contiguous ranges of units (mmq_splits: runs of MMQ_SPLIT_UNITS units, from
+//   n_in only); warp w runs a contiguous run of splits, each accumulated in unit order with
 //   the weights of the next unit in flight and the activations read straight into the B
 //   fragments (L1/L2-resident, no shared-memory staging, no barrier per unit). The split
 //   partials meet in shared memory and warp 0 adds them in split order.
@@ -28,8 +29,9 @@
 // w[i]*a[i] (activation rounded to the weight type as ds_quantize_act does), then the same
 // pairwise tree as ds_lanes32_reduce: bitwise equal to the CPU backend, for every N.
 //   bytes: n_out*n_in*sizeof(W) (once per 8 columns) + N*n_in*8;  flops: 2*n_out*n_in*N
-// The GEMV and the staged kernel add the same terms in the same order as mmq_kernel. Consecutive matmuls of one input reuse
-// its prepared activations (prep_reuse). Measured: bench/RESULTS.md (bench/cuda/run.sh).
+// The GEMV and the staged kernel add the same terms in the same order as mmq_kernel. Consecutive
+// matmuls of one input reuse its prepared activations (prep_reuse). Measured: bench/RESULTS.md
+// (bench/cuda/run.sh).
 #include "backend/cuda/mma_unit.cuh"
 
 #include <stdio.h>
@@ -178,10 +180,11 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 }
 
 // ---- staged int8 tensor-core GEMM for MMQS_MIN_COLS..32 columns -------------------------------
-// For dense N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows per block; the weight
-// rows and the activations of each unit go to shared memory through a cp.async pipeline of 2-3
-// stages; blocks are persistent (one wave) and walk (row block, K split) items; split partials in
-// scratch, mmq_staged_reduce_kernel adds them in split order. Same terms, same order as mmq_kernel.
+// For dense N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows
+// per block; the weight rows and the activations of each unit go to shared memory through a
+// cp.async pipeline of 2-3 stages; blocks are persistent (one wave) and walk (row block, K split)
+// items; split partials in scratch, mmq_staged_reduce_kernel adds them in split order. Same
+// terms, same order as mmq_kernel.
 
 // Per-type staging constants: activation scales per 256 (q8_0: one per 32); bytes per staged
 // column (bank-conflict-free LDS). (No per-32 sums: the mins term is an mma, k4_mins4.)
@@ -1020,9 +1023,9 @@ extern "C" void ds_cuda_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w,
     mm_run(c, "matmul", w->type, a, xs, n);
 }
 
-// matmul_multi for N >= MMQS_MIN_COLS quantized columns: per weight type (first-seen order) one prepared
-// input and one staged launch over all of that type's matrices. Results are bitwise those of
-// separate matmul calls (the same items, split partials and reduce order).
+// matmul_multi for N >= MMQS_MIN_COLS quantized columns: per weight type (first-seen order) one
+// prepared input and one staged launch over all of that type's matrices. Results are bitwise those
+// of separate matmul calls (the same items, split partials and reduce order).
 static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_tensor *const *w,
                        const ds_tensor *x) {
     if (!ds_cuda_alive(c, "matmul")) return;
@@ -1076,8 +1079,10 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
               w[i]->nb[1] == ds_type_row_size(w[i]->type, n_in) && y[i]->ne[1] == n &&
               (uintptr_t)w[i]->data % 16 == 0;
     }
-    // N >= MMQS_MIN_COLS: one staged launch per weight type (matmul_vec's grouping, for the mma kernel)
-    bool staged = !vec && n >= MMQS_MIN_COLS && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof && n_in % UNIT == 0;
+    // N >= MMQS_MIN_COLS: one staged launch per weight type (matmul_vec's grouping, for the mma
+    // kernel)
+    bool staged = !vec && n >= MMQS_MIN_COLS && x->ne[2] == 1 && x->ne[3] == 1 && !c->prof &&
+                  n_in % UNIT == 0;
     for (int i = 0; i < n_w && staged; i++) { // (prompt chunks: gemm.cu, through ds_cuda_matmul)
         staged = qt_of(w[i]->type) >= 0 && !ds_cuda_gemm_wanted(c, w[i]->type, n_in, (int)n, false) &&
                  w[i]->ne[0] == n_in && w[i]->ne[2] == 1 &&
