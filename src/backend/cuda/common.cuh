@@ -89,7 +89,7 @@ typedef struct ds_cuda_ctx {
     // and the device's shared memory per SM (its residency bound).
     bool mmv_staged;
     size_t smem_per_sm, smem_optin;
-    uint32_t mmv_sx_opted, mmv_sx_refused; // staged kernels (bit 4*type + columns) allowed their
+    uint32_t mmv_sx_opted, mmv_sx_refused; // staged GEMV kernels (bit: type) allowed their
                                            // shared memory on this device, or refused it
     int mmqs_stages;     // matmul.cu's staged kernel depth forced to 2 or 3 (0: its choice)
     uint64_t mmqs_opted; // matmul.cu's staged kernels (bit 8*type + 2*(NT-1) + stages - 2) given

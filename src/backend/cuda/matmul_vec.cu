@@ -1,6 +1,7 @@
-// matmul_vec.cu: the decode GEMV, y{n_out, N} = W · x for N <= MMV_MAX_COLS dense columns and
-// quantized W (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), with dp4a on the activations that matmul.cu's
-// prep kernels quantized exactly as the CPU does. Calls quant.cuh. Called by matmul.cu (mm_run).
+// matmul_vec.cu: the decode GEMV, y{n_out} = W · x for one dense column (N = 1; wider N runs
+// matmul.cu's staged mma kernel) and quantized W (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), with dp4a on
+// the activations that matmul.cu's prep kernels quantized exactly as the CPU does. Calls
+// quant.cuh. Called by matmul.cu (mm_run).
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
 // A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits that
@@ -69,36 +70,34 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
     return d;
 }
 
-// The prepared activations as the dot products read them (column c; indices absolute: unit u,
-// 32-group i, scale i). SX: from the block's copy in shared memory (mmv_stage put it there), where
-// the 16-byte chunks of a unit are swizzled (chunk j at j ^ ((j >> 2) & 2)) so that the four
-// lanes of a row, which read chunks 4t + k (or 8n + hs + 2q for Q6_K) at once, hit distinct
-// banks; else straight from global memory (L1/L2).
+// The prepared activations (the one column) as the dot products read them (indices absolute:
+// unit u, 32-group i, scale i). SX: from the block's copy in shared memory (mmv_stage put it
+// there), where the 16-byte chunks of a unit are swizzled (chunk j at j ^ ((j >> 2) & 2)) so that
+// the four lanes of a row, which read chunks 4t + k (or 8n + hs + 2q for Q6_K) at once, hit
+// distinct banks; else straight from global memory (L1/L2).
 template <bool SX> struct xview {
     const int8_t *q;
     const int32_t *b;
     const float *d;
-    int64_t sq, sb, sd; // per-column strides in elements
-    __device__ __forceinline__ uint4 q16(int c, int u, int off) const {
+    __device__ __forceinline__ uint4 q16(int u, int off) const {
         if constexpr (SX) {
             const int j = off >> 4, p = j ^ ((j >> 2) & 2);
-            const uint32_t s =
-                (uint32_t)__cvta_generic_to_shared(q + c * sq + (int64_t)u * UNIT + 16 * p);
+            const uint32_t s = (uint32_t)__cvta_generic_to_shared(q + (int64_t)u * UNIT + 16 * p);
             uint4 v;
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(s));
             return v;
         } else {
-            return __ldg((const uint4 *)(q + c * sq + (int64_t)u * UNIT + off));
+            return __ldg((const uint4 *)(q + (int64_t)u * UNIT + off));
         }
     }
-    __device__ __forceinline__ int2 b2(int c, int64_t i) const {
-        if constexpr (SX) return *(const int2 *)(b + c * sb + i);
-        else return __ldg((const int2 *)(b + c * sb + i));
+    __device__ __forceinline__ int2 b2(int64_t i) const {
+        if constexpr (SX) return *(const int2 *)(b + i);
+        else return __ldg((const int2 *)(b + i));
     }
-    __device__ __forceinline__ float d1(int c, int64_t i) const {
-        if constexpr (SX) return d[c * sd + i];
-        else return __ldg(d + c * sd + i);
+    __device__ __forceinline__ float d1(int64_t i) const {
+        if constexpr (SX) return d[i];
+        else return __ldg(d + i);
     }
 };
 
@@ -153,34 +152,31 @@ __device__ __forceinline__ uint32_t q6_x4(uint32_t src, int ls, uint32_t qh, int
 }
 
 // ---- one unit, one lane quarter: raw weight words and their integer sums ---------------------------
-// dot<NC>() gives, per column, this lane's share of the unit's isum (sum of scale * dot) and msum
-// (sum of min * activation group sum), and the unit's float scales dw, dmw.
+// dot() gives this lane's share of the unit's isum (sum of scale * dot) and msum (sum of min *
+// activation group sum), and the unit's float scales dw, dmw.
 
 // Q4_K / Q5_K, lane t: groups 2t (v.lo(i): the low nibbles) and 2t+1 (v.hi(i)) of the unit, as
 // int8 words (8 per group), dotted with each column's activations, scaled and min-weighted as the
 // CPU does. The words come from a decoder called inside the dot loop (Q4_K decodes there: decoding
 // all 16 words first cost 96 -> 78 registers and 15% of its speed; Q5_K hands precomputed words).
-template <int NC, typename X, typename V>
+template <typename X, typename V>
 __device__ __forceinline__ void k45_dot(const X &xv, int u, int t, const uint4 &h, const V &v,
-                                        int (&is)[NC], int (&ms)[NC], float &dw, float &dmw) {
+                                        int &is, int &ms, float &dw, float &dmw) {
     int sc0, sc1, m0, m1;
     k4_lane_scales(h, t, sc0, sc1, m0, m1);
+    const uint4 l0 = xv.q16(u, 64 * t), l1 = xv.q16(u, 64 * t + 16);
+    const uint4 h0 = xv.q16(u, 64 * t + 32), h1 = xv.q16(u, 64 * t + 48);
+    const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    int dl = 0, dh = 0;
 #pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const uint4 l0 = xv.q16(c, u, 64 * t), l1 = xv.q16(c, u, 64 * t + 16);
-        const uint4 h0 = xv.q16(c, u, 64 * t + 32), h1 = xv.q16(c, u, 64 * t + 48);
-        const uint32_t xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-        const uint32_t xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        int dl = 0, dh = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            dl = __dp4a((int)v.lo(i), (int)xl[i], dl);
-            dh = dp4a_us(v.hi(i), (int)xh[i], dh);
-        }
-        const int2 bs = xv.b2(c, (int64_t)u * 8 + 2 * t);
-        is[c] = sc0 * dl + sc1 * (dh >> V::HI_SHIFT);
-        ms[c] = m0 * bs.x + m1 * bs.y;
+    for (int i = 0; i < 8; i++) {
+        dl = __dp4a((int)v.lo(i), (int)xl[i], dl);
+        dh = dp4a_us(v.hi(i), (int)xh[i], dh);
     }
+    const int2 bs = xv.b2((int64_t)u * 8 + 2 * t);
+    is = sc0 * dl + sc1 * (dh >> V::HI_SHIFT);
+    ms = m0 * bs.x + m1 * bs.y;
     dw = ds_cu_h2f(h.x);
     dmw = ds_cu_h2f(h.x >> 16);
 }
@@ -207,11 +203,11 @@ struct wv_q4_k {
         ldw(q0, p + 16 + 32 * t);
         ldw(q1, p + 32 + 32 * t);
     }
-    template <int NC, typename X>
-    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
-                                        int (&ms)[NC], float &dw, float &dmw) const {
+    template <typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int &is, int &ms, float &dw,
+                                        float &dmw) const {
         const k4_words v = {{q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}};
-        k45_dot<NC>(xv, u, t, h, v, is, ms, dw, dmw);
+        k45_dot(xv, u, t, h, v, is, ms, dw, dmw);
     }
 };
 
@@ -224,9 +220,9 @@ struct wv_q5_k {
         ldw(q0, p + 48 + 32 * t);
         ldw(q1, p + 64 + 32 * t);
     }
-    template <int NC, typename X>
-    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
-                                        int (&ms)[NC], float &dw, float &dmw) const {
+    template <typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int &is, int &ms, float &dw,
+                                        float &dmw) const {
         const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t qh[8] = {qh0.x, qh0.y, qh0.z, qh0.w, qh1.x, qh1.y, qh1.z, qh1.w};
         k5_words v;
@@ -235,7 +231,7 @@ struct wv_q5_k {
             v.l[i] = (q[i] & M4) | (((qh[i] >> (2 * t)) & 0x01010101u) << 4);
             v.h[i] = ((q[i] >> 4) & M4) | (((qh[i] >> (2 * t + 1)) & 0x01010101u) << 4);
         }
-        k45_dot<NC>(xv, u, t, h, v, is, ms, dw, dmw);
+        k45_dot(xv, u, t, h, v, is, ms, dw, dmw);
     }
 };
 
@@ -255,9 +251,9 @@ struct wv_q6_k {
         // the low half, and the word's other half is past the unit: allocations are padded)
         ldw(d, (const uint8_t *)((uintptr_t)(p + 208) & ~(uintptr_t)3));
     }
-    template <int NC, typename X>
-    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
-                                        int (&ms)[NC], float &dw, float &dmw) const {
+    template <typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int &is, int &ms, float &dw,
+                                        float &dmw) const {
         const int n = t >> 1, hs = t & 1;
         uint32_t v[4][4]; // 4 x (q - 32) of sub-block 8n + 2q + hs
         int s[4];
@@ -269,21 +265,18 @@ struct wv_q6_k {
             for (int w = 0; w < 4; w++)
                 v[q][w] = q6_x4((q & 1) ? lb[w] : la[w], 4 * (q >> 1), qh[w], 2 * q);
         }
+        int acc = 0;
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
-            int acc = 0;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const uint4 x = xv.q16(c, u, 128 * n + 16 * hs + 32 * q);
-                int dq = __dp4a((int)v[q][0], (int)x.x, 0);
-                dq = __dp4a((int)v[q][1], (int)x.y, dq);
-                dq = __dp4a((int)v[q][2], (int)x.z, dq);
-                dq = __dp4a((int)v[q][3], (int)x.w, dq);
-                acc += s[q] * dq;
-            }
-            is[c] = acc >> 2; // exact: every term is a multiple of 4
-            ms[c] = 0;
+        for (int q = 0; q < 4; q++) {
+            const uint4 x = xv.q16(u, 128 * n + 16 * hs + 32 * q);
+            int dq = __dp4a((int)v[q][0], (int)x.x, 0);
+            dq = __dp4a((int)v[q][1], (int)x.y, dq);
+            dq = __dp4a((int)v[q][2], (int)x.z, dq);
+            dq = __dp4a((int)v[q][3], (int)x.w, dq);
+            acc += s[q] * dq;
         }
+        is = acc >> 2; // exact: every term is a multiple of 4
+        ms = 0;
         dw = ds_cu_h2f(d >> sc.sh);
         dmw = 0.0f;
     }
@@ -322,9 +315,9 @@ struct wv_iq4_xs {
         const uint32_t b[8] = {q2.x, q2.y, q1.x, q1.y, q1.z, q1.w, q2.z, q2.w};
         return a16 ? a[k] : b[k];
     }
-    template <int NC, typename X>
-    __device__ __forceinline__ void dot(const X &xv, int u, int t, int (&is)[NC],
-                                        int (&ms)[NC], float &dw, float &dmw) const {
+    template <typename X>
+    __device__ __forceinline__ void dot(const X &xv, int u, int t, int &is, int &ms, float &dw,
+                                        float &dmw) const {
         const uint32_t sh = h.x >> 16;
         int ls[2];
         uint32_t v[2][8];
@@ -341,22 +334,19 @@ struct wv_iq4_xs {
                 v[j][2 * k + 1] = iq4_lut(w >> 16);
             }
         }
+        int acc = 0;
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
-            int acc = 0;
+        for (int j = 0; j < 2; j++) {
+            const uint4 x0 = xv.q16(u, 64 * t + 32 * j);
+            const uint4 x1 = xv.q16(u, 64 * t + 32 * j + 16);
+            const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int dj = 0;
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const uint4 x0 = xv.q16(c, u, 64 * t + 32 * j);
-                const uint4 x1 = xv.q16(c, u, 64 * t + 32 * j + 16);
-                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int dj = 0;
-#pragma unroll
-                for (int i = 0; i < 8; i++) dj = __dp4a((int)v[j][i], (int)xw[i], dj);
-                acc += ls[j] * dj;
-            }
-            is[c] = acc;
-            ms[c] = 0;
+            for (int i = 0; i < 8; i++) dj = __dp4a((int)v[j][i], (int)xw[i], dj);
+            acc += ls[j] * dj;
         }
+        is = acc;
+        ms = 0;
         dw = ds_cu_h2f(h.x);
         dmw = 0.0f;
     }
@@ -387,24 +377,19 @@ struct wv_q8_0 {
     __device__ __forceinline__ uint32_t d(int j) const {
         return j == 0 ? w(0) & 0xffffu : w(8) >> 16;
     }
-    // term[c][j]: block 2t + j's float term for column c.
-    template <int NC, typename X>
-    __device__ __forceinline__ void terms(const X &xv, int u, int t,
-                                          float (&term)[NC][2]) const {
+    // term[j]: block 2t + j's float term.
+    template <typename X>
+    __device__ __forceinline__ void terms(const X &xv, int u, int t, float (&term)[2]) const {
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
+        for (int j = 0; j < 2; j++) {
+            const int64_t blk = (int64_t)u * 8 + 2 * t + j;
+            const uint4 x0 = xv.q16(u, 32 * (2 * t + j));
+            const uint4 x1 = xv.q16(u, 32 * (2 * t + j) + 16);
+            const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int is = 0;
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int64_t blk = (int64_t)u * 8 + 2 * t + j;
-                const uint4 x0 = xv.q16(c, u, 32 * (2 * t + j));
-                const uint4 x1 = xv.q16(c, u, 32 * (2 * t + j) + 16);
-                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int is = 0;
-#pragma unroll
-                for (int i = 0; i < 8; i++) is = __dp4a((int)qs(j, i), (int)xw[i], is);
-                term[c][j] = __fmul_rn(__int2float_rn(is),
-                                       __fmul_rn(ds_cu_h2f(d(j)), xv.d1(c, blk)));
-            }
+            for (int i = 0; i < 8; i++) is = __dp4a((int)qs(j, i), (int)xw[i], is);
+            term[j] = __fmul_rn(__int2float_rn(is), __fmul_rn(ds_cu_h2f(d(j)), xv.d1(blk)));
         }
     }
 };
@@ -418,32 +403,26 @@ template <> struct wv_of<QT_IQ4_XS> { typedef wv_iq4_xs type; };
 
 // One unit of one row into the running sums (every lane of the row's 4-lane group ends with the
 // same acc). Warp-uniform: all groups of a warp are at the same unit.
-template <int QT, int NC, typename X>
-__device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<QT>::type &w,
+template <int QT, typename X>
+__device__ __forceinline__ void unit_acc(float &acc, const typename wv_of<QT>::type &w,
                                          const X &xv, int u, int t, int lane) {
     if constexpr (QT == QT_Q8_0) {
-        float term[NC][2];
-        w.template terms<NC>(xv, u, t, term);
+        float term[2];
+        w.terms(xv, u, t, term);
 #pragma unroll
         for (int b = 0; b < 8; b++) { // blocks in order: block b is lane b/2's term b%2
-#pragma unroll
-            for (int c = 0; c < NC; c++) {
-                const float v = __shfl_sync(0xffffffffu, term[c][b & 1], (lane & ~3) | (b >> 1));
-                acc[c] = __fadd_rn(acc[c], v);
-            }
+            const float v = __shfl_sync(0xffffffffu, term[b & 1], (lane & ~3) | (b >> 1));
+            acc = __fadd_rn(acc, v);
         }
     } else {
-        int is[NC], ms[NC];
+        int is, ms;
         float dw, dmw;
-        w.template dot<NC>(xv, u, t, is, ms, dw, dmw);
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            is[c] += __shfl_xor_sync(0xffffffffu, is[c], 1);
-            is[c] += __shfl_xor_sync(0xffffffffu, is[c], 2);
-            ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 1);
-            ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], 2);
-            acc[c] = __fadd_rn(acc[c], ksum(dw, dmw, xv.d1(c, u), is[c], ms[c]));
-        }
+        w.dot(xv, u, t, is, ms, dw, dmw);
+        is += __shfl_xor_sync(0xffffffffu, is, 1);
+        is += __shfl_xor_sync(0xffffffffu, is, 2);
+        ms += __shfl_xor_sync(0xffffffffu, ms, 1);
+        ms += __shfl_xor_sync(0xffffffffu, ms, 2);
+        acc = __fadd_rn(acc, ksum(dw, dmw, xv.d1(u), is, ms));
     }
 }
 
@@ -451,54 +430,48 @@ __device__ __forceinline__ void unit_acc(float (&acc)[NC], const typename wv_of<
 // 10.45 / 9.83 / 9.99 ms per step, Q6_K 2 / 3 / 4 10.08 / 9.83 / 9.89 ms)
 static constexpr int mmv_pf(int qt) { return qt == QT_Q4_K || qt == QT_IQ4_XS ? 4 : 3; }
 
-// Shared-memory copy of the activations (SX): per column, the xq bytes of every unit, then the
-// 32-group sums (types with mins), then the scales (per unit; Q8_0: per 32), each region indexed
-// by absolute unit so that every warp writes only its own units [ua, ub).
+// Shared-memory copy of the activations (SX): the xq bytes of every unit, then the 32-group sums
+// (types with mins), then the scales (per unit; Q8_0: per 32), each region indexed by absolute
+// unit so that every warp writes only its own units [ua, ub).
 template <int QT> struct mmv_smem {
     static constexpr int DPU = QT == QT_Q8_0 ? 8 : 1;  // scales per unit
     static constexpr int BPU = QT == QT_Q8_0 ? 0 : 8;  // group sums per unit
     static constexpr int BYTES_PER_UNIT = UNIT + 4 * BPU + 4 * DPU;
 };
 
-// Warp-cooperative: start copying the activations of units [ua, ub) of the NC columns into the
-// block's shared copy (asynchronously: the caller has issued its first weight loads before, so
-// they are in flight first, and waits for the copy right after).
+// Warp-cooperative: start copying the activations of units [ua, ub) into the block's shared copy
+// (asynchronously: the caller has issued its first weight loads before, so they are in flight
+// first, and waits for the copy right after).
 // Why: the activations read from global memory inside the unit loop came back behind the
 // weight loads issued before them, so every unit waited out a DRAM latency (docs/cuda.md).
-template <int QT, int NC>
+template <int QT>
 __device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, int ua, int ub,
                                                  int lane) {
     typedef mmv_smem<QT> L;
     const int U = a.n_units;
     int8_t *q = (int8_t *)sm;
-    int32_t *b = (int32_t *)(sm + (size_t)NC * U * UNIT);
-    float *d = (float *)(sm + (size_t)NC * U * (UNIT + 4 * L::BPU));
-    const int64_t nb = a.n_in / 32, nd = (int64_t)U * L::DPU;
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        for (int i = lane; i < (ub - ua) * 16; i += 32) {
-            const int u = ua + (i >> 4), j = i & 15, p = j ^ ((j >> 2) & 2);
-            cp_async16((uint32_t)__cvta_generic_to_shared(q + ((int64_t)c * U + u) * UNIT + 16 * p),
-                       a.xq + c * a.n_in + (int64_t)u * UNIT + 16 * j);
-        }
-        if constexpr (L::BPU > 0) {
-            for (int i = lane; i < (ub - ua) * 2; i += 32)
-                cp_async16(
-                    (uint32_t)__cvta_generic_to_shared(b + (int64_t)c * U * 8 + ua * 8 + 4 * i),
-                    a.xb + c * nb + (int64_t)ua * 8 + 4 * i);
-        }
-        if constexpr (L::DPU == 8) {
-            for (int i = lane; i < (ub - ua) * 2; i += 32)
-                cp_async16((uint32_t)__cvta_generic_to_shared(d + c * nd + ua * 8 + 4 * i),
-                           a.xd + c * nd + (int64_t)ua * 8 + 4 * i);
-        } else {
-            for (int i = lane; i < ub - ua; i += 32)
-                cp_async4((uint32_t)__cvta_generic_to_shared(d + c * nd + ua + i),
-                          a.xd + c * nd + ua + i);
-        }
+    int32_t *b = (int32_t *)(sm + (size_t)U * UNIT);
+    float *d = (float *)(sm + (size_t)U * (UNIT + 4 * L::BPU));
+    for (int i = lane; i < (ub - ua) * 16; i += 32) {
+        const int u = ua + (i >> 4), j = i & 15, p = j ^ ((j >> 2) & 2);
+        cp_async16((uint32_t)__cvta_generic_to_shared(q + (int64_t)u * UNIT + 16 * p),
+                   a.xq + (int64_t)u * UNIT + 16 * j);
+    }
+    if constexpr (L::BPU > 0) {
+        for (int i = lane; i < (ub - ua) * 2; i += 32)
+            cp_async16((uint32_t)__cvta_generic_to_shared(b + ua * 8 + 4 * i),
+                       a.xb + (int64_t)ua * 8 + 4 * i);
+    }
+    if constexpr (L::DPU == 8) {
+        for (int i = lane; i < (ub - ua) * 2; i += 32)
+            cp_async16((uint32_t)__cvta_generic_to_shared(d + ua * 8 + 4 * i),
+                       a.xd + (int64_t)ua * 8 + 4 * i);
+    } else {
+        for (int i = lane; i < ub - ua; i += 32)
+            cp_async4((uint32_t)__cvta_generic_to_shared(d + ua + i), a.xd + ua + i);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    return xview<true>{q, b, d, (int64_t)U * UNIT, (int64_t)U * 8, nd};
+    return xview<true>{q, b, d};
 }
 
 // Block: W warps over MMV_ROWS rows of one matrix of the group (blocks [blk0, next blk0) belong to
@@ -509,11 +482,11 @@ __device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, 
 // Weights in flight: PF units in registers per lane (slot i holds unit u0 + i, is computed, then
 // reloaded with the unit PF further on: no register rotation, as moving a slot whose load is in
 // flight would wait for it). SX: the activations are read from a shared-memory copy (mmv_stage).
-template <int QT, int NC, bool SX>
+template <int QT, bool SX>
 __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
     typedef typename wv_of<QT>::type wv_t;
     constexpr int UB = qt_unit_bytes(QT), PF = mmv_pf(QT);
-    __shared__ float part[32][MMV_ROWS][NC];
+    __shared__ float part[32][MMV_ROWS];
     int m = 0;
     while (m + 1 < grp.n && (int64_t)blockIdx.x >= grp.m[m + 1].blk0) m++;
     const mmv_mat &mat = grp.m[m];
@@ -533,37 +506,26 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
     }
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     if (U == 0) { // (n_in == 0: y = 0; uniform over the block)
-        if (w == 0 && t == 0 && row < mat.n_out) {
-#pragma unroll
-            for (int c = 0; c < NC; c++) mat.y[(int64_t)c * mat.y_nb1 + row] = 0.0f;
-        }
+        if (w == 0 && t == 0 && row < mat.n_out) mat.y[row] = 0.0f;
         return;
     }
     extern __shared__ __align__(16) uint8_t xs_sm[];
     xview<SX> xv;
     if constexpr (SX) {
-        xv = mmv_stage<QT, NC>(a, xs_sm, ua, ub, lane);
+        xv = mmv_stage<QT>(a, xs_sm, ua, ub, lane);
     } else {
-        const int64_t nd = QT == QT_Q8_0 ? a.n_in / 32 : U;
-        xv = xview<false>{a.xq, a.xb, a.xd, a.n_in, a.n_in / 32, nd};
+        xv = xview<false>{a.xq, a.xb, a.xd};
     }
     int s = s0, u1 = (int)((int64_t)(s0 + 1) * U / ks); // current split and its end
-    float acc[NC];
-#pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    float acc = 0.0f;
     auto finish_unit = [&](int u) { // after unit u: close the split if it ends there
         if (u + 1 != u1) return;
         if (ks == 1) { // the only split: straight to y
-            if (t == 0 && row < mat.n_out) {
-#pragma unroll
-                for (int c = 0; c < NC; c++) mat.y[(int64_t)c * mat.y_nb1 + row] = acc[c];
-            }
+            if (t == 0 && row < mat.n_out) mat.y[row] = acc;
         } else if (t == 0) {
-#pragma unroll
-            for (int c = 0; c < NC; c++) part[s][g][c] = acc[c];
+            part[s][g] = acc;
         }
-#pragma unroll
-        for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+        acc = 0.0f;
         s++;
         u1 = (int)((int64_t)(s + 1) * U / ks);
     };
@@ -576,7 +538,7 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
         for (int i = 0; i < PF; i++) {
             const int u = u0 + i;
             if (u >= ub) break;
-            unit_acc<QT, NC>(acc, buf[i], xv, u, t, lane);
+            unit_acc<QT>(acc, buf[i], xv, u, t, lane);
             if (u + PF < ub) buf[i].load(wr + (size_t)(u + PF) * UB, t);
             finish_unit(u);
         }
@@ -584,33 +546,27 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
     if (ks == 1) return; // block-uniform
     __syncthreads();
     if (threadIdx.x < 32 && t == 0 && row < mat.n_out) {
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            float v = part[0][g][c];
-            for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[k][g][c]);
-            mat.y[(int64_t)c * mat.y_nb1 + row] = v;
-        }
+        float v = part[0][g];
+        for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[k][g]);
+        mat.y[row] = v;
     }
 }
 
-// The kernels: one body, two register budgets. Decode (NC = 1, not Q6_K) is held to 96
-// registers, so 4 blocks of 5 warps fit an SM instead of 3 (Nsight: the 27B gate+up GEMV ran
-// 3.5 warps per scheduler at 51% of DRAM peak, long-scoreboard bound); Q6_K would spill there
-// (the GEMV runs N = 1 only: MMV_MAX_COLS).
-template <int QT, int NC, bool SX>
+// The kernels: one body, two register budgets. All types but Q6_K are held to 96 registers, so
+// 4 blocks of 5 warps fit an SM instead of 3 (Nsight: the 27B gate+up GEMV ran 3.5 warps per
+// scheduler at 51% of DRAM peak, long-scoreboard bound); Q6_K would spill there.
+template <int QT, bool SX>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
-    mmv_body<QT, NC, SX>(grp);
+    mmv_body<QT, SX>(grp);
 }
-template <int QT, int NC, bool SX>
-static __global__ __maxnreg__(96) void mmv_kernel96(
-    mmv_group grp) {
-    mmv_body<QT, NC, SX>(grp);
+template <int QT, bool SX> static __global__ __maxnreg__(96) void mmv_kernel96(mmv_group grp) {
+    mmv_body<QT, SX>(grp);
 }
-template <int QT, int NC, bool SX> static constexpr auto mmv_kern() {
-    if constexpr (NC == 1 && QT != QT_Q6_K) {
-        return mmv_kernel96<QT, NC, SX>;
+template <int QT, bool SX> static constexpr auto mmv_kern() {
+    if constexpr (QT != QT_Q6_K) {
+        return mmv_kernel96<QT, SX>;
     } else {
-        return mmv_kernel<QT, NC, SX>;
+        return mmv_kernel<QT, SX>;
     }
 }
 
@@ -618,12 +574,11 @@ template <int QT, int NC, bool SX> static constexpr auto mmv_kern() {
 // memory: the register bound is cached per kernel and warp count, for the process (with GPUs of
 // different kinds one would use another's residency, which changes only the speed); the shared
 // memory bound is worked out from the device's shared memory per SM (1 KiB reserved per block).
-template <int QT, int NC, bool SX> static int mmv_resident(const ds_cuda_ctx *c, int warps,
-                                                           size_t smem) {
+template <int QT, bool SX> static int mmv_resident(const ds_cuda_ctx *c, int warps, size_t smem) {
     static std::atomic<int> cache[MMV_MAX_WARPS + 1];
     int n = cache[warps].load(std::memory_order_relaxed);
     if (n == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kern<QT, NC, SX>(), 32 * warps,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmv_kern<QT, SX>(), 32 * warps,
                                                           0) != cudaSuccess || n < 1) {
             cudaGetLastError(); // (a speed heuristic only: not an error of the next launch)
             n = 1;
@@ -631,7 +586,7 @@ template <int QT, int NC, bool SX> static int mmv_resident(const ds_cuda_ctx *c,
         cache[warps].store(n, std::memory_order_relaxed);
     }
     if (smem > 0) {
-        const size_t per = smem + sizeof(float) * 32 * MMV_ROWS * NC + 1024;
+        const size_t per = smem + sizeof(float) * 32 * MMV_ROWS + 1024;
         n = DS_MIN(n, (int)DS_MAX((size_t)1, c->smem_per_sm / per));
     }
     return n;
@@ -639,7 +594,7 @@ template <int QT, int NC, bool SX> static int mmv_resident(const ds_cuda_ctx *c,
 
 // Warps per block from the kernel's real residency: the candidate with the fewest (waves of
 // resident blocks) x (splits on the busiest warp), the fewer warps on a tie.
-template <int QT, int NC, bool SX>
+template <int QT, bool SX>
 static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g, size_t smem) {
     const int64_t groups = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     int ks = 1;
@@ -649,7 +604,7 @@ static int mmv_warps(const ds_cuda_ctx *c, const mmv_group &g, size_t smem) {
     for (int w = 1; w <= DS_MIN(ks, (int)MMV_MAX_WARPS); w++) {
         const int per = (ks + w - 1) / w;
         if ((ks + per - 1) / per != w) continue; // the same runs as fewer warps
-        const int64_t wave = (int64_t)mmv_resident<QT, NC, SX>(c, w, smem) * c->n_sm;
+        const int64_t wave = (int64_t)mmv_resident<QT, SX>(c, w, smem) * c->n_sm;
         const int64_t cost = (groups + wave - 1) / wave * per;
         if (cost < best_cost) best = w, best_cost = cost;
     }
@@ -666,21 +621,22 @@ enum { MMV_SX_MAX_BYTES = 96 * 1024 };
 // per SM) and faster only on the LM head.
 static constexpr bool mmv_stages(int qt) { return qt != QT_IQ4_XS; }
 
-template <int QT, int NC>
-static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
+template <int QT> static void mmv_go(ds_cuda_ctx *c, const mmv_group &g) {
+    const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
+    DS_ASSERT(blocks <= 0x7fffffff);
     if constexpr (mmv_stages(QT)) {
-        const size_t smem = (size_t)NC * g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
+        const size_t smem = (size_t)g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
         const uintptr_t al = (uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd;
         // (the kernel's shared memory above the default 48 KiB is a per-device attribute: set
         // once per backend and kernel, ctx->mmv_sx_opted; a device that refuses it reads global
         // memory, ctx->mmv_sx_refused)
-        const uint32_t bit = 1u << (QT * 4 + NC);
+        const uint32_t bit = 1u << QT;
         const size_t limit = DS_MIN((size_t)MMV_SX_MAX_BYTES,
-                                    c->smem_optin - sizeof(float) * 32 * MMV_ROWS * NC);
+                                    c->smem_optin - sizeof(float) * 32 * MMV_ROWS);
         if (c->mmv_staged && !(c->mmv_sx_refused & bit) && smem <= limit && c->smem_per_sm > 0 &&
             (al & 15) == 0) {
             if (!(c->mmv_sx_opted & bit)) {
-                if (cudaFuncSetAttribute(mmv_kern<QT, NC, true>(),
+                if (cudaFuncSetAttribute(mmv_kern<QT, true>(),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)limit) == cudaSuccess) {
                     c->mmv_sx_opted |= bit;
@@ -690,32 +646,26 @@ static void mmv_go(ds_cuda_ctx *c, const mmv_group &g, unsigned blocks) {
                 }
             }
             if (c->mmv_sx_opted & bit) {
-                ds_cu_launch(c, mmv_kern<QT, NC, true>(), blocks,
-                             32 * mmv_warps<QT, NC, true>(c, g, smem), smem, g);
+                ds_cu_launch(c, mmv_kern<QT, true>(), (unsigned)blocks,
+                             32 * mmv_warps<QT, true>(c, g, smem), smem, g);
                 return;
             }
         }
     }
-    ds_cu_launch(c, mmv_kern<QT, NC, false>(), blocks, 32 * mmv_warps<QT, NC, false>(c, g, 0), 0,
-                 g);
-}
-
-template <int QT>
-static void mmv_cols(ds_cuda_ctx *c, const mmv_group &g) {
-    const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
-    DS_ASSERT(blocks <= 0x7fffffff);
-    mmv_go<QT, 1>(c, g, (unsigned)blocks); // (MMV_MAX_COLS == 1: wider N runs the staged kernel)
+    ds_cu_launch(c, mmv_kern<QT, false>(), (unsigned)blocks, 32 * mmv_warps<QT, false>(c, g, 0),
+                 0, g);
 }
 
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g) {
-    DS_ASSERT(g.a.ids == NULL && g.a.ncols >= 1 && g.a.ncols <= MMV_MAX_COLS);
+    static_assert(MMV_MAX_COLS == 1, "matmul_vec.cu computes one column");
+    DS_ASSERT(g.a.ids == NULL && g.a.ncols == 1);
     DS_ASSERT(g.n >= 1 && g.n <= MMV_MAX_MATS && g.m[0].blk0 == 0);
     for (int i = 0; i < g.n; i++) {
         DS_ASSERT(g.m[i].ks >= 1 && g.m[i].ks <= 32);
         // (aligned 8-byte loads: Q8_0 units at 8-byte multiples, Q6_K rounds its addresses down)
         DS_ASSERT(((uintptr_t)g.m[i].w & 7) == 0 && (qt == QT_Q6_K || g.m[i].w_nb1 % 8 == 0));
     }
-    qt_switch(qt, [&](auto q) { mmv_cols<decltype(q)::value>(c, g); });
+    qt_switch(qt, [&](auto q) { mmv_go<decltype(q)::value>(c, g); });
 }
 
 extern "C" void ds_cuda_set_mmv_staged(ds_backend *be, bool on) {
