@@ -59,6 +59,13 @@ __device__ __forceinline__ void tc_split2(float x0, float x1, uint32_t &hi, uint
     memcpy(&lo, &l, 4);
 }
 
+// c += (A_hi + A_lo) B for an A split by tc_split2 (fragments h, l), the hi product first.
+__device__ __forceinline__ void tc_mma_split(float c[4], const uint32_t (&h)[4],
+                                             const uint32_t (&l)[4], uint32_t b0, uint32_t b1) {
+    fa_mma(c, h[0], h[1], h[2], h[3], b0, b1);
+    fa_mma(c, l[0], l[1], l[2], l[3], b0, b1);
+}
+
 template <int D>
 static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
@@ -133,17 +140,15 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
             for (int j = 0; j < 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll 4
             for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
-                fa_ldsm_x4(qh_a + kk * 32, h0, h1, h2, h3);
-                fa_ldsm_x4(ql_a + kk * 32, l0, l1, l2, l3);
+                uint32_t h[4], l[4];
+                fa_ldsm_x4(qh_a + kk * 32, h[0], h[1], h[2], h[3]);
+                fa_ldsm_x4(ql_a + kk * 32, l[0], l[1], l[2], l[3]);
 #pragma unroll
                 for (int jp = 0; jp < 4; jp++) { // two 8-key n-tiles per ldmatrix.x4
                     uint32_t b0, b1, b2, b3;
                     fa_ldsm_x4(k_a + (uint32_t)(jp * 16 * LD + kk * 16) * 2, b0, b1, b2, b3);
-                    fa_mma(sc[2 * jp], h0, h1, h2, h3, b0, b1);
-                    fa_mma(sc[2 * jp], l0, l1, l2, l3, b0, b1);
-                    fa_mma(sc[2 * jp + 1], h0, h1, h2, h3, b2, b3);
-                    fa_mma(sc[2 * jp + 1], l0, l1, l2, l3, b2, b3);
+                    tc_mma_split(sc[2 * jp], h, l, b0, b1);
+                    tc_mma_split(sc[2 * jp + 1], h, l, b2, b3);
                 }
             }
             // scale, mask the keys past this row's count, online softmax
@@ -184,19 +189,17 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
             // O += (P_hi + P_lo) V: 16 query heads x D, keys in 4 steps of 16
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
-                uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
-                tc_split2(sc[2 * ks][0], sc[2 * ks][1], h0, l0);
-                tc_split2(sc[2 * ks][2], sc[2 * ks][3], h1, l1);
-                tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h2, l2);
-                tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h3, l3);
+                uint32_t h[4], l[4];
+                tc_split2(sc[2 * ks][0], sc[2 * ks][1], h[0], l[0]);
+                tc_split2(sc[2 * ks][2], sc[2 * ks][3], h[1], l[1]);
+                tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h[2], l[2]);
+                tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h[3], l[3]);
 #pragma unroll
                 for (int dp = 0; dp < NT / 2; dp++) { // two 8-dim n-tiles per ldmatrix.x4.trans
                     uint32_t b0, b1, b2, b3;
                     fa_ldsm_x4_t(v_a + (uint32_t)(ks * 16 * LD + dp * 16) * 2, b0, b1, b2, b3);
-                    fa_mma(o[2 * dp], h0, h1, h2, h3, b0, b1);
-                    fa_mma(o[2 * dp], l0, l1, l2, l3, b0, b1);
-                    fa_mma(o[2 * dp + 1], h0, h1, h2, h3, b2, b3);
-                    fa_mma(o[2 * dp + 1], l0, l1, l2, l3, b2, b3);
+                    tc_mma_split(o[2 * dp], h, l, b0, b1);
+                    tc_mma_split(o[2 * dp + 1], h, l, b2, b3);
                 }
             }
         }
