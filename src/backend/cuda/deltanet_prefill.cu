@@ -15,10 +15,11 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-// GDP_J value rows (state columns) per block, GDP_L lanes per column: 384 blocks of 4 warps for
-// the 27B's 48 heads of 128 (about 3 per SM, ~12 warps; session 11: 32 columns x 4 lanes gave
-// 192 blocks of 4 warps, 1-2 per SM, and ran 5 ms per layer at an 8K prompt).
-enum { GDP_J = 16, GDP_L = 8, GDP_THREADS = GDP_J * GDP_L, GDP_ROWS = 4096 };
+// GDP_J value rows (state columns) per block, GDP_L lanes per column, GDP_CJ columns per lane
+// group: 384 blocks of 2 warps for the 27B's 48 heads of 128. The kernel is bound by its shared
+// memory and shuffle traffic (the MIO pipe): each k / q element a lane reads serves GDP_CJ
+// columns, so GDP_CJ = 2 halves the LDS wavefronts per column and row (8 -> 4; shuffles 1.5).
+enum { GDP_J = 16, GDP_L = 8, GDP_CJ = 2, GDP_THREADS = GDP_J / GDP_CJ * GDP_L, GDP_ROWS = 4096 };
 
 struct gdp_args {
     const char *qkv;
@@ -58,9 +59,10 @@ static __global__ __launch_bounds__(32) void gdp_norm_kernel(const char *qkv, in
     for (int i = 0; i < DK / 32; i++) dst[lane + 32 * i] = __fmul_rn(v[i], sc);
 }
 
-// Block: value rows [j0, j0 + GDP_J) of head h; thread (jl, lane l of GDP_L) holds S[j0 + jl][e]
-// for the 4-element chunks e / 4 = l + GDP_L m (m < DK / (4 GDP_L)), so a row's two dot products
-// take three shuffles and the warp's k / q reads are 8 consecutive float4 (no bank conflicts).
+// Block: value rows [j0, j0 + GDP_J) of head h; thread (group jg, lane l of GDP_L) holds
+// S[j0 + GDP_CJ jg + c][e] (c < GDP_CJ) for the 4-element chunks e / 4 = l + GDP_L m (m < DK /
+// (4 GDP_L)), so a row's dot products take three shuffles each and the warp's k / q reads are 8
+// consecutive float4 (no bank conflicts), each serving GDP_CJ columns.
 // Tiles of T rows are double-buffered: tile k + 1 is copied (cp.async) while tile k is computed,
 // one barrier per tile (session 11: with plain loads before a barrier, each tile's copy waited
 // on one load after another and took longer than the tile's rows).
@@ -68,11 +70,11 @@ template <int DK>
 static __global__ __launch_bounds__(GDP_THREADS) void gdp_kernel(gdp_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     // float4 chunks per thread and per row, rows per tile
-    constexpr int M = DK / (4 * GDP_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8;
+    constexpr int M = DK / (4 * GDP_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8, CJ = GDP_CJ;
     __shared__ float4 sk[2][T][C4], sq[2][T][C4];
     __shared__ float sv[2][T][GDP_J], sb[2][T], sg[2][T];
     const int h = blockIdx.y, kh = h % a.hk, tid = threadIdx.x;
-    const int jl = tid / GDP_L, l = tid % GDP_L, j0 = blockIdx.x * GDP_J;
+    const int jc = tid / GDP_L * CJ, l = tid % GDP_L, j0 = blockIdx.x * GDP_J; // jc: first column
     const size_t hs = (size_t)DK * (size_t)a.dv;
     const float4 *kn4 = (const float4 *)a.kn, *qn4 = (const float4 *)a.qn;
     auto issue = [&](int buf, int tt) { // tile [tt, tt + T) into buffer buf, one commit group
@@ -97,53 +99,74 @@ static __global__ __launch_bounds__(GDP_THREADS) void gdp_kernel(gdp_args a) {
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
     issue(0, 0);
-    const float4 *s_in = (const float4 *)(a.s_in + (size_t)h * hs + (size_t)(j0 + jl) * DK);
-    float4 S[M];
+    const float *s_in = a.s_in + (size_t)h * hs + (size_t)(j0 + jc) * DK;
+    float4 S[CJ][M];
 #pragma unroll
-    for (int m = 0; m < M; m++) S[m] = s_in[l + GDP_L * m];
+    for (int c = 0; c < CJ; c++) {
+#pragma unroll
+        for (int m = 0; m < M; m++) S[c][m] = ((const float4 *)(s_in + c * DK))[l + GDP_L * m];
+    }
     for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= 1) {
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads(); // tile tt is in every thread's view; the other buffer's readers are done
         if (tt + T < a.n) issue(buf ^ 1, tt + T);
         const int nt = min(T, a.n - tt);
         for (int t = 0; t < nt; t++) {
-            const float decay = expf(sg[buf][t]);
+            const float decay = expf(sg[buf][t]), beta = sb[buf][t];
             float4 k[M];
-            float u4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-                k[m] = sk[buf][t][l + GDP_L * m];
-                u4[0] = __fmaf_rn(S[m].x, k[m].x, u4[0]);
-                u4[1] = __fmaf_rn(S[m].y, k[m].y, u4[1]);
-                u4[2] = __fmaf_rn(S[m].z, k[m].z, u4[2]);
-                u4[3] = __fmaf_rn(S[m].w, k[m].w, u4[3]);
+            for (int m = 0; m < M; m++) k[m] = sk[buf][t][l + GDP_L * m];
+            float delta[CJ];
+#pragma unroll
+            for (int c = 0; c < CJ; c++) {
+                float u4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    u4[0] = __fmaf_rn(S[c][m].x, k[m].x, u4[0]);
+                    u4[1] = __fmaf_rn(S[c][m].y, k[m].y, u4[1]);
+                    u4[2] = __fmaf_rn(S[c][m].z, k[m].z, u4[2]);
+                    u4[3] = __fmaf_rn(S[c][m].w, k[m].w, u4[3]);
+                }
+                float u = (u4[0] + u4[1]) + (u4[2] + u4[3]);
+#pragma unroll
+                for (int x = 1; x < GDP_L; x *= 2) u += __shfl_xor_sync(0xffffffffu, u, x);
+                delta[c] = beta * (sv[buf][t][jc + c] - decay * u);
             }
-            float u = (u4[0] + u4[1]) + (u4[2] + u4[3]);
+            float o4[CJ][4];
 #pragma unroll
-            for (int x = 1; x < GDP_L; x *= 2) u += __shfl_xor_sync(0xffffffffu, u, x);
-            const float delta = sb[buf][t] * (sv[buf][t][jl] - decay * u);
-            float o4[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int c = 0; c < CJ; c++) o4[c][0] = o4[c][1] = o4[c][2] = o4[c][3] = 0.f;
 #pragma unroll
             for (int m = 0; m < M; m++) {
                 const float4 q = sq[buf][t][l + GDP_L * m];
-                S[m].x = __fmaf_rn(S[m].x, decay, k[m].x * delta);
-                S[m].y = __fmaf_rn(S[m].y, decay, k[m].y * delta);
-                S[m].z = __fmaf_rn(S[m].z, decay, k[m].z * delta);
-                S[m].w = __fmaf_rn(S[m].w, decay, k[m].w * delta);
-                o4[0] = __fmaf_rn(S[m].x, q.x, o4[0]);
-                o4[1] = __fmaf_rn(S[m].y, q.y, o4[1]);
-                o4[2] = __fmaf_rn(S[m].z, q.z, o4[2]);
-                o4[3] = __fmaf_rn(S[m].w, q.w, o4[3]);
-            }
-            float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
 #pragma unroll
-            for (int x = 1; x < GDP_L; x *= 2) o += __shfl_xor_sync(0xffffffffu, o, x);
-            if (l == 0) a.out[(a.t0 + tt + t) * a.out_nb1 + (int64_t)h * a.dv + j0 + jl] = o;
+                for (int c = 0; c < CJ; c++) {
+                    S[c][m].x = __fmaf_rn(S[c][m].x, decay, k[m].x * delta[c]);
+                    S[c][m].y = __fmaf_rn(S[c][m].y, decay, k[m].y * delta[c]);
+                    S[c][m].z = __fmaf_rn(S[c][m].z, decay, k[m].z * delta[c]);
+                    S[c][m].w = __fmaf_rn(S[c][m].w, decay, k[m].w * delta[c]);
+                    o4[c][0] = __fmaf_rn(S[c][m].x, q.x, o4[c][0]);
+                    o4[c][1] = __fmaf_rn(S[c][m].y, q.y, o4[c][1]);
+                    o4[c][2] = __fmaf_rn(S[c][m].z, q.z, o4[c][2]);
+                    o4[c][3] = __fmaf_rn(S[c][m].w, q.w, o4[c][3]);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < CJ; c++) {
+                float o = (o4[c][0] + o4[c][1]) + (o4[c][2] + o4[c][3]);
+#pragma unroll
+                for (int x = 1; x < GDP_L; x *= 2) o += __shfl_xor_sync(0xffffffffu, o, x);
+                if (l == 0) {
+                    a.out[(a.t0 + tt + t) * a.out_nb1 + (int64_t)h * a.dv + j0 + jc + c] = o;
+                }
+            }
         }
     }
-    float4 *s_out = (float4 *)(a.s_out + (size_t)h * hs + (size_t)(j0 + jl) * DK);
+    float *s_out = a.s_out + (size_t)h * hs + (size_t)(j0 + jc) * DK;
 #pragma unroll
-    for (int m = 0; m < M; m++) s_out[l + GDP_L * m] = S[m];
+    for (int c = 0; c < CJ; c++) {
+#pragma unroll
+        for (int m = 0; m < M; m++) ((float4 *)(s_out + c * DK))[l + GDP_L * m] = S[c][m];
+    }
 }
 
 bool ds_cuda_gdn_prefill_wanted(const ds_cuda_ctx *c, int64_t n, int64_t dk, int64_t dv,
