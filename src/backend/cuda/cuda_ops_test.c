@@ -1145,9 +1145,10 @@ static void test_gated_rmsnorm(void **state) {
     free(x), free(z), free(w), free(got);
 }
 
-static void test_elementwise(void **state) {
-    ENV(state);
-    const int64_t F = 1000, n = 4;
+// n rows: 4 (one element per thread) and 70 (prompt-sized: 4 per thread, rows of 1000 and 2000
+// elements leave partial 1024-element blocks).
+static void run_elementwise(env *e, int64_t n) {
+    const int64_t F = 1000;
     size_t bytes = (size_t)(2 * F * n) * 4;
     float *a = xmalloc(bytes), *b = xmalloc(bytes), *got = xmalloc(bytes);
     fill_u(e, a, 2 * F * n, 8.0f);
@@ -1185,6 +1186,12 @@ static void test_elementwise(void **state) {
     }
     dfree(e, ad), dfree(e, bd);
     free(a), free(b), free(got);
+}
+
+static void test_elementwise(void **state) {
+    ENV(state);
+    run_elementwise(e, 4);
+    run_elementwise(e, 70);
 }
 
 static void test_rope(void **state) {
