@@ -278,7 +278,8 @@ double ds_cuda_gemm_tflops(ds_backend *be);
 void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b);
 // Step-graph counters: steps captured into a graph, replayed from one, re-run eagerly (could not
 // use a graph); for replays, the host time of the op pass (step_begin to step_end: the model's
-// host code and the signature checks, the GPU idle) and of the graph run (launch to done).
+// host code and the signature checks, the GPU idle) and of the graph run (launch to done; a
+// step that reads nothing back, such as a chain commit, counts its launch only).
 typedef struct ds_cuda_graph_stats {
     int64_t captures, replays, reruns;
     double replay_host_s, replay_run_s;

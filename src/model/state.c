@@ -265,6 +265,30 @@ void ds_qwen35_deltanet_commit(const ds_model *m, ds_state *st, int il, const in
     be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, &r->S, hp->n_k_heads, hp->n_v_heads, &gp);
 }
 
+// The backend ops of commit: recurrent layers replay the accepted rows, attention layers move a
+// tree path's K/V rows to consecutive positions.
+static void commit_layers(ds_state *st, const int32_t *rows, int64_t n_accept) {
+    const ds_model *m = st->m;
+    ds_backend *be = m->be;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (m->hp.recurrent[il]) {
+            ds_qwen35_deltanet_commit(m, st, il, rows, n_accept);
+            continue;
+        }
+        // attention: move K/V rows of a tree path to contiguous positions
+        for (int64_t i = 0; i < n_accept; i++) {
+            if (rows[i] == i) continue;
+            ds_kv_layer *kv = &st->kv[il];
+            size_t rb = kv->k.nb[1];
+            int64_t dst = st->n_past + i, src = st->n_past + rows[i];
+            be->ops.copy(be, (uint8_t *)kv->k.data + (size_t)dst * rb,
+                         (uint8_t *)kv->k.data + (size_t)src * rb, rb);
+            be->ops.copy(be, (uint8_t *)kv->v.data + (size_t)dst * rb,
+                         (uint8_t *)kv->v.data + (size_t)src * rb, rb);
+        }
+    }
+}
+
 dspec_status ds_state_commit(ds_state *st, int64_t n_accept, const int32_t *path, dspec_err *err) {
     const ds_model *m = st->m;
     if (st->pending_n == 0 && n_accept > 0) {
@@ -286,23 +310,20 @@ dspec_status ds_state_commit(ds_state *st, int64_t n_accept, const int32_t *path
                               "child of the previous path row", i, rows[i]);
         }
     }
+    // A chain commit (rows 0 .. n-1) is a backend step where the backend has them (CUDA: one
+    // graph per row count instead of two launches per recurrent layer); others run eagerly.
     ds_backend *be = m->be;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        if (m->hp.recurrent[il]) {
-            ds_qwen35_deltanet_commit(m, st, il, rows, n_accept);
-            continue;
-        }
-        // attention: move K/V rows of a tree path to contiguous positions
-        for (int64_t i = 0; i < n_accept; i++) {
-            if (rows[i] == i) continue;
-            ds_kv_layer *kv = &st->kv[il];
-            size_t rb = kv->k.nb[1];
-            int64_t dst = st->n_past + i, src = st->n_past + rows[i];
-            be->ops.copy(be, (uint8_t *)kv->k.data + (size_t)dst * rb,
-                         (uint8_t *)kv->k.data + (size_t)src * rb, rb);
-            be->ops.copy(be, (uint8_t *)kv->v.data + (size_t)dst * rb,
-                         (uint8_t *)kv->v.data + (size_t)src * rb, rb);
-        }
+    bool chain = n_accept > 0 && be->ops.step_begin;
+    for (int64_t i = 0; i < n_accept && chain; i++) chain = rows[i] == i;
+    if (chain) {
+        uint64_t key = 0x636f6d6d6974ull; // ("commit"; kv_len 0: no attention op runs)
+        key = (key ^ (uint64_t)(uintptr_t)st) * 1099511628211ull;
+        key = (key ^ (uint64_t)n_accept) * 1099511628211ull;
+        be->ops.step_begin(be, key, 0);
+        commit_layers(st, rows, n_accept);
+        if (!be->ops.step_end(be)) commit_layers(st, rows, n_accept); // not run: run it eagerly
+    } else {
+        commit_layers(st, rows, n_accept);
     }
     st->n_past += n_accept;
     st->pending_n = 0;

@@ -294,6 +294,22 @@ static void check_graphs(fixture *f) {
     assert_int_equal(na, nd);
     assert_memory_equal(ta, td, sizeof(ta));
     assert_memory_equal(a, b, (size_t)(na * V) * 4);
+    // chain commits are steps too (state.c): six rounds of verify 4 + commit 2 replay both from
+    // the third round on (the session above compared their bits against eager commits)
+    ds_state *st = new_state(f, f->mg, 64);
+    step(f->mg, st, k_toks, 6, NULL);
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    for (int r = 0; r < 6; r++) {
+        int32_t am[4];
+        ds_batch vb = {.n = 4, .tokens = k_toks + r, .n_logits = 4, .argmax = am,
+                       .speculative = true};
+        assert_int_equal(ds_model_forward(f->mg, st, &vb, NULL), DSPEC_OK);
+        assert_int_equal(ds_state_commit(st, 2, NULL, NULL), DSPEC_OK);
+    }
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    assert_true(ds_cuda_ok(f->gpu));
+    assert_true(s1.replays - s0.replays >= 8);
+    ds_state_free(st);
     free(a), free(b);
 }
 

@@ -285,9 +285,14 @@ extern "C" bool ds_cuda_step_end(ds_backend *be) {
                                        cudaMemcpyHostToDevice, c->stream));
     }
     DS_CUDA_TRY(c, cudaGraphLaunch(g->exec, c->stream));
-    DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < c->n_rd; i++) memcpy(c->rd[i].dst, c->rb_h + c->rd[i].off, c->rd[i].n);
-    c->n_rd = 0;
+    // A step that reads nothing back (a chain commit: state.c) returns at once and its graph runs
+    // while the host goes on (the next step_begin, or a wrap of the staging ring, waits for the
+    // stream before the pinned staging bytes are rewritten); replay_run_s then holds the launch.
+    if (c->n_rd > 0) {
+        DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
+        for (int i = 0; i < c->n_rd; i++) memcpy(c->rd[i].dst, c->rb_h + c->rd[i].off, c->rd[i].n);
+        c->n_rd = 0;
+    }
     if (replay) gs->st.replay_run_s += ds_time_now() - t_launch;
     return true;
 }
