@@ -70,13 +70,18 @@ typedef struct dspec_engine_params {
     int n_threads;           // CPU threads (0 = all online CPUs)
     const char *device;      // "cpu" (NULL), "cuda" or "cuda:N": where the model runs
     int64_t n_ctx;           // context per session in tokens (0 = 4096)
-    int64_t n_batch;         // prefill chunk (0 = 256 on the CPU, 1024 on CUDA)
+    int64_t n_batch;         // prefill chunk (0 = 256 on the CPU; CUDA: 4096, 2048 or 1024
+                             // rows, the widest whose activation buffers for n_sessions
+                             // sessions take at most 1/8 of the device memory free after the
+                             // weights)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
     int no_cuda_graphs;      // 1: CUDA launches every kernel of every step (no step graphs;
                              // same results, slower: for comparison and debugging)
     int exact_prefill;       // 1: CUDA prompt chunks on the exact int8 kernels (rows bitwise
                              // those of decode steps; slower) instead of the bf16 tensor-core
                              // GEMM (docs/cuda.md "Prefill")
+    int n_sessions;          // sessions expected to live at once (0 = 1): sizes the default
+                             // n_batch
 } dspec_engine_params;
 
 // Loads the model (and drafter), validating every tensor and field. Thread-safe to share.

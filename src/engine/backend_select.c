@@ -41,3 +41,18 @@ void ds_engine_backend_graphs(ds_backend *be, bool on) {
     (void)be, (void)on;
 #endif
 }
+
+bool ds_engine_backend_free_memory(ds_backend *be, size_t *free_b) {
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) {
+        size_t total = 0;
+        *free_b = 0;
+        ds_cuda_mem_info(be, free_b, &total);
+        return true;
+    }
+#else
+    (void)be;
+#endif
+    *free_b = 0;
+    return false;
+}

@@ -102,3 +102,5 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
 void ds_engine_backend_graphs(ds_backend *be, bool on);
 // Exact prefill on a CUDA backend (ds_cuda_set_exact_prefill); no effect on the CPU.
 void ds_engine_backend_exact_prefill(ds_backend *be, bool on);
+// Free memory of a device backend (CUDA: all processes); false for the CPU backend.
+bool ds_engine_backend_free_memory(ds_backend *be, size_t *free_b);

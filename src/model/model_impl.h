@@ -86,6 +86,8 @@ struct ds_state {
     int32_t *logit_src;       // host [max rows]: chunk row of each requested logits row
     void **buffers;           // backend allocations, freed with the state
     int n_buffers, cap_buffers;
+    bool count_only;          // ds_state_act_bytes: buffers are counted, not allocated
+    size_t counted;
 };
 
 // Loader helpers (qwen35_load.c).

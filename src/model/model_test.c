@@ -219,6 +219,32 @@ static void check_errors(fixture *f) {
     ds_state_free(st);
 }
 
+// ds_state_act_bytes counts what a state's activation buffers really take: two states that
+// differ only in n_batch allocate exactly the difference of the counts (logits rows included:
+// 100 and 200 rows straddle their 128-row cap).
+static size_t g_alloc_bytes;
+static void *(*g_alloc)(ds_backend *be, size_t n);
+static void *counting_alloc(ds_backend *be, size_t n) {
+    g_alloc_bytes += n;
+    return g_alloc(be, n);
+}
+
+static void check_act_bytes(fixture *f) {
+    g_alloc = f->be->ops.alloc;
+    f->be->ops.alloc = counting_alloc;
+    size_t got[2];
+    for (int i = 0; i < 2; i++) {
+        g_alloc_bytes = 0;
+        ds_state *st = new_state(f, 100 * (i + 1));
+        got[i] = g_alloc_bytes;
+        ds_state_free(st);
+    }
+    f->be->ops.alloc = g_alloc;
+    const size_t a = ds_state_act_bytes(f->m, 100, 16), b = ds_state_act_bytes(f->m, 200, 16);
+    assert_true(b > a && a > 0);
+    assert_int_equal(got[1] - got[0], b - a);
+}
+
 static void run_all(ds_arch arch, ds_type wt, bool fused, bool tied) {
     fixture f;
     assert_int_equal(fixture_open(&f, arch, wt, fused, tied), 0);
@@ -228,6 +254,7 @@ static void run_all(ds_arch arch, ds_type wt, bool fused, bool tied) {
     check_commit_exact(&f);
     check_tree(&f);
     check_errors(&f);
+    check_act_bytes(&f);
     fixture_close(&f);
 }
 

@@ -15,6 +15,10 @@
 
 static void *state_alloc(ds_state *st, size_t n, dspec_err *err, dspec_status *status) {
     if (*status != DSPEC_OK) return NULL;
+    if (st->count_only) {
+        st->counted += n;
+        return NULL;
+    }
     ds_backend *be = st->m->be;
     if (st->n_buffers == st->cap_buffers) {
         int cap = st->cap_buffers ? st->cap_buffers * 2 : 64;
@@ -81,6 +85,13 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
     a->n_logit_rows = DS_MIN(n, DS_MAX(st->p.n_verify, (int64_t)128));
     a->logits = buf2d(st, DS_TYPE_F32, hp->n_vocab, a->n_logit_rows, err, &s);
     return s;
+}
+
+size_t ds_state_act_bytes(const ds_model *m, int64_t n_batch, int64_t n_verify) {
+    ds_state st = {.m = m, .p = {.n_verify = n_verify}, .count_only = true};
+    dspec_status s = alloc_acts(&st, DS_MAX(n_batch, n_verify), NULL);
+    (void)s; // (counting cannot fail)
+    return st.counted;
 }
 
 dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_params *p,

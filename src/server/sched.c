@@ -264,6 +264,7 @@ dspec_status ds_sched_start(ds_sched **out, const ds_server_params *p, ds_metric
     s->p = *p;
     s->m = m;
     s->n_slots = p->n_parallel > 0 ? p->n_parallel : 1;
+    s->p.ep.n_sessions = s->n_slots; // (the default prefill chunk is sized for them)
     s->q_max = p->queue_max > 0 ? p->queue_max : 1;
     s->q_cap = s->q_max + s->n_slots;
     s->q = calloc((size_t)s->q_cap, sizeof(*s->q));
