@@ -425,7 +425,7 @@ template <int QT, int NT> struct mmqs_src {
     static constexpr int CPR = qt_wrow(QT) / 16;                               // chunks per row
     static constexpr int NW = (MMQ_ROWS * CPR + MMQS_THREADS - 1) / MMQS_THREADS; // per thread
     const uint8_t *w;  // the item's first weight row
-    int wo[NW];        // weight chunk k: byte offset of its row (+ its chunk where units are
+    uint32_t wo[NW];   // weight chunk k: byte offset of its row (+ its chunk where units are
                        // 16-byte multiples) from w, rows past n_out clamped to the last
     int q[NQ];         // xq element offsets (unit 0)
     int d;             // xd offset (unit 0)
@@ -440,7 +440,7 @@ template <int QT, int NT> struct mmqs_src {
 #pragma unroll
         for (int k = 0; k < NW; k++) {
             const int i = tid + k * MMQS_THREADS, r = i / CPR, ch = i - r * CPR;
-            wo[k] = min(r, rmax) * nb1 + (qt_unit_bytes(QT) % 16 == 0 ? 16 * ch : 0);
+            wo[k] = (uint32_t)(min(r, rmax) * nb1 + (qt_unit_bytes(QT) % 16 == 0 ? 16 * ch : 0));
         }
         zq = 0;
 #pragma unroll
@@ -460,15 +460,18 @@ template <int QT, int NT>
 __device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mmqs_src<QT, NT> &src, int u,
                                              int tid) {
     constexpr int CPR = mmqs_src<QT, NT>::CPR, UB = qt_unit_bytes(QT);
-    const uint8_t *wu = src.w + (size_t)u * UB;
+    const uint32_t uo = (uint32_t)u * UB; // (32-bit offsets: one 64-bit add per chunk)
     const uint32_t sbase = smem_addr(st) + 16 * tid; // (chunk i at 16 i: rows of CPR chunks)
     // consecutive threads copy consecutive chunks (a warp's copies cover few 128-byte lines:
     // one row per thread pair measured slower)
 #pragma unroll
     for (int k = 0; k < mmqs_src<QT, NT>::NW; k++) {
         const int i = tid + k * MMQS_THREADS;
-        if ((MMQ_ROWS * CPR) % MMQS_THREADS == 0 || i < MMQ_ROWS * CPR) {
-            const uint8_t *p = wu + src.wo[k];
+        // (every chunk but the last is in range: said statically, the predicates are not
+        // re-derived per unit)
+        if ((MMQ_ROWS * CPR) % MMQS_THREADS == 0 || k < mmqs_src<QT, NT>::NW - 1 ||
+            i < MMQ_ROWS * CPR) {
+            const uint8_t *p = src.w + (src.wo[k] + uo);
             if constexpr (UB % 16 != 0) { // (the row's unit from the chunk boundary below it)
                 const int ch = i - (i / CPR) * CPR;
                 p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15) + 16 * ch;
@@ -486,13 +489,13 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
 #pragma unroll
     for (int k = 0; k < mmqs_src<QT, NT>::NQ; k++) {
         const int i = tid + k * MMQS_THREADS;
-        if (i < NC * 16) {
+        if ((NC * 16) % MMQS_THREADS == 0 || k < mmqs_src<QT, NT>::NQ - 1 || i < NC * 16) {
             cp_async16(smem_addr(buf + (i >> 4) * LD + (i & 15) * 16),
-                       a.xq + src.q[k] + (size_t)u * UNIT, (src.zq >> k) & 1 ? 0 : 16);
+                       a.xq + (uint32_t)(src.q[k] + u * UNIT), (src.zq >> k) & 1 ? 0 : 16);
         }
     }
     if (tid < XDU * NC) {
-        cp_async4(smem_addr(buf + L::XQ + 4 * tid), a.xd + src.d + (size_t)u * XDU,
+        cp_async4(smem_addr(buf + L::XQ + 4 * tid), a.xd + (uint32_t)(src.d + u * XDU),
                   src.zd ? 0 : 4);
     }
 }
