@@ -24,7 +24,8 @@ static int64_t default_batch(const dspec_engine *e) {
     if (!ds_engine_backend_free_memory(e->be, &free_b)) return 256;
     const size_t sessions = (size_t)DS_MAX(e->p.n_sessions, 1);
     for (int64_t n = 4096; n > 1024; n /= 2) {
-        if (ds_state_act_bytes(e->m, n, 16) * sessions <= free_b / 8) return n;
+        const ds_state_params sp = {.n_batch = n}; // (what a session's state adds to n_batch)
+        if (ds_state_act_bytes(e->m, &sp) * sessions <= free_b / 8) return n;
     }
     return 1024;
 }

@@ -104,9 +104,9 @@ int64_t ds_state_n_batch(const ds_state *st);
 // Copies the full state (KV rows [0, n_past), conv windows, S) of src into dst (same model and
 // capacities). Used for snapshots (prefix reuse) and tests.
 dspec_status ds_state_copy(ds_state *dst, const ds_state *src, dspec_err *err);
-// Bytes of backend memory the activation buffers of a state with prompt chunks of n_batch rows
-// and speculative batches of n_verify rows take (nothing is allocated): for choosing n_batch.
-size_t ds_state_act_bytes(const ds_model *m, int64_t n_batch, int64_t n_verify);
+// Bytes of backend memory the activation buffers of ds_state_new(m, p) would take (they grow with
+// p->n_batch and p->n_verify; nothing is allocated): for choosing n_batch.
+size_t ds_state_act_bytes(const ds_model *m, const ds_state_params *p);
 // Bytes of the recurrent state (conv windows + S) and of the KV cache (all n_ctx rows).
 size_t ds_state_recurrent_bytes(const ds_state *st);
 size_t ds_state_kv_bytes(const ds_state *st);

@@ -240,7 +240,9 @@ static void check_act_bytes(fixture *f) {
         ds_state_free(st);
     }
     f->be->ops.alloc = g_alloc;
-    const size_t a = ds_state_act_bytes(f->m, 100, 16), b = ds_state_act_bytes(f->m, 200, 16);
+    const ds_state_params pa = {.n_ctx = 128, .n_batch = 100, .n_verify = 16};
+    const ds_state_params pb = {.n_ctx = 128, .n_batch = 200, .n_verify = 16};
+    const size_t a = ds_state_act_bytes(f->m, &pa), b = ds_state_act_bytes(f->m, &pb);
     assert_true(b > a && a > 0);
     assert_int_equal(got[1] - got[0], b - a);
 }

@@ -87,9 +87,19 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
     return s;
 }
 
-size_t ds_state_act_bytes(const ds_model *m, int64_t n_batch, int64_t n_verify) {
-    ds_state st = {.m = m, .p = {.n_verify = n_verify}, .count_only = true};
-    dspec_status s = alloc_acts(&st, DS_MAX(n_batch, n_verify), NULL);
+// The parameters with ds_state_params' defaults filled in.
+static ds_state_params params_or_defaults(const ds_state_params *p) {
+    ds_state_params q = p ? *p : (ds_state_params){0};
+    if (q.n_ctx <= 0) q.n_ctx = 4096;
+    if (q.n_batch <= 0) q.n_batch = 256;
+    if (q.n_verify <= 0) q.n_verify = 64;
+    if (q.kv_type != DS_TYPE_F16) q.kv_type = DS_TYPE_F32;
+    return q;
+}
+
+size_t ds_state_act_bytes(const ds_model *m, const ds_state_params *p) {
+    ds_state st = {.m = m, .p = params_or_defaults(p), .count_only = true};
+    dspec_status s = alloc_acts(&st, DS_MAX(st.p.n_batch, st.p.n_verify), NULL);
     (void)s; // (counting cannot fail)
     return st.counted;
 }
@@ -101,11 +111,7 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
     ds_state *st = calloc(1, sizeof(*st));
     if (!st) return ds_err_set(err, DSPEC_ERR_NOMEM, "state: out of memory");
     st->m = m;
-    st->p = p ? *p : (ds_state_params){0};
-    if (st->p.n_ctx <= 0) st->p.n_ctx = 4096;
-    if (st->p.n_batch <= 0) st->p.n_batch = 256;
-    if (st->p.n_verify <= 0) st->p.n_verify = 64;
-    if (st->p.kv_type != DS_TYPE_F16) st->p.kv_type = DS_TYPE_F32;
+    st->p = params_or_defaults(p);
     dspec_status s = DSPEC_OK;
     if (st->p.n_ctx > (int64_t)1 << 24 || st->p.n_batch > 65536 || st->p.n_verify > 4096) {
         s = ds_err_set(err, DSPEC_ERR_INVALID, "state: n_ctx %" PRId64 " / n_batch %" PRId64
