@@ -603,8 +603,8 @@ static void test_matmul_multi(void **state) {
     fill_u(e, x, n_in * NMAX, 1.0f);
     void *xd = up(e, x, (size_t)(n_in * NMAX) * 4);
     float *ref = xmalloc((size_t)(1030 * NMAX) * 4), *got = xmalloc((size_t)(1030 * NMAX) * 4);
-    // (1, 2: the grouped GEMV; 4: one matmul per weight; 5, 9, 16, 17, 33: one staged launch per
-    // weight type, with a partial last row block, K splits and 1-2 column chunks)
+    // (1: the grouped GEMV; 2 .. 33: one staged launch per weight type, with a partial last row
+    // block, K splits, 8- to 32-column chunks and 1-2 of them)
     static const int ns[] = {1, 2, 4, 5, 9, 16, 17, 33};
     for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
         const int64_t n = ns[k];

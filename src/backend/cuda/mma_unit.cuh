@@ -162,8 +162,8 @@ __device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c
 // product with the group's activations is min * (their sum), so the groups' mins terms
 // (sum over groups of min * activation sum, the CPU's msum) accumulate on the tensor cores,
 // exactly (integers: |msum| <= 256 * 63 * 127), without the per-32 activation sums or one
-// multiply-add per group, row and column (matmul.cu's staged kernel, N > 8: 27B verify N = 32
-// 22.9 -> 21.9 ms on the H200, N = 16 ~1% faster).
+// multiply-add per group, row and column (matmul.cu's staged kernel, then run for N > 8: 27B
+// verify N = 32 22.9 -> 21.9 ms on the H200, N = 16 ~1% faster).
 __device__ __forceinline__ uint32_t k4_mins4(const uint32_t (&mn)[2], int sb) {
     return (uint32_t)k4_pick(mn, sb) * 0x01010101u;
 }
