@@ -98,9 +98,22 @@ typedef struct ds_cuda_ctx {
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
     // pointer). NULL: the one-block-per-row kernel runs.
     unsigned *norm_cnt;
+    // norm.cu's add_rmsnorm of an addend with held-back split partials: the rows' warp sums of
+    // squares between its two kernels, DS_CU_NORM_SUM_ROWS x 32 doubles (NULL: not that path).
+    double *norm_sums;
+    // A staged matmul's split-K reduce held back for the next op (matmul.cu "held-back
+    // reduce"): part_pend points at part_buf while one is pending. The op that reads the outputs
+    // may take them (ds_cuda_part_take) and add the partials itself; any other op, a copy, a read,
+    // a sync, a scratch growth or step_end launches the reduce first (ds_cuda_part_flush).
+    // part_held: partials taken and not yet launched on (the scratch must not move, and nothing
+    // may be written from part_lo on).
+    struct mmqs_group *part_pend, *part_buf;
+    bool part_defer, part_held;
+    const uint8_t *part_lo;
+    uint64_t n_part_takes; // (ds_cuda_part_takes)
 } ds_cuda_ctx;
 
-enum { DS_CU_NORM_UNIT_ROWS = 8 };
+enum { DS_CU_NORM_UNIT_ROWS = 8, DS_CU_NORM_SUM_ROWS = 64 };
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
 // Context bucket of a step graph: attention sizes its grid from the context length rounded up to
@@ -111,6 +124,10 @@ enum { DS_CU_KV_BUCKET = 64 };
 static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
     return (ds_cuda_ctx *)be->ctx;
 }
+
+// Launches a held-back split-K reduce (matmul.cu), if any; frees its storage at destroy.
+void ds_cuda_part_flush(ds_cuda_ctx *c);
+void ds_cuda_part_free(ds_cuda_ctx *c);
 
 // Records a failed CUDA call (logs it with file/line/name, marks the backend dead). Returns
 // true when `e` is cudaSuccess.
@@ -269,6 +286,17 @@ static inline ds_cu_rows ds_cu_rows_of(const ds_tensor *t) {
     ds_cu_rows v = {(char *)t->data, t->ne[0], t->ne[1], t->ne[2],
                     (int64_t)t->nb[1], (int64_t)t->nb[2], (int64_t)t->nb[3]};
     return v;
+}
+
+// Whether two tensors' byte spans (first element to the end of the last) overlap.
+static inline bool ds_cu_spans_overlap(const ds_tensor *a, const ds_tensor *b) {
+    size_t sa = (size_t)a->ne[0] * a->nb[0], sb = (size_t)b->ne[0] * b->nb[0];
+    for (int d = 1; d < 4; d++) {
+        sa += (size_t)(a->ne[d] - 1) * a->nb[d];
+        sb += (size_t)(b->ne[d] - 1) * b->nb[d];
+    }
+    const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
+    return a0 < b0 + sb && b0 < a0 + sa;
 }
 
 // Row r's first element. Rows of one dimension (r < ne1) take no division, the others 32-bit

@@ -27,6 +27,7 @@ bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *
 
 bool ds_cuda_alive(ds_cuda_ctx *c, const char *op) {
     if (strcmp(op, "matmul") != 0) c->op_gen++; // may overwrite scratch or matmul inputs
+    ds_cuda_part_flush(c); // (what the op did not take: matmul.cu "held-back reduce")
     if (c->dead) {
         ds_log(DS_LOG_ERROR, "cuda: %s skipped: an earlier CUDA call failed", op);
         return false;
@@ -200,6 +201,9 @@ void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n) {
         return NULL;
     }
     if (n > c->scratch_size) {
+        // (a held-back reduce reads the old buffer: launched first; taken partials must stay)
+        DS_ASSERT(!c->part_held && "scratch growth while split partials are taken");
+        ds_cuda_part_flush(c);
         ds_cuda_graphs_clear(c); // captured graphs point into the old buffer
         // cudaFree waits for the device, so queued ops still using the old buffer finish first.
         if (c->scratch_d) DS_CUDA_TRY(c, cudaFree(c->scratch_d));
@@ -289,6 +293,7 @@ static void cuda_free(ds_backend *be, void *p) {
     // the re-run of a refused step would free twice): a programmer error
     DS_ASSERT(c->gmode == DS_CU_EAGER && "free inside a step");
     if (!p) return;
+    ds_cuda_part_flush(c); // (it may write p)
     // Captured graphs may copy from or to this allocation: a graph whose memcpy node names freed
     // memory fails to launch (cudaErrorInvalidValue), even when a new allocation reuses the
     // address. Frees are rare (a state or model going away): drop every graph.
@@ -299,6 +304,7 @@ static void cuda_free(ds_backend *be, void *p) {
 static void cuda_sync(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (c->gmode != DS_CU_EAGER) return; // a step graph's work runs at step_end
+    ds_cuda_part_flush(c);
     if (!c->dead) DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
     if (c->prof) prof_flush(c);
 }
@@ -309,9 +315,11 @@ static void cuda_destroy(ds_backend *be) {
     cudaStreamSynchronize(c->stream);
     prof_free(c);
     ds_cuda_gemm_free(c);
+    ds_cuda_part_free(c);
     ds_cuda_graphs_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->norm_cnt) cudaFree(c->norm_cnt);
+    if (c->norm_sums) cudaFree(c->norm_sums);
     if (c->stage_d) cudaFree(c->stage_d);
     if (c->stage_h) cudaFreeHost(c->stage_h);
     cudaStreamDestroy(c->stream);
@@ -407,6 +415,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->smem_per_sm = prop.sharedMemPerMultiprocessor;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->mmv_staged = true;
+    c->part_defer = true;
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {
         cudaStreamDestroy(c->stream);
@@ -424,6 +433,11 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
         } else {
             cudaFree(cnt);
         }
+    }
+    // (without it, an add_rmsnorm whose addend has held-back partials lets their reduce run)
+    if (cudaMalloc((void **)&c->norm_sums, DS_CU_NORM_SUM_ROWS * 32 * sizeof(double)) !=
+        cudaSuccess) {
+        c->norm_sums = NULL;
     }
     cudaGetLastError();
     prof_init(c);

@@ -37,6 +37,11 @@ void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
 // matmul.cu: the staged mma kernel's pipeline depth, 2 or 3 stages where it fits (0: the default
 // choice; for A/B timing, gemv_bench mmqs: fewer stages fit more blocks per SM; bitwise the same).
 void ds_cuda_set_mmqs_stages(ds_backend *be, int stages);
+// matmul.cu: whether a staged matmul's split-K reduce may be held back for the next op to add
+// the partials itself (the default) or always runs as its own launch (for tests and A/B timing;
+// bitwise the same). Returns the held-back reduces taken by an op so far.
+void ds_cuda_set_part_defer(ds_backend *be, bool on);
+uint64_t ds_cuda_part_takes(ds_backend *be);
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

@@ -633,6 +633,105 @@ static void test_matmul_multi(void **state) {
     free(x), free(ref), free(got);
 }
 
+// One FFN-shaped run for test_held_back_reduce: gate / up of x (matmul_multi), SwiGLU, down, the
+// residual add + RMSNorm of the down output, a matmul of the norm's output, and a staged matmul
+// whose output an op that cannot take partials (add) reads. Everything read back into out.
+typedef struct hb_case {
+    int64_t E, F, n;
+    const ds_tensor *wg, *wu, *wd, *wp, *wn;
+    void *x, *xres, *g, *u, *h, *dout, *y, *p, *t;
+} hb_case;
+
+static void hb_run(env *e, const hb_case *k, const float *xres0, float *const out[8]) {
+    const int64_t E = k->E, F = k->F, n = k->n;
+    e->gpu->ops.write(e->gpu, k->xres, xres0, (size_t)(E * n) * 4);
+    ds_tensor xg = ds_tensor_2d(k->x, DS_TYPE_F32, E, n);
+    ds_tensor rg = ds_tensor_2d(k->xres, DS_TYPE_F32, E, n);
+    ds_tensor gg = ds_tensor_2d(k->g, DS_TYPE_F32, F, n);
+    ds_tensor ug = ds_tensor_2d(k->u, DS_TYPE_F32, F, n);
+    ds_tensor hg = ds_tensor_2d(k->h, DS_TYPE_F32, F, n);
+    ds_tensor dg = ds_tensor_2d(k->dout, DS_TYPE_F32, E, n);
+    ds_tensor yg = ds_tensor_2d(k->y, DS_TYPE_F32, E, n);
+    ds_tensor pg = ds_tensor_2d(k->p, DS_TYPE_F32, 300, n);
+    ds_tensor tg = ds_tensor_2d(k->t, DS_TYPE_F32, F, n);
+    ds_tensor *ys[2] = {&gg, &ug};
+    const ds_tensor *ws[2] = {k->wg, k->wu};
+    e->gpu->ops.matmul_multi(e->gpu, 2, ys, ws, &xg);
+    e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
+    e->gpu->ops.matmul(e->gpu, &dg, k->wd, &hg);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &rg, &dg, k->wn, 1e-6f);
+    e->gpu->ops.matmul(e->gpu, &pg, k->wp, &yg);
+    e->gpu->ops.matmul(e->gpu, &gg, k->wg, &yg);
+    e->gpu->ops.add(e->gpu, &tg, &gg, &gg);
+    const void *src[8] = {k->g, k->u, k->h, k->dout, k->xres, k->y, k->p, k->t};
+    const int64_t len[8] = {F, F, F, E, E, E, 300, F};
+    for (int i = 0; i < 8; i++) down(e, out[i], src[i], (size_t)(len[i] * n) * 4);
+}
+
+static void held_back_case(env *e, int64_t E, int64_t F) {
+    ds_tensor wg, wu, wd, wp;
+    void *wgd = up_weights(e, DS_TYPE_Q4_K, E, F, &wg);
+    void *wud = up_weights(e, DS_TYPE_Q4_K, E, F, &wu);
+    void *wdd = up_weights(e, DS_TYPE_Q6_K, F, E, &wd);
+    void *wpd = up_weights(e, DS_TYPE_Q4_K, E, 300, &wp);
+    static const int64_t ns[] = {2, 5, 9, 16, 33};
+    enum { NMAX = 33 };
+    float *xh = xmalloc((size_t)(E * NMAX) * 4), *rh = xmalloc((size_t)(E * NMAX) * 4);
+    float *wn = xmalloc((size_t)E * 4);
+    fill_u(e, xh, E * NMAX, 1.0f);
+    fill_u(e, rh, E * NMAX, 2.0f);
+    fill_u(e, wn, E, 1.0f);
+    void *wnd = up(e, wn, (size_t)E * 4);
+    ds_tensor wng = ds_tensor_1d(wnd, DS_TYPE_F32, E);
+    hb_case k = {.E = E, .F = F, .wg = &wg, .wu = &wu, .wd = &wd, .wp = &wp, .wn = &wng};
+    k.x = up(e, xh, (size_t)(E * NMAX) * 4);
+    void **bufs[] = {&k.xres, &k.g, &k.u, &k.h, &k.dout, &k.y, &k.p, &k.t};
+    const size_t most = (size_t)(DS_MAX(E, F) * NMAX) * 4;
+    for (size_t i = 0; i < DS_ARRAY_LEN(bufs); i++) *bufs[i] = e->gpu->ops.alloc(e->gpu, most);
+    float *got[8], *ref[8];
+    for (int i = 0; i < 8; i++) got[i] = xmalloc(most), ref[i] = xmalloc(most);
+    static const char *names[8] = {"gate", "up", "swiglu", "down", "residual", "norm",
+                                   "next matmul", "add of a reduced output"};
+    for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
+        k.n = ns[ni];
+        ds_cuda_set_part_defer(e->gpu, false);
+        const uint64_t t0 = ds_cuda_part_takes(e->gpu);
+        hb_run(e, &k, rh, ref);
+        assert_int_equal(ds_cuda_part_takes(e->gpu), t0);
+        ds_cuda_set_part_defer(e->gpu, true);
+        hb_run(e, &k, rh, got);
+        const uint64_t want = 3; // gate and up, then the down output
+        if (ds_cuda_part_takes(e->gpu) - t0 != want) {
+            fail_msg("held-back reduce E=%lld N=%lld: %llu takes, expected %llu", (long long)E,
+                     (long long)k.n, (unsigned long long)(ds_cuda_part_takes(e->gpu) - t0),
+                     (unsigned long long)want);
+        }
+        const int64_t len[8] = {F, F, F, E, E, E, 300, F};
+        for (int i = 0; i < 8; i++) {
+            char what[96];
+            snprintf(what, sizeof(what), "held-back reduce E=%lld N=%lld: %s", (long long)E,
+                     (long long)k.n, names[i]);
+            expect_bitwise(what, got[i], ref[i], len[i] * k.n);
+        }
+    }
+    for (size_t i = 0; i < DS_ARRAY_LEN(bufs); i++) dfree(e, *bufs[i]);
+    dfree(e, k.x), dfree(e, wnd), dfree(e, wgd), dfree(e, wud), dfree(e, wdd), dfree(e, wpd);
+    for (int i = 0; i < 8; i++) free(got[i]), free(ref[i]);
+    free(xh), free(rh), free(wn);
+}
+
+// The held-back split-K reduce (matmul.cu): the outputs of staged matmuls with K splits, read by
+// the ops that add their partials themselves (SwiGLU of gate and up; add_rmsnorm of the down
+// output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
+// those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
+// and the takes happen where expected. Rows of 1280 (norm rows of 256 threads) and 5120 (1024
+// threads: four blocks per row) elements.
+static void test_held_back_reduce(void **state) {
+    ENV(state);
+    held_back_case(e, 1280, 2048); // 5 and 8 units: 2 K splits each way
+    held_back_case(e, 5120, 2048); // 20 units: 5 splits
+}
+
 static void test_matmul_id(void **state) {
     ENV(state);
     static const ds_type types[] = {DS_TYPE_F32, DS_TYPE_Q8_0, DS_TYPE_Q4_K, DS_TYPE_Q6_K,
@@ -2000,7 +2099,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_moe_route), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_moe_route), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_held_back_reduce),      cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),

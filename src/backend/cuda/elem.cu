@@ -4,7 +4,8 @@
 // host arrays). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
-// matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused). Argmax: 64 slices per row, then
+// matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused); SwiGLU adds the split partials of
+// gate and up itself when their reduce was held back (matmul.cu). Argmax: 64 slices per row, then
 // their winners; top-k: the same with k rounds per slice. Calls common.cuh, quant.cuh. Called through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
 #include "backend/cuda/quant.cuh"
@@ -67,11 +68,41 @@ static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows
     }
 }
 
+// SwiGLU of the FFN gate and up when their matmul's split-K reduce was held back (matmul.cu
+// "held-back reduce"): an input with partials (pa.p / pb.p set) is read as their sum in split
+// order and stored back (the y the reduce would have written); the other is read as ew_kernel
+// reads it. Then ew_kernel's arithmetic; Q: and the output's preparation (one unit per block,
+// ne0 a multiple of 256), else threads past ne0 have nothing to do.
+template <bool Q>
+static __global__ __launch_bounds__(256) void swiglu_part_kernel(ds_cu_rows y, ds_cu_rows a,
+                                                                 ds_cu_rows b, ds_cu_part pa,
+                                                                 ds_cu_part pb, q8k_out qo) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.x, i = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (!Q && i >= a.ne0) return;
+    float *ar = ds_cu_row(a, r), *br = ds_cu_row(b, r);
+    const float av = pa.p ? ds_cu_part_at(pa, r, i) : ar[i];
+    const float bv = pb.p ? ds_cu_part_at(pb, r, i) : br[i];
+    if (pa.p) ar[i] = av;
+    if (pb.p) br[i] = bv;
+    const float v = ew_one<EW_SWIGLU>(av, bv, 0.0f, 0.0f);
+    ds_cu_row(y, r)[i] = v;
+    if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
+}
+
 template <int OP>
 static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_tensor *a,
                       const ds_tensor *b, float p0, float p1) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, op)) return;
+    ds_cu_part pa = {}, pb = {};
+    bool took = false;
+    if constexpr (OP == EW_SWIGLU) { // (before alive, which would launch their reduce)
+        if (!ds_cu_spans_overlap(a, b)) { // (each input read once, before its store)
+            took = ds_cuda_part_take(c, a, &pa);
+            took = ds_cuda_part_take(c, b, &pb) || took;
+        }
+    }
+    if (!ds_cuda_alive(c, op)) return ds_cuda_part_done(c);
     const int64_t n = a->ne[0], rows = ds_cuda_nrows(a);
     DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows);
     DS_ASSERT(a->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && a->nb[0] == 4 && y->nb[0] == 4);
@@ -81,6 +112,14 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     ds_cu_rows bv = b ? ds_cu_rows_of(b) : ds_cu_rows_of(a);
     dim3 grid((unsigned)rows, (unsigned)((n + 255) / 256));
     q8k_out qo = {};
+    if (took) {
+        const bool q = ds_cuda_prep_fused(c, y, &qo);
+        ds_cu_launch(c, q ? swiglu_part_kernel<true> : swiglu_part_kernel<false>, grid, 256, 0,
+                     ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
+        ds_cuda_part_done(c);
+        ds_cuda_launched(c, op);
+        return;
+    }
     // the gated products feed a matmul (FFN down, attention output): prepare its input here
     if constexpr (OP == EW_SWIGLU || OP == EW_MUL_SIGMOID) {
         if (ds_cuda_prep_fused(c, y, &qo)) {

@@ -153,6 +153,7 @@ static void grow_needs(ds_cuda_ctx *c) {
 
 extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len) {
     ds_cuda_ctx *c = ds_cuda_of(be);
+    ds_cuda_part_flush(c); // (one held back before the step is not the step's)
     c->gmode = DS_CU_EAGER;
     c->g_cur = -1;
     // a step's fused activation preparations guess from its own matmuls only (matmul.cu
@@ -216,6 +217,7 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
 
 extern "C" bool ds_cuda_step_end(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
+    ds_cuda_part_flush(c); // (a held-back reduce belongs to the step: matmul.cu)
     const int mode = c->gmode;
     c->gmode = DS_CU_EAGER;
     if (mode == DS_CU_EAGER) return true;

@@ -751,6 +751,84 @@ static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
     ds_cu_launch(c, mmq_kernel<QT, NT>, grid, 32 * mmq_warps(c, a, n_z), smem, a);
 }
 
+static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
+    dim3 rg((unsigned)g.n_red, (unsigned)DS_MIN(g.a.ncols, 65535));
+    ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, g);
+}
+
+// ---- held-back reduce ------------------------------------------------------------------------
+// A staged launch whose matrices have split partials leaves their reduce pending (ctx->part_pend)
+// instead of launching it. The next op that reads such an output takes it (ds_cuda_part_take),
+// adds the partials itself in split order and stores y as the reduce would have: SwiGLU of the
+// FFN gate and up (one launch fewer), and the residual add + RMSNorm of an output projection
+// (norm.cu part_sums_kernel: two launches instead of reduce, norm and preparation). (That norm
+// taking the partials in its one-block-per-row kernel measured slower: 27B verify N = 16 13.58 /
+// 13.39 -> 14.28 / 14.05 ms, 16 blocks reading all the partials.) Whatever the op does
+// not take is launched by its ds_cuda_alive, as is any pending reduce before another op, a copy,
+// a read, a scratch growth, a sync, a free or the end of a step: an op never sees stale y.
+// The staged launch put the partials above room for a preparation of the outputs (prep_quant's
+// part_n), so the taking op's fused preparation cannot overwrite them.
+
+void ds_cuda_part_flush(ds_cuda_ctx *c) {
+    if (!c->part_pend) return;
+    mmqs_group *g = c->part_pend;
+    c->part_pend = NULL;
+    if (g->n_red > 0 && !c->dead) {
+        part_reduce(c, *g);
+        ds_cuda_launched(c, "matmul");
+    }
+}
+
+void ds_cuda_part_free(ds_cuda_ctx *c) {
+    free(c->part_buf);
+    c->part_buf = c->part_pend = NULL;
+}
+
+bool ds_cuda_part_take(ds_cuda_ctx *c, const ds_tensor *y, ds_cu_part *o) {
+    mmqs_group *g = c->part_pend;
+    if (!g || c->dead || y->type != DS_TYPE_F32 || y->nb[0] != 4 || y->ne[2] != 1 ||
+        y->ne[3] != 1 || y->ne[1] != g->a.ncols) {
+        return false;
+    }
+    for (int i = 0; i < g->n; i++) {
+        mmqs_mat &M = g->m[i];
+        if (M.n_red == 0 || M.y != y->data || M.n_out != y->ne[0] ||
+            (size_t)M.y_nb1 * 4 != y->nb[1]) {
+            continue;
+        }
+        o->p = M.part, o->n_out = M.n_out, o->ks = M.ks;
+        o->stride = (int64_t)g->a.ncols * M.n_out;
+        const uint8_t *lo = (const uint8_t *)M.part;
+        c->part_lo = c->part_held && c->part_lo < lo ? c->part_lo : lo;
+        c->part_held = true;
+        c->n_part_takes++;
+        M.n_red = 0; // the rest of the group keeps its blocks, renumbered
+        g->n_red = 0;
+        for (int j = 0; j < g->n; j++) {
+            g->m[j].red0 = g->n_red;
+            g->n_red += g->m[j].n_red;
+        }
+        if (g->n_red == 0) c->part_pend = NULL;
+        return true;
+    }
+    return false;
+}
+
+void ds_cuda_part_done(ds_cuda_ctx *c) {
+    c->part_held = false;
+    c->part_lo = NULL;
+}
+
+extern "C" void ds_cuda_set_part_defer(ds_backend *be, bool on) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    ds_cuda_part_flush(c);
+    c->part_defer = on;
+}
+
+extern "C" uint64_t ds_cuda_part_takes(ds_backend *be) {
+    return ds_cuda_of(be)->n_part_takes;
+}
+
 // The staged kernel's pipeline depth: 3 stages where the device's shared memory holds two such
 // blocks per SM, else 2. Its grid: one block per resident slot (shared memory and the registers
 // of __launch_bounds__ decide), at most one per item.
@@ -770,11 +848,18 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN(min_blocks,
                                                      (int64_t)(c->smem_per_sm / (smem + 1024))));
     const int64_t blocks = DS_MIN((int64_t)g.n_items, (int64_t)c->n_sm * per_sm);
+    ds_cuda_part_flush(c); // (this launch writes the partials scratch)
     ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST>, (unsigned)blocks, MMQS_THREADS, smem, g);
-    if (g.n_red > 0) {
-        dim3 rg((unsigned)g.n_red, (unsigned)DS_MIN(g.a.ncols, 65535));
-        ds_cu_launch(c, mmq_staged_reduce_kernel, rg, 256, 0, g);
+    if (g.n_red == 0) return;
+    if (c->part_defer && !c->prof) { // held back for the next op ("held-back reduce" below)
+        if (!c->part_buf) c->part_buf = (mmqs_group *)malloc(sizeof(mmqs_group));
+        if (c->part_buf) {
+            *c->part_buf = g;
+            c->part_pend = c->part_buf;
+            return;
+        }
     }
+    part_reduce(c, g);
 }
 
 template <int QT, int NT>
@@ -890,6 +975,10 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     }
     size_t sz_q, sz_d;
     prep_layout(n_in, ncx, &sz_q, &sz_d);
+    if (c->part_held && (sz_q + 2 * sz_d > c->scratch_size ||
+                         (const uint8_t *)c->scratch_d + sz_q + 2 * sz_d > c->part_lo)) {
+        return false; // (it would move or overwrite the partials the op took)
+    }
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d);
     if (!s) return false;
     o->xq = (int8_t *)s;
@@ -903,17 +992,22 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
 // Scratch xq | xd | xb (| `extra` bytes, at a.part) for ncx columns of xs, and the activations
 // quantized into it for weight type qt, unless the previous matmul already did (prep_reuse).
 // Sets a.xq, a.xd, a.xb, a.part; a.n_in must be set. False when the scratch cannot be had.
+// part_n > 0 (split partials that may be held back: "held-back reduce"): a.part starts no lower
+// than a preparation of ncx columns of part_n elements would reach, so that the op taking the
+// partials can prepare its output of that width in place of this input.
 static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size_t extra,
-                       mm_args &a) {
+                       int64_t part_n, mm_args &a) {
     const int64_t n_in = a.n_in;
-    size_t sz_q, sz_d;
+    size_t sz_q, sz_d, pq, pd;
     prep_layout(n_in, ncx, &sz_q, &sz_d);
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_q + 2 * sz_d + extra);
+    prep_layout(part_n, ncx, &pq, &pd);
+    const size_t part_at = extra > 0 ? DS_MAX(sz_q + 2 * sz_d, pq + 2 * pd) : sz_q + 2 * sz_d;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, part_at + extra);
     if (!s) return false;
     int8_t *xq = (int8_t *)s;
     float *xd = (float *)(s + sz_q);
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
-    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + sz_q + 2 * sz_d);
+    a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + part_at);
     const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
     c->prep_last = kind;
     if (ds_cuda_prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
@@ -974,7 +1068,7 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
     const bool staged = !moe && a.ncols >= MMQS_MIN_COLS; // partials after xq | xd | xb
     const size_t sz_p = staged ? mmqs_part_bytes(c, a, a.n_out) : 0;
-    if (!prep_quant(c, qt, xs, ncx, sz_p, a)) return;
+    if (!prep_quant(c, qt, xs, ncx, sz_p, a.n_out, a)) return;
     if (vec) {
         mmv_group g;
         memset(&g, 0, sizeof(g));
@@ -1045,10 +1139,14 @@ static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_te
         memset(&a, 0, sizeof(a));
         a.n_in = n_in, a.n_units = (int)(n_in / UNIT), a.ncols = (int)n;
         size_t sz_p = 0;
+        int64_t widest = 0;
         for (int j = i; j < n_w; j++) {
-            if (!done[j] && qt_of(w[j]->type) == qt) sz_p += mmqs_part_bytes(c, a, w[j]->ne[1]);
+            if (done[j] || qt_of(w[j]->type) != qt) continue;
+            sz_p += mmqs_part_bytes(c, a, w[j]->ne[1]);
+            widest = DS_MAX(widest, w[j]->ne[1]);
         }
-        if (!prep_quant(c, qt, xs, n, sz_p, a)) return;
+        ds_cuda_part_flush(c); // (the scratch below may grow: a reduce held back by the last type)
+        if (!prep_quant(c, qt, xs, n, sz_p, widest, a)) return;
         mmqs_group g;
         memset(&g, 0, sizeof(g));
         g.a = a;
@@ -1124,7 +1222,7 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
             blk += (n_out + 7) / 8;
             done[j] = true;
         }
-        if (!prep_quant(c, qt, xs, n, 0, a)) return;
+        if (!prep_quant(c, qt, xs, n, 0, 0, a)) return;
         g.a = a;
         ds_cuda_mmv_launch(c, qt, g);
         ds_cuda_launched(c, "matmul");

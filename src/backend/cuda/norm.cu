@@ -5,9 +5,10 @@
 // call of at most 8 rows whose rows are whole 256-element units runs one block per unit
 // (rmsnorm_unit_kernel), which repeats the row's sum in the same order. rmsnorm and add_rmsnorm
 // also write their output's prepared (q8_K) activations for the next matmul (quant.cuh q8k_group,
-// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. Calls norm.cuh,
-// quant.cuh. Called through the op table. Spec: backend.h (rmsnorm, gated_rmsnorm),
-// target-qwen35.md §2.6.
+// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. add_rmsnorm of a
+// matmul output whose split-K reduce was held back (matmul.cu) adds its partials itself:
+// part_sums_kernel, then sums_unit_kernel. Calls norm.cuh, quant.cuh. Called through the op
+// table. Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
 //   flops: ~4*rows*ne0.
 #include "backend/cuda/norm.cuh"
@@ -203,6 +204,70 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     }
 }
 
+// add_rmsnorm of an addend b whose split-K reduce was held back (matmul.cu "held-back reduce"), in
+// two launches instead of three (reduce, norm, preparation), for rows of whole units and NT =
+// norm_threads(n) a multiple of 256. First part_sums_kernel: block (j, r) runs rmsnorm_kernel's
+// virtual warp j of row r: b's partials added in split order for the warp's elements vt, vt +
+// NT, ... (stored into b, as the reduce would have), x += b stored, the squares added in that
+// order per virtual thread, and the warp's butterfly sum put in sums[r][j]. Then
+// sums_unit_kernel: one block per (unit, row) adds the row's NT / 32 warp sums in warp order --
+// rmsnorm_kernel's (and rmsnorm_unit_kernel's) sum, bitwise -- and normalizes and quantizes its
+// unit as rmsnorm_unit_kernel does, without re-reading the row.
+// (A block is one virtual warp x PS_SLOTS element slots: warp k of the block adds the partials of
+// the virtual warp's elements vt + k NT, 32 consecutive ones, so that a verify's few rows still
+// give every SM work and each thread only one element's partials to wait for; warp 0 then adds
+// the squares slot by slot from shared memory.)
+enum { PS_SLOTS = 8 };
+static __global__ __launch_bounds__(32 * PS_SLOTS) void part_sums_kernel(ds_cu_rows x,
+                                                                         ds_cu_rows b,
+                                                                         ds_cu_part bp, int nt,
+                                                                         double *sums) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ float f[PS_SLOTS][32];
+    const int lane = threadIdx.x & 31, k = threadIdx.x >> 5, vw = blockIdx.x;
+    const int64_t r = blockIdx.y, n = x.ne0, i = vw * 32 + lane + (int64_t)k * nt;
+    if (i < n) {
+        const float *q = bp.p + r * bp.n_out + i;
+        float z = q[0];
+#pragma unroll 4
+        for (int sp = 1; sp < bp.ks; sp++) z = __fadd_rn(z, q[sp * bp.stride]);
+        float *xr = ds_cu_row(x, r);
+        const float v = __fadd_rn(xr[i], z);
+        ds_cu_row(b, r)[i] = z;
+        xr[i] = v;
+        f[k][lane] = v;
+    }
+    __syncthreads();
+    if (k == 0) {
+        double s = 0.0;
+#pragma unroll
+        for (int j = 0; j < PS_SLOTS; j++) {
+            if (vw * 32 + lane + (int64_t)j * nt < n) s = sq_acc(s, f[j][lane]);
+        }
+        s = ds_cu_warp_sum_d(s);
+        if (lane == 0) sums[r * 32 + vw] = s;
+    }
+}
+
+static __global__ __launch_bounds__(256) void sums_unit_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                               const float *w, float eps,
+                                                               q8k_out qo, int nw,
+                                                               const double *sums) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.y, n = x.ne0, u = blockIdx.x, iu = u * 256 + threadIdx.x;
+    const float xu = ds_cu_row(x, r)[iu], wu = w ? w[iu] : 0.0f;
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        if (i < nw) s += sums[r * 32 + i];
+    }
+    const float scale = norm_scale(s, n, eps);
+    float o = __fmul_rn(xu, scale);
+    if (w) o = __fmul_rn(o, wu);
+    ds_cu_row(y, r)[iu] = o;
+    if (qo.xq) q8k_group_out(qo, o, r, u, n); // (uniform over the grid)
+}
+
 // The DeltaNet output norm with its output prepared for the next matmul: a {d, H, n} call whose
 // d * H row is whole 256-element units and whose heads tile a unit (256 % d == 0), as one block
 // of 256 threads per (unit, row): the unit's 256 / d heads each normalised by their first NT =
@@ -282,17 +347,6 @@ static void norm_unit_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y,
                  c->norm_cnt);
 }
 
-// Bytes from a tensor's first element to the end of its last.
-static size_t span_bytes(const ds_tensor *t) {
-    size_t s = (size_t)t->ne[0] * t->nb[0];
-    for (int d = 1; d < 4; d++) s += (size_t)(t->ne[d] - 1) * t->nb[d];
-    return s;
-}
-static bool spans_overlap(const ds_tensor *a, const ds_tensor *b) {
-    const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
-    return a0 < b0 + span_bytes(b) && b0 < a0 + span_bytes(a);
-}
-
 // Whether a norm of `rows` rows of n with nt threads per row prepares its output for a matmul:
 // only with enough rows to fill the GPU, since one block then quantizes its whole row (n / 256
 // units in turn) where the preparation kernel would spread them over n / 256 blocks. Measured
@@ -316,7 +370,7 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
     q8k_out qo = {};
     const int nt = norm_threads(n);
     const float *wd = w ? (const float *)w->data : NULL;
-    if (norm_units(c, n, nt, rows) && !spans_overlap(y, x)) { // (layer 0's input, drafter norms)
+    if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x)) { // (layer 0's input, drafters)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
         norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z, eps, qo);
     } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (output norm)
@@ -359,16 +413,38 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
 extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
                                     const ds_tensor *w, float eps) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "add_rmsnorm")) return;
     const int64_t n = x->ne[0], rows = ds_cuda_nrows(x);
+    const int nt = norm_threads(n);
+    // b with held-back split partials (a verify's output projection): part_sums_kernel and
+    // sums_unit_kernel (taken before alive, which would launch their reduce; faster than the
+    // reduce + unit kernel at 2-8 rows too: 27B verify N = 2 10.28 -> 9.92 ms, N = 8 11.12 ->
+    // 10.57, H200)
+    ds_cu_part bp = {};
+    const bool took = c->norm_sums && rows >= 1 &&
+                      rows <= DS_CU_NORM_SUM_ROWS && n % 256 == 0 && nt % 256 == 0 &&
+                      n <= PS_SLOTS * (int64_t)nt && x->type == DS_TYPE_F32 && x->nb[0] == 4 &&
+                      !ds_cu_spans_overlap(y, x) && !ds_cu_spans_overlap(y, b) &&
+                      !ds_cu_spans_overlap(x, b) && ds_cuda_part_take(c, b, &bp);
+    if (!ds_cuda_alive(c, "add_rmsnorm")) return ds_cuda_part_done(c);
     DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows && b->ne[0] == n && ds_cuda_nrows(b) == rows);
     DS_ASSERT(x->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && b->type == DS_TYPE_F32);
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && b->nb[0] == 4 && y->data != x->data);
     DS_ASSERT(w->ne[0] == n && w->type == DS_TYPE_F32 && rows <= 0x7fffffff);
     if (rows == 0) return;
     q8k_out qo = {};
-    const int nt = norm_threads(n);
-    if (norm_units(c, n, nt, rows) && !spans_overlap(y, x) && !spans_overlap(y, b)) { // (decode)
+    if (took) {
+        if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
+        ds_cu_launch(c, part_sums_kernel, dim3((unsigned)(nt / 32), (unsigned)rows),
+                     32 * PS_SLOTS, 0, ds_cu_rows_of(x), ds_cu_rows_of(b), bp, nt, c->norm_sums);
+        ds_cu_launch(c, sums_unit_kernel, dim3((unsigned)(n / 256), (unsigned)rows), 256, 0,
+                     ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, eps, qo, nt / 32,
+                     (const double *)c->norm_sums);
+        ds_cuda_part_done(c);
+        ds_cuda_launched(c, "add_rmsnorm");
+        return;
+    }
+    if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x) &&
+        !ds_cu_spans_overlap(y, b)) { // (decode)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
         norm_unit_launch<true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
                                (const float *)w->data, ds_cu_rows_of(b), eps, qo);

@@ -226,6 +226,31 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
 // only costs that matmul its own preparation). False: no fusion (the op runs alone).
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
 
+// A staged matmul output whose split-K reduce was held back (matmul.cu "held-back reduce"):
+// element i of row c (the matmul's column c) is the sum over splits s = 0 .. ks - 1 of
+// p[s * stride + c * n_out + i]. An op that adds them itself with __fadd_rn in split order (s
+// = 0 first) reads bitwise the y that mmq_staged_reduce_kernel would have written.
+struct ds_cu_part {
+    float *p;
+    int64_t n_out, stride;
+    int ks;
+};
+__device__ __forceinline__ float ds_cu_part_at(const ds_cu_part &q, int64_t c, int64_t i) {
+    const float *p = q.p + c * q.n_out + i;
+    float s = p[0];
+#pragma unroll 4
+    for (int k = 1; k < q.ks; k++) s = __fadd_rn(s, p[k * q.stride]);
+    return s;
+}
+// Before its ds_cuda_alive: an op about to read y (f32 rows) takes y's held-back partials if y is
+// exactly a pending reduce's output (else false: alive launches the reduce). The op then must
+// launch a kernel that reads y as those sums (ds_cu_part_at) and also stores them into y (so
+// nothing can tell the reduce did not run), and call ds_cuda_part_done after it. Its scratch
+// needs must not grow the buffer meanwhile (the staged launch reserved room for a preparation
+// of y).
+bool ds_cuda_part_take(ds_cuda_ctx *c, const ds_tensor *y, ds_cu_part *o);
+void ds_cuda_part_done(ds_cuda_ctx *c);
+
 // Whether the activations xs were already prepared (as `kind`) into scratch s by the previous
 // matmul with no other op in between; records them as prepared otherwise (matmul.cu).
 bool ds_cuda_prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n_in, int64_t ncx,
