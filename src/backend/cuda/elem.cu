@@ -102,7 +102,10 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
             took = ds_cuda_part_take(c, b, &pb) || took;
         }
     }
-    if (!ds_cuda_alive(c, op)) return ds_cuda_part_done(c);
+    if (!ds_cuda_alive(c, op)) {
+        ds_cuda_part_done(c);
+        return;
+    }
     const int64_t n = a->ne[0], rows = ds_cuda_nrows(a);
     DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows);
     DS_ASSERT(a->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && a->nb[0] == 4 && y->nb[0] == 4);

@@ -425,7 +425,10 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
                       n <= PS_SLOTS * (int64_t)nt && x->type == DS_TYPE_F32 && x->nb[0] == 4 &&
                       !ds_cu_spans_overlap(y, x) && !ds_cu_spans_overlap(y, b) &&
                       !ds_cu_spans_overlap(x, b) && ds_cuda_part_take(c, b, &bp);
-    if (!ds_cuda_alive(c, "add_rmsnorm")) return ds_cuda_part_done(c);
+    if (!ds_cuda_alive(c, "add_rmsnorm")) {
+        ds_cuda_part_done(c);
+        return;
+    }
     DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows && b->ne[0] == n && ds_cuda_nrows(b) == rows);
     DS_ASSERT(x->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && b->type == DS_TYPE_F32);
     DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && b->nb[0] == 4 && y->data != x->data);
