@@ -184,8 +184,8 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 // For dense N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows
 // per block; the weight rows and the activations of each unit go to shared memory through a
 // cp.async pipeline of 2-3 stages; blocks are persistent (one wave) and walk (row block, K split)
-// items; split partials in scratch, mmq_staged_reduce_kernel adds them in split order. Same
-// terms, same order as mmq_kernel.
+// items; split partials in scratch, mmq_staged_reduce_kernel adds them in split order (or the op
+// that reads the outputs does: "held-back reduce" below). Same terms, same order as mmq_kernel.
 
 // Per-type staging constants: activation scales per 256 (q8_0: one per 32); bytes per staged
 // column (bank-conflict-free LDS). (No per-32 sums: the mins term is an mma, k4_mins4.)
