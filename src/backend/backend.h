@@ -246,6 +246,11 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
 // The CPU backend's pool (for callers that run host-side loops in parallel), or NULL.
 ds_pool *ds_backend_cpu_pool(ds_backend *be);
 void ds_backend_free(ds_backend *be);
+// Runs run(arg) -- a model step's ops -- as one backend step (ops.step_begin with the step's shape
+// key and context length, then ops.step_end), and again eagerly when step_end says the ops did not
+// run; plainly where the backend has no steps.
+void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(void *arg),
+                     void *arg);
 
 // ---- CUDA backend (backend/cuda; linked only when CMake found nvcc: callers test DSPEC_HAVE_CUDA)
 // One device, one stream, device memory via cudaMalloc; weights_in_host_memory is false (the

@@ -1,4 +1,5 @@
-// tensor.c: ds_tensor view helpers shared by every backend. Calls dtype/. Called by model/, draft/.
+// tensor.c: ds_tensor view helpers and the step wrapper shared by every backend. Calls dtype/.
+// Called by model/, draft/.
 #include "backend/backend.h"
 
 static ds_tensor tensor_make(void *data, ds_type type, int64_t ne0, int64_t ne1, int64_t ne2) {
@@ -52,4 +53,15 @@ void ds_backend_free(ds_backend *be) {
     if (be) {
         be->ops.destroy(be);
     }
+}
+
+void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(void *arg),
+                     void *arg) {
+    if (!be->ops.step_begin) {
+        run(arg);
+        return;
+    }
+    be->ops.step_begin(be, key, kv_len);
+    run(arg);
+    if (!be->ops.step_end(be)) run(arg); // not run: run it eagerly
 }

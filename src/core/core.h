@@ -72,6 +72,14 @@ static inline bool ds_add_ovf_u64(uint64_t *out, uint64_t a, uint64_t b) {
     return __builtin_add_overflow(a, b, out);
 }
 
+// ---- hashing ------------------------------------------------------------------------------------
+
+// FNV-1a: the offset basis, and one step mixing the word v into h (shape keys of backend steps).
+#define DS_FNV_BASIS 1469598103934665603ull
+static inline uint64_t ds_fnv_mix(uint64_t h, uint64_t v) {
+    return (h ^ v) * 1099511628211ull;
+}
+
 #define DS_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DS_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define DS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

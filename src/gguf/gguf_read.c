@@ -15,10 +15,8 @@
 // ---- name index ---------------------------------------------------------------------------------
 
 uint64_t ds_gguf_hash_name(const char *s, size_t len) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a 64
-    for (size_t i = 0; i < len; i++) {
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    }
+    uint64_t h = DS_FNV_BASIS;
+    for (size_t i = 0; i < len; i++) h = ds_fnv_mix(h, (uint8_t)s[i]);
     return h;
 }
 

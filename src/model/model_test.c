@@ -427,6 +427,41 @@ static void test_synth_tokenizer(void **state) {
     unlink(path);
 }
 
+// ds_backend_step: the step's ops run once between step_begin and step_end, once more (eagerly,
+// after step_end) when step_end says they did not run, and plainly on a backend without steps.
+static int g_begins, g_ends, g_runs, g_runs_in_step, g_in_step;
+static bool g_end_ok;
+static void stub_begin(ds_backend *be, uint64_t key, int64_t kv_len) {
+    (void)be;
+    assert_int_equal(key, 42);
+    assert_int_equal(kv_len, 7);
+    g_begins++, g_in_step = 1;
+}
+static bool stub_end(ds_backend *be) {
+    (void)be;
+    g_ends++, g_in_step = 0;
+    return g_end_ok;
+}
+static void stub_run(void *arg) {
+    assert_ptr_equal(arg, &g_runs);
+    g_runs++;
+    g_runs_in_step += g_in_step;
+}
+
+static void test_backend_step(void **state) {
+    (void)state;
+    ds_backend be = {.name = "stub"};
+    ds_backend_step(&be, 42, 7, stub_run, &g_runs); // (no step hooks)
+    assert_int_equal(g_runs, 1);
+    be.ops.step_begin = stub_begin, be.ops.step_end = stub_end;
+    g_runs = g_runs_in_step = 0, g_end_ok = true;
+    ds_backend_step(&be, 42, 7, stub_run, &g_runs);
+    assert_int_equal(g_begins * 1000 + g_ends * 100 + g_runs * 10 + g_runs_in_step, 1111);
+    g_runs = g_runs_in_step = g_begins = g_ends = 0, g_end_ok = false;
+    ds_backend_step(&be, 42, 7, stub_run, &g_runs); // (the second run after step_end)
+    assert_int_equal(g_begins * 1000 + g_ends * 100 + g_runs * 10 + g_runs_in_step, 1121);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synth_tokenizer),
@@ -434,7 +469,7 @@ int main(void) {
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
-        cmocka_unit_test(test_topk_op),
+        cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_backend_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,8 +329,8 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
 // The shape of a single-chunk step, for the backend's step graphs: everything that decides which
 // ops run on which buffers (the state, rows, tree or chain, logits rows, taps, outputs).
 static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) {
-    uint64_t h = 1469598103934665603ull;
-#define MIX(v) h = (h ^ (uint64_t)(v)) * 1099511628211ull
+    uint64_t h = DS_FNV_BASIS;
+#define MIX(v) h = ds_fnv_mix(h, (uint64_t)(v))
     MIX((uintptr_t)st);
     MIX(c->n);
     MIX(c->spec);
@@ -350,17 +350,26 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
 // run eagerly: their shapes rarely repeat).
 enum { GRAPH_MAX_ROWS = 64 };
 
+struct chunk_run {
+    const ds_model *m;
+    ds_state *st;
+    const ds_batch *b;
+    const chunk *c;
+};
+static void chunk_run_fn(void *arg) {
+    const struct chunk_run *r = arg;
+    forward_chunk(r->m, r->st, r->b, r->c);
+}
+
 // One chunk, as a backend step graph where the backend has them (the MoE FFN routes in backend
 // memory: moe_route).
 static void forward_step(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
-    ds_backend *be = m->be;
-    if (!be->ops.step_begin || c->n > GRAPH_MAX_ROWS) {
+    if (c->n > GRAPH_MAX_ROWS) {
         forward_chunk(m, st, b, c);
         return;
     }
-    be->ops.step_begin(be, step_key(st, b, c), st->n_past + c->n);
-    forward_chunk(m, st, b, c);
-    if (!be->ops.step_end(be)) forward_chunk(m, st, b, c); // not run: run it eagerly
+    struct chunk_run r = {m, st, b, c};
+    ds_backend_step(m->be, step_key(st, b, c), st->n_past + c->n, chunk_run_fn, &r);
 }
 
 dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err) {

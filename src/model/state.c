@@ -284,7 +284,16 @@ void ds_qwen35_deltanet_commit(const ds_model *m, ds_state *st, int il, const in
 
 // The backend ops of commit: recurrent layers replay the accepted rows, attention layers move a
 // tree path's K/V rows to consecutive positions.
-static void commit_layers(ds_state *st, const int32_t *rows, int64_t n_accept) {
+struct commit_run {
+    ds_state *st;
+    const int32_t *rows;
+    int64_t n_accept;
+};
+static void commit_layers(void *arg) {
+    const struct commit_run *r = arg;
+    ds_state *st = r->st;
+    const int32_t *rows = r->rows;
+    const int64_t n_accept = r->n_accept;
     const ds_model *m = st->m;
     ds_backend *be = m->be;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -329,18 +338,15 @@ dspec_status ds_state_commit(ds_state *st, int64_t n_accept, const int32_t *path
     }
     // A chain commit (rows 0 .. n-1) is a backend step where the backend has them (CUDA: one
     // graph per row count instead of two launches per recurrent layer); others run eagerly.
-    ds_backend *be = m->be;
-    bool chain = n_accept > 0 && be->ops.step_begin;
+    struct commit_run r = {st, rows, n_accept};
+    bool chain = n_accept > 0;
     for (int64_t i = 0; i < n_accept && chain; i++) chain = rows[i] == i;
     if (chain) {
-        uint64_t key = 0x636f6d6d6974ull; // ("commit"; kv_len 0: no attention op runs)
-        key = (key ^ (uint64_t)(uintptr_t)st) * 1099511628211ull;
-        key = (key ^ (uint64_t)n_accept) * 1099511628211ull;
-        be->ops.step_begin(be, key, 0);
-        commit_layers(st, rows, n_accept);
-        if (!be->ops.step_end(be)) commit_layers(st, rows, n_accept); // not run: run it eagerly
+        uint64_t key = ds_fnv_mix(0x636f6d6d6974ull, (uintptr_t)st); // ("commit")
+        key = ds_fnv_mix(key, (uint64_t)n_accept);
+        ds_backend_step(m->be, key, 0, commit_layers, &r); // (kv_len 0: no attention op runs)
     } else {
-        commit_layers(st, rows, n_accept);
+        commit_layers(&r);
     }
     st->n_past += n_accept;
     st->pending_n = 0;

@@ -195,17 +195,17 @@ static inline uint64_t ds_cu_fnv(uint64_t h, const void *p, size_t n) {
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
+        h = ds_fnv_mix(h, w);
         h ^= h >> 29;
     }
-    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    for (; i < n; i++) h = ds_fnv_mix(h, b[i]);
     return h;
 }
 
 // Signature of a launch or copy: the bytes of each value, in order.
 template <typename... T>
 static inline uint64_t ds_cu_hash(const T &...v) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = DS_FNV_BASIS;
     ((h = ds_cu_fnv(h, &v, sizeof(v))), ...);
     return h;
 }
