@@ -200,9 +200,9 @@ static void attn_chunks(ds_cuda_ctx *c, const attn_args &a, int n_kv, int64_t ro
     else attn_chunks_kb<KV, 2, 8>(c, a, grid, smem, gm);
 }
 
-// The grid and shared memory of a call depend on max_vis rounded up to DS_CU_KV_BUCKET only, so
+// The grid and shared memory of a call depend on max_vis rounded up to ctx->kv_bucket only, so
 // they stay the same for every step of one step graph's context bucket.
-static_assert(DS_CU_KV_BUCKET % 16 == 0 && ATT_GMAX * (256 + ATT_CH_MAX) * 4 <= 48 * 1024,
+static_assert(DS_CUDA_KV_BUCKET % 16 == 0 && ATT_GMAX * (256 + ATT_CH_MAX) * 4 <= 48 * 1024,
               "attention chunking");
 
 // Shared body: nvis_h[t] visible keys per row (host), nvis_h[n] = n_past; max_vis bounds them
@@ -210,8 +210,8 @@ static_assert(DS_CU_KV_BUCKET % 16 == 0 && ATT_GMAX * (256 + ATT_CH_MAX) * 4 <= 
 // rest of `a` set by the caller.
 static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, int n_kv,
                      int64_t n, const int32_t *nvis_h, int64_t max_vis) {
-    const int64_t B = (DS_MAX(max_vis, (int64_t)1) + DS_CU_KV_BUCKET - 1) / DS_CU_KV_BUCKET *
-                      DS_CU_KV_BUCKET; // every row has at most B visible keys
+    const int64_t kb = c->kv_bucket;
+    const int64_t B = (DS_MAX(max_vis, (int64_t)1) + kb - 1) / kb * kb; // >= every row's keys
     const bool tc = ds_cuda_attn_tc_ok(a, kvt == DS_TYPE_F16);
     a.ch_base = tc ? ATT_TC_BASE : 16;
     a.ch_cap = tc ? (1 << 30) : ATT_CH_MAX;

@@ -79,6 +79,7 @@ typedef struct ds_cuda_ctx {
     // 3, before that: 11.46 ms with, 11.20 without).
     bool pdl;
     bool pdl_graphs;
+    int64_t kv_bucket; // step graphs' context bucket (cuda_ops.h DS_CUDA_KV_BUCKET)
     // Prefill GEMM (gemm.cu): prefill is the model's prefill_mode (a prompt chunk is running),
     // exact_prefill the user's switch that keeps prompt chunks on the exact kernels; cublas is
     // the cuBLAS handle (created at the first GEMM), gemm_tile a test hook.
@@ -116,10 +117,6 @@ typedef struct ds_cuda_ctx {
 enum { DS_CU_NORM_UNIT_ROWS = 8, DS_CU_NORM_SUM_ROWS = 64 };
 
 enum { DS_CU_EAGER = 0, DS_CU_CAPTURE = 1, DS_CU_REPLAY = 2 };
-// Context bucket of a step graph: attention sizes its grid from the context length rounded up to
-// this many keys (attention.cu), so a graph is good for the steps whose context length falls in
-// one bucket.
-enum { DS_CU_KV_BUCKET = 64 };
 
 static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
     return (ds_cuda_ctx *)be->ctx;

@@ -257,6 +257,7 @@ static void check_graphs(fixture *f) {
     ds_cuda_graph_stats_get(f->gpu, &s1);
     assert_true(s1.captures == s0.captures && s1.replays == s0.replays); // off: none
     ds_cuda_set_graphs(f->gpu, true);
+    ds_cuda_set_kv_bucket(f->gpu, 64); // (the session's 200 tokens cross 4 buckets)
     int64_t nb = graph_session(f, b, tb);
     ds_cuda_graph_stats_get(f->gpu, &s1);
     const int64_t c1 = s1.captures, c0 = s0.captures, r1 = s1.replays, r0 = s0.replays;
@@ -272,6 +273,21 @@ static void check_graphs(fixture *f) {
     assert_true(r1 - r0 >= 100);
     assert_true(c1 - c0 <= 16);
     assert_true(e1 - e0 <= 8);
+    // the default bucket (512 keys): one bucket, each shape captured once; the same bits
+    ds_cuda_set_kv_bucket(f->gpu, DS_CUDA_KV_BUCKET);
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    int32_t t5[400] = {0};
+    int64_t n5 = graph_session(f, b, t5);
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    print_message("step graphs, bucket %d: %lld captures, %lld replays\n",
+                  DS_CUDA_KV_BUCKET, (long long)(s1.captures - s0.captures),
+                  (long long)(s1.replays - s0.replays));
+    assert_int_equal(na, n5);
+    assert_memory_equal(ta, t5, sizeof(ta));
+    assert_memory_equal(a, b, (size_t)(na * V) * 4);
+    assert_true(s1.captures - s0.captures < c1 - c0);
+    assert_true(s1.replays - s0.replays > r1 - r0);
+    ds_cuda_set_kv_bucket(f->gpu, 64);
     // programmatic dependent launch of the eager steps off (on by default on sm_90): the same bits
     ds_cuda_set_pdl(f->gpu, false);
     int32_t tc[400] = {0};
@@ -310,6 +326,7 @@ static void check_graphs(fixture *f) {
     assert_true(ds_cuda_ok(f->gpu));
     assert_true(s1.replays - s0.replays >= 8);
     ds_state_free(st);
+    ds_cuda_set_kv_bucket(f->gpu, DS_CUDA_KV_BUCKET);
     free(a), free(b);
 }
 

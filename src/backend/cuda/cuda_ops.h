@@ -50,6 +50,13 @@ void ds_cuda_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, con
 // graph.cu (step graphs; backend.h: step_begin, step_end, ds_cuda_set_graphs)
 void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len);
 bool ds_cuda_step_end(ds_backend *be);
+// Context bucket of a step graph: attention sizes its grid from the context length rounded up to
+// the bucket (attention.cu; DS_CUDA_KV_BUCKET keys by default, a multiple of 16), so a graph is
+// good for the steps whose context length falls in one bucket, and a new bucket re-captures it.
+// ds_cuda_set_kv_bucket, for tests: another bucket (a short session crosses several); drops the
+// graphs so far.
+enum { DS_CUDA_KV_BUCKET = 512 };
+void ds_cuda_set_kv_bucket(ds_backend *be, int64_t keys);
 // get_rows.cu
 void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 // norm.cu

@@ -200,7 +200,7 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
     c->op_gen++; // prepared matmul activations from before the step are not reused
     c->g_cur = s;
     gs->t_begin = ds_time_now();
-    gs->bucket = (kv_len + DS_CU_KV_BUCKET - 1) / DS_CU_KV_BUCKET;
+    gs->bucket = (kv_len + c->kv_bucket - 1) / c->kv_bucket;
     if (g->exec && g->bucket == gs->bucket) {
         c->gmode = DS_CU_REPLAY;
         return;
@@ -245,7 +245,7 @@ extern "C" bool ds_cuda_step_end(ds_backend *be) {
             gs->st.reruns++;
             return false;
         }
-        // (a new context bucket re-instantiates, once per 64 tokens; updating in place with
+        // (a new context bucket re-instantiates, once per 512 tokens; updating in place with
         // cudaGraphExecUpdate was dropped while chasing launch failures that turned out to be
         // freed memory, and not tried again: docs/cuda.md)
         slot_drop_exec(g);
@@ -303,6 +303,13 @@ extern "C" void ds_cuda_set_graphs(ds_backend *be, bool on) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     c->graphs_off = !on;
     if (!on) ds_cuda_graphs_clear(c);
+}
+
+extern "C" void ds_cuda_set_kv_bucket(ds_backend *be, int64_t keys) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    DS_ASSERT(keys >= 16 && keys % 16 == 0);
+    if (c->kv_bucket != keys) ds_cuda_graphs_clear(c);
+    c->kv_bucket = keys;
 }
 
 extern "C" void ds_cuda_set_graph_pdl(ds_backend *be, bool on) {
