@@ -119,8 +119,11 @@ void ds_draft_ctx_reset(ds_draft_ctx *c);
 // confidence is < threshold; 0 (default: the config's value) = keep all.
 void ds_draft_ctx_set_threshold(ds_draft_ctx *c, float threshold);
 int64_t ds_draft_ctx_len(const ds_draft_ctx *c);
-// Appends the features of n newly committed target rows (positions len .. len+n-1).
+// Appends the features of n newly committed target rows (positions len .. len+n-1): feats
+// [n * n_taps * n_embd] in host memory, or (_dev) in the drafter's backend memory, read in place.
 dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, dspec_err *err);
+dspec_status ds_draft_ctx_append_dev(ds_draft_ctx *c, const float *feats, int64_t n,
+                                     dspec_err *err);
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err);
 

@@ -143,12 +143,18 @@ static void norm_rope(ds_draft_ctx *c, ds_tensor *x, int n_heads, const ds_tenso
 }
 
 // Context K/V of m fused rows at positions c->len .. c->len + m - 1 (spec §1.3, §1.7).
-static void append_chunk(ds_draft_ctx *c, const float *feats, int64_t m) {
+// dev: feats are in the backend's memory already (read in place), else host memory (written to
+// the context's staging rows first).
+static void append_chunk(ds_draft_ctx *c, const float *feats, int64_t m, bool dev) {
     const ds_drafter *d = c->d;
     const ds_draft_hp *hp = &d->hp;
     ds_backend *be = c->be;
     ds_tensor f = ds_tensor_rows(&c->feats, 0, m);
-    be->ops.write(be, f.data, feats, (size_t)m * (size_t)f.ne[0] * sizeof(float));
+    if (dev) {
+        f.data = (void *)feats; // (contiguous rows of the same width)
+    } else {
+        be->ops.write(be, f.data, feats, (size_t)m * (size_t)f.ne[0] * sizeof(float));
+    }
     ds_tensor t = ds_tensor_rows(&c->t, 0, m), u = ds_tensor_rows(&c->u, 0, m);
     be->ops.matmul(be, &t, &d->fc, &f);                        // fc over the concatenated taps
     be->ops.rmsnorm(be, &u, &t, &d->hidden_norm, hp->eps);     // hidden_norm
@@ -166,7 +172,8 @@ static void append_chunk(ds_draft_ctx *c, const float *feats, int64_t m) {
     c->len += m;
 }
 
-dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, dspec_err *err) {
+static dspec_status ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, bool dev,
+                               dspec_err *err) {
     if (n < 0 || (n > 0 && !feats)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "drafter context: bad append of %" PRId64
                           " rows", n);
@@ -177,9 +184,18 @@ dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n,
     }
     const int64_t row = (int64_t)c->d->hp.n_taps * c->d->hp.n_embd;
     for (int64_t r0 = 0; r0 < n; r0 += APPEND_CHUNK) {
-        append_chunk(c, feats + r0 * row, DS_MIN(APPEND_CHUNK, n - r0));
+        append_chunk(c, feats + r0 * row, DS_MIN(APPEND_CHUNK, n - r0), dev);
     }
     return DSPEC_OK;
+}
+
+dspec_status ds_draft_ctx_append(ds_draft_ctx *c, const float *feats, int64_t n, dspec_err *err) {
+    return ctx_append(c, feats, n, false, err);
+}
+
+dspec_status ds_draft_ctx_append_dev(ds_draft_ctx *c, const float *feats, int64_t n,
+                                     dspec_err *err) {
+    return ctx_append(c, feats, n, true, err);
 }
 
 // DFlash 2 conv stage s of rows x into y with taps from dyn (spec §3.1).

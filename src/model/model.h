@@ -128,6 +128,11 @@ typedef struct ds_batch {
     int n_taps;                // hidden states captured after these layers (0-based)
     const int *tap_layers;     // [n_taps]
     float *taps;               // [n * n_taps * n_embd]: row-major (row, tap, n_embd)
+    // ... or (instead of taps) into backend memory, so they never cross to the host: batch row
+    // i's taps go to row taps_row0 + i of taps_dev [rows * n_taps * n_embd] (same layout); a
+    // step graph replays with another taps_row0 (backend.h store_rows stages it).
+    float *taps_dev;
+    int64_t taps_row0;
     // Speculative: K/V rows are written at n_past + i but n_past and the recurrent state do not
     // advance until ds_state_commit. Non-speculative: the state advances by n (chain only).
     bool speculative;

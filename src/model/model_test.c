@@ -448,6 +448,46 @@ static void stub_run(void *arg) {
     g_runs_in_step += g_in_step;
 }
 
+// Taps into backend memory (ds_batch.taps_dev, from row taps_row0) == taps into host memory,
+// bitwise, for a prompt of two chunks and a speculative verify; both kinds at once, neither, or a
+// negative row are refused.
+static void test_taps_dev(void **state) {
+    (void)state;
+    fixture f;
+    assert_int_equal(fixture_open(&f, DS_ARCH_QWEN35, DS_TYPE_Q8_0, false, false), 0);
+    const int64_t E = ds_model_hparams_get(f.m)->n_embd, row = 2 * E;
+    const int layers[2] = {1, 0};
+    static const int32_t toks[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    float *host = calloc((size_t)(9 * row), 4);
+    float *dev = f.be->ops.alloc(f.be, (size_t)(12 * row) * 4); // (zeroed)
+    float *got = malloc((size_t)(12 * row) * 4);
+    ds_state *a = new_state(&f, 4), *b = new_state(&f, 4);
+    for (int spec = 0; spec < 2; spec++) { // 7 prompt rows (chunks of 4 + 3), then a verify of 2
+        const int64_t n = spec ? 2 : 7, at = spec ? 7 : 0;
+        ds_batch hb = {.n = n, .tokens = toks + at, .n_taps = 2, .tap_layers = layers,
+                       .taps = host + at * row, .speculative = spec};
+        ds_batch db = hb;
+        db.taps = NULL, db.taps_dev = dev, db.taps_row0 = at + 3;
+        assert_int_equal(ds_model_forward(f.m, a, &hb, NULL), DSPEC_OK);
+        assert_int_equal(ds_model_forward(f.m, b, &db, NULL), DSPEC_OK);
+    }
+    f.be->ops.read(f.be, got, dev, (size_t)(12 * row) * 4);
+    assert_memory_equal(got + 3 * row, host, (size_t)(9 * row) * 4);
+    for (int64_t i = 0; i < 3 * row; i++) assert_true(got[i] == 0.0f);
+    assert_int_equal(ds_state_commit(b, 1, NULL, NULL), DSPEC_OK);
+    ds_batch bad = {.n = 1, .tokens = toks, .n_taps = 2, .tap_layers = layers, .taps = host,
+                    .taps_dev = dev};
+    assert_int_equal(ds_model_forward(f.m, b, &bad, NULL), DSPEC_ERR_INVALID);
+    bad.taps = bad.taps_dev = NULL;
+    assert_int_equal(ds_model_forward(f.m, b, &bad, NULL), DSPEC_ERR_INVALID);
+    bad.taps_dev = dev, bad.taps_row0 = -1;
+    assert_int_equal(ds_model_forward(f.m, b, &bad, NULL), DSPEC_ERR_INVALID);
+    ds_state_free(a), ds_state_free(b);
+    f.be->ops.free(f.be, dev);
+    free(host), free(got);
+    fixture_close(&f);
+}
+
 static void test_backend_step(void **state) {
     (void)state;
     ds_backend be = {.name = "stub"};
@@ -470,6 +510,7 @@ int main(void) {
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_backend_step),
+        cmocka_unit_test(test_taps_dev),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

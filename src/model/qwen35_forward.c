@@ -144,6 +144,16 @@ static void capture_taps(const ds_model *m, ds_state *st, const ds_batch *b, con
                          int il) {
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != il) continue;
+        if (b->taps_dev) { // one store of the chunk's rows into column block t of each row
+            const int64_t E = m->hp.n_embd, stride = (int64_t)b->n_taps * E;
+            const int64_t r0 = b->taps_row0 + c->row0;
+            ds_tensor dst = ds_tensor_2d(b->taps_dev + t * E, DS_TYPE_F32, E, r0 + c->n);
+            dst.nb[1] = (size_t)stride * sizeof(float);
+            dst.nb[2] = dst.nb[3] = dst.nb[1] * (size_t)(r0 + c->n);
+            ds_tensor x = ds_tensor_rows(&st->acts.x, 0, c->n);
+            m->be->ops.store_rows(m->be, &dst, r0, &x);
+            continue;
+        }
         size_t row_bytes = (size_t)m->hp.n_embd * sizeof(float);
         for (int64_t i = 0; i < c->n; i++) {
             float *dst = b->taps + ((c->row0 + i) * b->n_taps + t) * m->hp.n_embd;
@@ -313,9 +323,11 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
                               "twice", dup);
         }
     }
-    if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS || (b->n_taps && !b->taps)) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %d taps (at most %d)", b->n_taps,
-                          DS_MODEL_MAX_TAPS);
+    if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS ||
+        (b->n_taps && !b->taps == !b->taps_dev) || b->taps_row0 < 0) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %d taps (at most %d; into exactly "
+                          "one of taps and taps_dev, from row %" PRId64 " >= 0)", b->n_taps,
+                          DS_MODEL_MAX_TAPS, b->taps_row0);
     }
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] < 0 || b->tap_layers[t] >= m->hp.n_layer) {
@@ -342,6 +354,7 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
     for (int64_t j = 0; b->logits_rows && j < b->n_logits; j++) MIX(b->logits_rows[j]);
     MIX(b->n_taps);
     for (int t = 0; t < b->n_taps; t++) MIX(b->tap_layers[t]);
+    MIX((uintptr_t)b->taps_dev); // (not taps_row0: the store stages it)
 #undef MIX
     return h;
 }

@@ -50,9 +50,13 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     // that depend on the chunking, so both paths must cut the prompt alike to stay lossless
     const int64_t nb = ds_state_n_batch(st);
     s->feat_rows = (DS_MAX((int64_t)256, rows) + nb - 1) / nb * nb;
+    s->feat_dev_rows = DS_MAX((int64_t)256, rows);
     s->verify_tok = calloc((size_t)rows, sizeof(int32_t));
     s->target_tok = calloc((size_t)rows, sizeof(int32_t));
-    s->feats = malloc((size_t)(s->feat_rows * p->n_taps * hp->n_embd) * sizeof(float) + 1);
+    const size_t row_bytes = (size_t)p->n_taps * (size_t)hp->n_embd * sizeof(float);
+    ds_backend *be = ds_model_backend(m);
+    s->feats = be->ops.alloc(be, (size_t)s->feat_dev_rows * row_bytes + sizeof(float));
+    s->feats_host = malloc((size_t)s->feat_rows * row_bytes + sizeof(float));
     s->draft.n_vocab = hp->n_vocab;
     if (s->params.sampler && ds_spec_sampled_init(s, rows, err) != DSPEC_OK) {
         ds_spec_free(s);
@@ -78,7 +82,7 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
             return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
         }
     }
-    if (!s->verify_tok || !s->target_tok || !s->feats) {
+    if (!s->verify_tok || !s->target_tok || !s->feats || !s->feats_host) {
         ds_spec_free(s);
         return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
     }
@@ -90,7 +94,11 @@ void ds_spec_free(ds_spec *s) {
     if (!s) return;
     free(s->verify_tok);
     free(s->target_tok);
-    free(s->feats);
+    if (s->feats) {
+        ds_backend *be = ds_model_backend(s->m);
+        be->ops.free(be, s->feats);
+    }
+    free(s->feats_host);
     free(s->draft.logits);
     free(s->node_cands);
     ds_spec_sampled_deinit(s);
@@ -114,6 +122,8 @@ double ds_spec_tau(const ds_spec_stats *st) {
 dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32_t *next,
                              dspec_err *err) {
     double t0 = ds_time_now();
+    ds_backend *be = ds_model_backend(s->m);
+    const int64_t row = (int64_t)s->p.n_taps * ds_model_hparams_get(s->m)->n_embd;
     if (n <= 0) return ds_err_set(err, DSPEC_ERR_INVALID, "spec: empty prompt");
     dspec_status st = DSPEC_OK;
     for (int64_t r0 = 0; r0 < n && st == DSPEC_OK; r0 += s->feat_rows) {
@@ -123,10 +133,15 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
                                                                          : NULL;
         ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
                       .argmax = last ? next : NULL, .logits = lg, .n_taps = s->p.n_taps,
-                      .tap_layers = s->p.tap_layers, .taps = s->feats};
+                      .tap_layers = s->p.tap_layers, .taps = s->feats_host};
         st = ds_model_forward(s->m, s->st, &b, err);
         if (st == DSPEC_OK && lg && s->params.sampler) st = ds_spec_sample_token(s, lg, next, err);
-        if (st == DSPEC_OK) st = s->p.append(s->p.ctx, s->feats, cn, err);
+        // (the piece's taps reach the drafter through the device buffer, feat_dev_rows at a time)
+        for (int64_t f0 = 0; f0 < cn && st == DSPEC_OK; f0 += s->feat_dev_rows) {
+            const int64_t fn = DS_MIN(s->feat_dev_rows, cn - f0);
+            be->ops.write(be, s->feats, s->feats_host + f0 * row, (size_t)fn * row * 4);
+            st = s->p.append(s->p.ctx, s->feats, fn, err);
+        }
     }
     if (st == DSPEC_OK) {
         s->anchor = *next;
@@ -155,7 +170,7 @@ dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
     int64_t n = n_prop + 1;
     ds_batch b = {.n = n, .tokens = s->verify_tok, .n_logits = n, .argmax = s->target_tok,
                   .logits = s->params.keep_logits ? s->target_logits : NULL,
-                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps = s->feats,
+                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps_dev = s->feats,
                   .speculative = true};
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
     s->stats.t_verify += ds_time_now() - t0;
@@ -241,15 +256,14 @@ dspec_status ds_spec_sync_drafter(ds_spec *s, dspec_err *err) {
 static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, dspec_err *err) {
     double t0 = ds_time_now();
     int32_t tok;
-    size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
     ds_batch b = {.n = 1, .tokens = &s->anchor, .n_logits = 1, .argmax = &tok,
                   .logits = s->params.sampler || s->params.keep_logits ? s->target_logits : NULL,
-                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers,
-                  .taps = s->feats + s->feat_pending * row};
+                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps_dev = s->feats,
+                  .taps_row0 = s->feat_pending};
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
     if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_token(s, s->target_logits, &tok, err);
     s->stats.t_verify += ds_time_now() - t0;
-    if (st == DSPEC_OK && ++s->feat_pending == s->feat_rows) st = flush_pending(s, err);
+    if (st == DSPEC_OK && ++s->feat_pending == s->feat_dev_rows) st = flush_pending(s, err);
     if (st != DSPEC_OK) return st;
     out[0] = tok;
     s->anchor = tok;

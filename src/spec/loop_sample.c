@@ -102,7 +102,7 @@ dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop,
     memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     ds_batch b = {.n = n_prop + 1, .tokens = s->verify_tok, .n_logits = n_prop + 1,
                   .logits = s->target_logits, .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
+                  .tap_layers = s->p.tap_layers, .taps_dev = s->feats, .speculative = true};
     st = ds_model_forward(s->m, s->st, &b, err);
     s->stats.t_verify += ds_time_now() - t0;
     if (st != DSPEC_OK) return st;

@@ -6,11 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Moves the tap rows of the accepted path to the front of the feature buffer (tree mode).
+// Moves the tap rows of the accepted path to the front of the feature buffer (tree mode; backend
+// memory: rows[i] >= i, so copying in order never overwrites a row still to move).
 void ds_spec_gather_feats(ds_spec *s, const int32_t *rows, int64_t n) {
     size_t row = (size_t)s->p.n_taps * (size_t)ds_model_hparams_get(s->m)->n_embd;
+    ds_backend *be = ds_model_backend(s->m);
     for (int64_t i = 0; i < n; i++) {
-        if (rows[i] != i) memmove(s->feats + i * row, s->feats + rows[i] * row, row * 4);
+        DS_ASSERT(rows[i] >= i);
+        if (rows[i] != i) be->ops.copy(be, s->feats + i * row, s->feats + rows[i] * row, row * 4);
     }
 }
 
@@ -77,7 +80,7 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
                   .logits = s->params.sampler || s->params.keep_logits ? s->target_logits
                                                                          : NULL,
                   .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps = s->feats, .speculative = true};
+                  .tap_layers = s->p.tap_layers, .taps_dev = s->feats, .speculative = true};
     st = ds_model_forward(s->m, s->st, &b, err);
     s->stats.t_verify += ds_time_now() - t0;
     if (st != DSPEC_OK) return st;

@@ -3,7 +3,7 @@
 
 static dspec_status drafter_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
     ds_drafter_proposer *dp = ctx;
-    return ds_draft_ctx_append(dp->ctx, feats, n, err);
+    return ds_draft_ctx_append_dev(dp->ctx, feats, n, err); // (the target's backend memory)
 }
 
 static dspec_status drafter_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_out *out,

@@ -29,6 +29,8 @@
 #define DS_SPEC_MAX_SLOTS DS_DRAFT_MAX_BLOCK
 
 // What the loop needs from a drafter: taps to capture, feeding committed rows, proposing.
+// append's feats [n * n_taps * n_embd] are in the target model's backend memory
+// (ds_model_backend; host memory on the CPU backend): the taps never cross to the host.
 typedef struct ds_proposer {
     void *ctx;
     int n_taps;

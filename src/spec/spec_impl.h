@@ -15,7 +15,11 @@ struct ds_spec {
     ds_draft_out draft;
     int32_t *verify_tok;   // [n_slots]
     int32_t *target_tok;   // [n_slots] argmax after each verify row
-    float *feats;          // [max(n_batch, n_slots) * n_taps * n_embd]
+    // Tap features: feats in the model's backend memory for the steps (verify, tree, plain; the
+    // taps never cross to the host), feats_host for prompt pieces of whole state chunks
+    float *feats;          // [feat_dev_rows * n_taps * n_embd]
+    int64_t feat_dev_rows;
+    float *feats_host;     // [feat_rows * n_taps * n_embd]
     int64_t feat_rows;     // capacity in rows
     int64_t feat_pending;  // rows of plain steps not yet fed to the drafter (fed in one batch)
     ds_ddtree tree;        // tree mode

@@ -180,6 +180,54 @@ static void check_tree(fixture *f) {
     free(tl), free(cl), free(x), free(y);
 }
 
+// Taps into device memory (ds_batch.taps_dev: the speculative loop's features never cross to the
+// host) == taps read back to the host, bitwise, at the rows taps_row0 says: a 5-row verify with
+// taps after the first and the last layer, stored from rows 0, 3 and 1 of an 8-row buffer; the
+// second and third calls replay the step graph with another staged row. Rows not written stay 0.
+static void check_taps_dev(fixture *f) {
+    const int64_t E = ds_model_hparams_get(f->mg)->n_embd, row = 2 * E;
+    const int layers[2] = {0, ds_model_hparams_get(f->mg)->n_layer - 1};
+    int32_t toks[5] = {11, 22, 33, 44, 55}, am[5];
+    float *ref = malloc((size_t)(5 * row) * 4), *got = malloc((size_t)(8 * row) * 4);
+    float *dev = f->gpu->ops.alloc(f->gpu, (size_t)(8 * row) * 4);
+    ds_state *st = new_state(f, f->mg, 64);
+    step(f->mg, st, k_toks, 7, NULL);
+    ds_batch b = {.n = 5, .tokens = toks, .n_logits = 5, .argmax = am, .n_taps = 2,
+                  .tap_layers = layers, .taps = ref, .speculative = true};
+    assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_commit(st, 0, NULL, NULL), DSPEC_OK); // (the same verify again)
+    ds_cuda_graph_stats s0, s1;
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    static const int64_t r0s[3] = {0, 3, 1};
+    for (int k = 0; k < 3; k++) {
+        f->gpu->ops.write(f->gpu, dev, memset(got, 0, (size_t)(8 * row) * 4),
+                          (size_t)(8 * row) * 4);
+        b.taps = NULL, b.taps_dev = dev, b.taps_row0 = r0s[k];
+        assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+        assert_int_equal(ds_state_commit(st, 0, NULL, NULL), DSPEC_OK);
+        f->gpu->ops.read(f->gpu, got, dev, (size_t)(8 * row) * 4);
+        assert_true(ds_cuda_ok(f->gpu));
+        for (int64_t r = 0; r < 8; r++) {
+            const int64_t i = r - r0s[k];
+            if (i >= 0 && i < 5) {
+                assert_memory_equal(got + r * row, ref + i * row, (size_t)row * 4);
+            } else {
+                for (int64_t e = 0; e < row; e++) assert_true(got[r * row + e] == 0.0f);
+            }
+        }
+    }
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    assert_true(s1.replays - s0.replays >= 1);
+    b.taps = ref; // both: refused (and the state can still run the batch)
+    assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_ERR_INVALID);
+    b.taps_dev = NULL;
+    assert_int_equal(ds_model_forward(f->mg, st, &b, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_commit(st, 0, NULL, NULL), DSPEC_OK);
+    ds_state_free(st);
+    f->gpu->ops.free(f->gpu, dev);
+    free(ref), free(got);
+}
+
 // Greedy argmax through the forward (argmax op on the device) == argmax of the read logits.
 static void check_argmax(fixture *f) {
     const int64_t V = f->V;
@@ -385,6 +433,7 @@ static void run_all(ds_type wt, ds_type kv, double tol) {
     check_commit_exact(&f);
     check_tree(&f);
     check_argmax(&f);
+    check_taps_dev(&f);
     check_graphs(&f);
     check_prefill_gemm(&f);
     assert_true(ds_cuda_ok(f.gpu));
