@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# trace.sh: the in-graph kernel timeline of a 27B Q4_K_M decode and of a DFlash chain (verify 16),
+# with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH), summarised by
+# trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds dspec and
+# libkernel_trace.so (and libcupti.so.13 where the GPU machine lacks it). Build the library on
+# the development machine:
+#   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \
+#     -o build-carry/libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
+# Usage (repo root, on the GPU machine): [BIN=build-carry-b] bash bench/cuda/trace.sh
+set -u
+cd "$(dirname "$0")/../.."
+source bench/cuda/carried_env.sh trace.sh || exit 1
+B=$PWD/${BIN:-build-carry}
+need_bins "$B" dspec || exit 1
+[ -f "$B/libkernel_trace.so" ] || { echo "trace.sh: $B/libkernel_trace.so missing"; exit 1; }
+export LD_LIBRARY_PATH=$B:/usr/local/cuda/extras/CUPTI/lib64:$LD_LIBRARY_PATH
+"$B/dspec" synth --preset 27b --mix q4_k_m --tokenizer models/tiny-target-q8_0.gguf /tmp/tr.gguf \
+  2>&1 | tail -1
+"$B/dspec" synth --draft dflash --target /tmp/tr.gguf --block 16 /tmp/trd.gguf 2>&1 | tail -1
+W=$(mktemp -d)
+for what in decode chain; do
+  ARGS=(run -m /tmp/tr.gguf --device cuda -p hello -n 48)
+  [ $what = chain ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
+    -n 32 --no-adaptive)
+  (cd "$W" && CUDA_INJECTION64_PATH=$B/libkernel_trace.so "$B/dspec" "${ARGS[@]}" 2>&1 \
+    | grep -E "tok/s|speculative:")
+  echo "== $what"
+  python3 bench/cuda/trace_table.py "$W/kernel_trace.csv" --graph-kernels 300 \
+    | tee "$OUT/trace_$what.txt"
+  xz -T4 -c "$W/kernel_trace.csv" >"$OUT/trace_$what.csv.xz"
+done
+rm -rf "$W" /tmp/tr.gguf /tmp/trd.gguf
