@@ -25,7 +25,8 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, 
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *r = NULL;
     while (g_out && cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
-        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
             fprintf(g_out, "K,%llu,%llu,%u,%llu,%d,%d,%d,%d,%u,%s\n", (unsigned long long)k->start,
                     (unsigned long long)k->end, k->graphId, (unsigned long long)k->graphNodeId,
