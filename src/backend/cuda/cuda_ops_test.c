@@ -2099,8 +2099,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
-        cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_moe_route), cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
-        cmocka_unit_test(test_held_back_reduce),      cmocka_unit_test(test_matmul_27b),
+        cmocka_unit_test(test_matmul_id),      cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),

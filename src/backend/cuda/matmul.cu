@@ -87,9 +87,10 @@ static __global__ __launch_bounds__(256) void prep_f_kernel(xsrc src, int64_t n_
 
 // Block: W warps over one 16-row tile (rows row0 .. row0+15) and up to NT*8 columns (grid.y:
 // MoE pairs, NT = 1; the dense column-chunk path is unused since session 11 -- dense N >= 2 runs
-// the staged kernel -- and awaits removal with a GPU check of the MoE tests). Warp w runs K splits [w*ks/W, (w+1)*ks/W) one after the other
-// (split s: units [s*U/ks, (s+1)*U/ks)), accumulating each in unit order with the weights loaded
-// one unit ahead; the split partials meet in shared memory and warp 0 adds them in split order.
+// the staged kernel -- and awaits removal with a GPU check of the MoE tests). Warp w runs K
+// splits [w*ks/W, (w+1)*ks/W) one after the other (split s: units [s*U/ks, (s+1)*U/ks)),
+// accumulating each in unit order with the weights loaded one unit ahead; the split partials
+// meet in shared memory and warp 0 adds them in split order.
 // W (mmq_warps) never changes the numerics.
 template <int QT, int NT>
 static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args a) {
