@@ -131,15 +131,18 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
         bool last = r0 + cn == n;
         float *lg = (s->params.sampler || s->params.keep_logits) && last ? s->target_logits
                                                                          : NULL;
+        // a piece that fits the device buffer captures its taps there; a longer one into host
+        // memory, whence they reach the drafter through the device buffer a part at a time
+        const bool dev = cn <= s->feat_dev_rows;
         ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
                       .argmax = last ? next : NULL, .logits = lg, .n_taps = s->p.n_taps,
-                      .tap_layers = s->p.tap_layers, .taps = s->feats_host};
+                      .tap_layers = s->p.tap_layers, .taps = dev ? NULL : s->feats_host,
+                      .taps_dev = dev ? s->feats : NULL};
         st = ds_model_forward(s->m, s->st, &b, err);
         if (st == DSPEC_OK && lg && s->params.sampler) st = ds_spec_sample_token(s, lg, next, err);
-        // (the piece's taps reach the drafter through the device buffer, feat_dev_rows at a time)
         for (int64_t f0 = 0; f0 < cn && st == DSPEC_OK; f0 += s->feat_dev_rows) {
             const int64_t fn = DS_MIN(s->feat_dev_rows, cn - f0);
-            be->ops.write(be, s->feats, s->feats_host + f0 * row, (size_t)fn * row * 4);
+            if (!dev) be->ops.write(be, s->feats, s->feats_host + f0 * row, (size_t)fn * row * 4);
             st = s->p.append(s->p.ctx, s->feats, fn, err);
         }
     }

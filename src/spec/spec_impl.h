@@ -16,7 +16,8 @@ struct ds_spec {
     int32_t *verify_tok;   // [n_slots]
     int32_t *target_tok;   // [n_slots] argmax after each verify row
     // Tap features: feats in the model's backend memory for the steps (verify, tree, plain; the
-    // taps never cross to the host), feats_host for prompt pieces of whole state chunks
+    // taps never cross to the host) and prompt pieces that fit it; feats_host for longer prompt
+    // pieces (whole state chunks: up to n_batch rows)
     float *feats;          // [feat_dev_rows * n_taps * n_embd]
     int64_t feat_dev_rows;
     float *feats_host;     // [feat_rows * n_taps * n_embd]

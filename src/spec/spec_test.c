@@ -607,15 +607,27 @@ static void test_sampled_exact_tree(void **state) {
 // Prompt chunking: ds_spec_prefill must cut a prompt into the same forward chunks as a plain
 // ds_model_forward of it (backends with prefill kernels, CUDA, give chunk-dependent low bits, so
 // different cuts would make speculative output differ from plain output there; on the CPU the
-// bits would not show it). The chunks are seen through the embedding lookup (one per chunk).
+// bits would not show it). The chunks are seen through the embedding lookup (one per chunk). The
+// features fed to the drafter are the plain forward's taps, whether a piece captured them in the
+// loop's backend buffer (up to 256 rows) or in host memory (longer pieces).
 static int64_t g_chunks[64], g_n_chunks;
 static void (*g_get_rows)(ds_backend *, ds_tensor *, const ds_tensor *, const int32_t *);
 static void rec_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *t, const int32_t *ids) {
     if (g_n_chunks < 64) g_chunks[g_n_chunks++] = y->ne[1];
     g_get_rows(be, y, t, ids);
 }
-static dspec_status null_append(void *ctx, const float *f, int64_t n, dspec_err *err) {
-    (void)ctx, (void)f, (void)n, (void)err;
+// Features fed to the drafter == a plain forward's taps, row for row in order.
+typedef struct feat_check {
+    const float *ref;
+    int64_t row, at;
+    bool bad;
+} feat_check;
+static dspec_status check_append(void *ctx, const float *f, int64_t n, dspec_err *err) {
+    (void)err;
+    feat_check *c = ctx;
+    const size_t bytes = (size_t)(n * c->row) * sizeof(float);
+    if (memcmp(f, c->ref + c->at * c->row, bytes) != 0) c->bad = true;
+    c->at += n;
     return DSPEC_OK;
 }
 
@@ -633,15 +645,19 @@ static void test_prefill_chunks(void **state) {
         ds_state *st;
         assert_int_equal(ds_state_new(&st, e->m, &sp, NULL), DSPEC_OK);
         int32_t am;
-        ds_batch b = {.n = N, .tokens = toks, .n_logits = 1, .argmax = &am};
+        const int64_t row = N_TAPS * e->E;
+        float *ref = malloc((size_t)(N * row) * sizeof(float));
+        ds_batch b = {.n = N, .tokens = toks, .n_logits = 1, .argmax = &am, .n_taps = N_TAPS,
+                      .tap_layers = k_taps, .taps = ref};
         g_n_chunks = 0;
         assert_int_equal(ds_model_forward(e->m, st, &b, NULL), DSPEC_OK);
         assert_true(g_n_chunks < 64); // (all recorded)
         int64_t plain[64], n_plain = g_n_chunks;
         memcpy(plain, g_chunks, sizeof(plain));
         ds_state_reset(st);
-        ds_proposer p = {.n_taps = N_TAPS, .tap_layers = k_taps, .block_size = 8,
-                         .append = null_append, .propose = script_propose};
+        feat_check fc = {.ref = ref, .row = row};
+        ds_proposer p = {.ctx = &fc, .n_taps = N_TAPS, .tap_layers = k_taps, .block_size = 8,
+                         .append = check_append, .propose = script_propose};
         ds_spec *s;
         assert_int_equal(ds_spec_new(&s, e->m, st, &p, &(ds_spec_params){.n_slots = 8}, NULL),
                          DSPEC_OK);
@@ -651,8 +667,11 @@ static void test_prefill_chunks(void **state) {
         assert_int_equal(g_n_chunks, n_plain);
         assert_memory_equal(g_chunks, plain, (size_t)n_plain * sizeof(int64_t));
         assert_int_equal(first, am);
+        assert_int_equal(fc.at, N);
+        assert_false(fc.bad);
         ds_spec_free(s);
         ds_state_free(st);
+        free(ref);
     }
     e->be->ops.get_rows = g_get_rows;
 }
