@@ -1,7 +1,7 @@
 // quant.cuh: what the quantized matmul kernels share (matmul.cu: int8 mma.sync for N >= 2 and
 // the MoE pairs; matmul_vec.cu: dp4a GEMV for N = 1): the weight-type codes, the argument block,
-// the activation source view, the per-super-block float step that reproduces the CPU's rounding, and the
-// Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
+// the activation source view, the per-super-block float step that reproduces the CPU's rounding,
+// and the Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
 // sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
 // a row's result is bitwise the same whichever kernel ran it (DESIGN.md §4.2, docs/cuda.md).
 // Also the q8_K activation quantization (q8k_group), which matmul.cu's preparation kernel and the
