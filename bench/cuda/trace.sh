@@ -6,7 +6,9 @@
 # the development machine:
 #   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \
 #     -o build-carry/libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
-# Usage (repo root, on the GPU machine): [BIN=build-carry-b] bash bench/cuda/trace.sh
+# Usage (repo root, on the GPU machine):
+#   [BIN=build-carry-b] [TRACE_WHAT=chain] bash bench/cuda/trace.sh
+#   (TRACE_WHAT: "decode chain" by default, or one of them)
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh trace.sh || exit 1
@@ -18,7 +20,7 @@ export LD_LIBRARY_PATH=$B:/usr/local/cuda/extras/CUPTI/lib64:$LD_LIBRARY_PATH
   2>&1 | tail -1
 "$B/dspec" synth --draft dflash --target /tmp/tr.gguf --block 16 /tmp/trd.gguf 2>&1 | tail -1
 W=$(mktemp -d)
-for what in decode chain; do
+for what in ${TRACE_WHAT:-decode chain}; do
   ARGS=(run -m /tmp/tr.gguf --device cuda -p hello -n 48)
   [ $what = chain ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
     -n 32 --no-adaptive)

@@ -150,7 +150,7 @@ void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);
 // Destroys the prefill GEMM's cuBLAS handle, if any (gemm.cu).
 void ds_cuda_gemm_free(ds_cuda_ctx *c);
-// Prefill kernels (gemm.cu, attention_prefill.cu, deltanet_prefill.cu) run for ops of at least
+// Prefill kernels (gemm.cu, attention_prefill.cu, gated_delta.cu) run for ops of at least
 // DS_CUDA_PREFILL_MIN_ROWS rows while the model runs a prompt chunk (prefill_mode on), exact
 // prefill is off and the op is launched eagerly; a step graph holds at most 64 rows. Each op adds
 // its own shape and type conditions to this one.
@@ -165,13 +165,6 @@ bool ds_cuda_attn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *q, const
                                  const ds_attn_params *p);
 void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
                           const ds_tensor *v, int n_kv, const ds_attn_params *p);
-// The same for the gated delta rule (deltanet_prefill.cu; chains with state_out only).
-bool ds_cuda_gdn_prefill_wanted(const ds_cuda_ctx *c, int64_t n, int64_t dk, int64_t dv,
-                                const ds_tensor *state_out, const ds_gdn_params *p);
-void ds_cuda_gdn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *qkv,
-                         const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
-                         ds_tensor *state_out, int hk, int hv, int64_t dk, int64_t dv,
-                         const ds_gdn_params *p);
 // Device -> host copy of n bytes for an op's result: waits for the stream, except inside a step
 // graph, where the bytes reach dst_host at step_end (graph.cu).
 void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n);

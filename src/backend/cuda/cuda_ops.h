@@ -102,12 +102,13 @@ void ds_cuda_conv_silu_gates(ds_backend *be, ds_tensor *out, const ds_tensor *x,
                              bool update_window, ds_tensor *beta, ds_tensor *g,
                              const ds_tensor *b, const ds_tensor *alpha, const ds_tensor *dt_bias,
                              const ds_tensor *ssm_a);
+void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *base,
+                      const ds_tensor *dyn, int64_t group);
+// gated_delta.cu
 void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
                          const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
                          ds_tensor *state_out, int n_k_heads, int n_v_heads,
                          const ds_gdn_params *p);
-void ds_cuda_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *base,
-                      const ds_tensor *dyn, int64_t group);
 
 // cuda_backend.cu: false once a CUDA call has failed on this backend (every later op is then
 // skipped and logs an error). Tests check it after each comparison.

@@ -1924,6 +1924,18 @@ static void run_gated_delta(env *e, const gdn_case *c) {
     down(e, s_got, sd, sb);
     expect_bitwise("gated_delta: verify rows", one, got, d * hv * n);
     assert_memory_equal(s_got, s0, sb);
+    { // qkv rows 4-byte aligned only (a row stride of cd + 1 floats): the same rows
+        float *pad = xmalloc((size_t)((cd + 1) * n) * 4);
+        for (int64_t t = 0; t < n; t++) memcpy(pad + t * (cd + 1), qkv + t * cd, (size_t)cd * 4);
+        void *padd = up(e, pad, (size_t)((cd + 1) * n) * 4);
+        ds_tensor qp = ds_tensor_2d(padd, DS_TYPE_F32, cd, n);
+        qp.nb[1] = (size_t)(cd + 1) * 4;
+        e->gpu->ops.gated_delta(e->gpu, &og, &qp, &bg, &gg, &sg, NULL, (int)hk, (int)hv, &p);
+        down(e, one, od, ob);
+        expect_bitwise("gated_delta: rows of a strided qkv", one, got, d * hv * n);
+        dfree(e, padd);
+        free(pad);
+    }
     // tree: vs CPU, and each tree row == its root path run as a chain (bitwise)
     if (n >= 7) {
         ds_tensor q7 = ds_tensor_rows(&qt, 0, 7), b7 = ds_tensor_rows(&bt, 0, 7);
@@ -1970,9 +1982,10 @@ static void test_gated_delta(void **state) {
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_gated_delta(e, &cases[i]);
 }
 
-// The prefill gated delta rule (deltanet_prefill.cu): a chain of >= 65 rows in prefill mode,
-// the same f32 math in another order, against the CPU (output and final state); 64 rows stay on
-// the exact kernel (bitwise its result with prefill mode off).
+// The gated delta rule over a prompt chunk (gated_delta.cu: a chain of >= 65 rows in prefill
+// mode, q and k normalised by their own launch, launches of GD_PREFILL_ROWS rows): against the CPU
+// (output and final state), and bitwise the rows of the decode / verify path (prefill mode off),
+// so a prompt's state is the one its rows would leave one by one; 64 rows are not a prompt chunk.
 #define TOL_GDP_L2 2e-4
 static void run_gated_delta_prefill(env *e, int hk, int hv, int64_t d, int64_t n, bool fast) {
     const int64_t cd = 2 * hk * d + hv * d;
@@ -2012,10 +2025,9 @@ static void run_gated_delta_prefill(env *e, int hk, int hv, int64_t d, int64_t n
         print_message("%s: relative L2 %.3g vs cpu\n", what, sqrt(num / den));
         expect_rel_l2(what, got, ref, d * hv * n, TOL_GDP_L2);
         expect_rel_l2(what, s_got, s_ref, d * d * hv, TOL_GDP_L2);
-    } else {
-        expect_bitwise(what, got, ex, d * hv * n);
-        expect_bitwise(what, s_got, s_ex, d * d * hv);
     }
+    expect_bitwise(what, got, ex, d * hv * n);
+    expect_bitwise(what, s_got, s_ex, d * d * hv);
     dfree(e, qd), dfree(e, bd), dfree(e, gd), dfree(e, sd), dfree(e, od);
     free(qkv), free(beta), free(g), free(s0), free(s_ref), free(s_got), free(s_ex);
     free(ref), free(got), free(ex);
@@ -2028,6 +2040,7 @@ static void test_gated_delta_prefill(void **state) {
     run_gated_delta_prefill(e, 1, 2, 32, 100, true);
     run_gated_delta_prefill(e, 2, 2, 256, 130, true);
     run_gated_delta_prefill(e, 2, 4, 128, 64, false);
+    run_gated_delta_prefill(e, 1, 2, 32, 4100, true); // two launches (GD_PREFILL_ROWS)
 }
 
 static void test_dyn_conv(void **state) {
