@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# trace.sh: the in-graph kernel timeline of a 27B Q4_K_M decode and of a DFlash chain (verify 16),
-# with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH), summarised by
-# trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds dspec and
-# libkernel_trace.so (and libcupti.so.13 where the GPU machine lacks it). Build the library on
-# the development machine:
+# trace.sh: the in-graph kernel timeline of a 27B Q4_K_M decode, a DFlash chain (verify 16) and
+# a DDTree (budget 16), with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH),
+# summarised by trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds
+# dspec and libkernel_trace.so (and libcupti.so.13 where the GPU machine lacks it). Build the
+# library on the development machine:
 #   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \
 #     -o build-carry/libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
 # Usage (repo root, on the GPU machine):
 #   [BIN=build-carry-b] [TRACE_WHAT=chain] bash bench/cuda/trace.sh
-#   (TRACE_WHAT: "decode chain" by default, or one of them)
+#   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16); default "decode chain")
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh trace.sh || exit 1
@@ -24,6 +24,8 @@ for what in ${TRACE_WHAT:-decode chain}; do
   ARGS=(run -m /tmp/tr.gguf --device cuda -p hello -n 48)
   [ $what = chain ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
     -n 32 --no-adaptive)
+  [ $what = tree ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
+    -n 32 --no-adaptive --ddtree-budget 16)
   (cd "$W" && CUDA_INJECTION64_PATH=$B/libkernel_trace.so "$B/dspec" "${ARGS[@]}" 2>&1 \
     | grep -E "tok/s|speculative:")
   echo "== $what"

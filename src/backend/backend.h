@@ -167,6 +167,12 @@ typedef struct ds_backend_ops {
     // ids[r * k + j] and vals[r * k + j]. Optional: NULL means read the rows and use ds_topk_f32
     // (the DFlash 2 selector does; a device backend saves that copy of n x V floats).
     void (*topk)(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+    // The log of each row's softmax normaliser, log(sum_i exp(x[i])), of x {V, n} (f32) into
+    // host out[r]: ds_logsumexp_f32 (a device backend: exp in f32, the sum in double in its own
+    // fixed order, ~1e-7 relative from it). With topk, a row's k best log-probs without reading
+    // the row (DDTree candidates: drafters-and-verification.md §5). Optional: NULL means read the
+    // rows and use ds_logsumexp_f32.
+    void (*logsumexp)(ds_backend *be, float *out, const ds_tensor *x);
     // Copy device -> host / host -> device / device -> device (bytes; device regions may
     // overlap, as with memmove).
     void (*read)(ds_backend *be, void *dst_host, const void *src, size_t n);

@@ -134,6 +134,10 @@ double ds_time_now(void);
 // exist; its value is reported as -inf). Backends' topk ops follow the same order.
 void ds_topk_f32(const float *row, int64_t n, int k, int32_t *ids, float *vals);
 
+// log(sum_i exp(row[i])) of row[0..n) (n >= 1), as max + log(sum exp(row[i] - max)) with the
+// sum in double in index order: the log-softmax of element i is row[i] minus it.
+float ds_logsumexp_f32(const float *row, int64_t n);
+
 // ---- random numbers for synthetic data (not the sampler's RNG: sample/ has its own) ------------
 
 // splitmix64: a fixed stream for a seed on every platform.

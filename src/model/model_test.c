@@ -332,6 +332,34 @@ static void test_topk_op(void **s) {
     ds_backend_free(be);
 }
 
+// The CPU backend's logsumexp op: ds_logsumexp_f32 per row, which is log(sum exp) within float
+// rounding (a long double reference), log(V) for a zero row, and finite with -inf elements.
+static void test_logsumexp_op(void **s) {
+    (void)s;
+    ds_backend *be;
+    dspec_err err = {0};
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    enum { V = 1000, R = 3 };
+    static float x[R * V];
+    for (int i = 0; i < V; i++) {
+        x[i] = 0.0f;
+        x[V + i] = (float)((i * 37) % 101) * 0.25f - 10.0f;
+        x[2 * V + i] = i % 3 == 0 ? -INFINITY : 80.0f + (float)(i % 7);
+    }
+    ds_tensor t = ds_tensor_2d(x, DS_TYPE_F32, V, R);
+    float out[R];
+    be->ops.logsumexp(be, out, &t);
+    for (int r = 0; r < R; r++) {
+        assert_true(out[r] == ds_logsumexp_f32(x + r * V, V));
+        long double sum = 0.0L;
+        for (int i = 0; i < V; i++) sum += expl((long double)x[r * V + i] - 80.0L);
+        const double want = (double)(logl(sum) + 80.0L);
+        assert_true(fabs(out[r] - want) <= 1e-6 * fabs(want) + 1e-6);
+    }
+    assert_true(fabsf(out[0] - logf((float)V)) <= 1e-5f);
+    ds_backend_free(be);
+}
+
 static void test_load_refuses(void **s) {
     (void)s;
     char path[64] = "/tmp/dspec_model_bad_XXXXXX";
@@ -509,7 +537,8 @@ int main(void) {
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
-        cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_backend_step),
+        cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_logsumexp_op),
+        cmocka_unit_test(test_backend_step),
         cmocka_unit_test(test_taps_dev),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,25 +11,11 @@ void ds_ddtree_cands_from_logits(ds_ddtree_cands *c, const float *logits, int L,
     k = (int)DS_MIN((int64_t)k, n_vocab);
     c->depth = L;
     c->k = k;
-    for (int d = 0; d < L; d++) {
+    for (int d = 0; d < L; d++) { // (the order of the backends' topk and logsumexp ops)
         const float *x = logits + (int64_t)d * n_vocab;
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < n_vocab; i++) mx = x[i] > mx ? x[i] : mx;
-        double sum = 0.0;
-        for (int64_t i = 0; i < n_vocab; i++) sum += exp((double)(x[i] - mx));
-        float lse = mx + (float)log(sum);
-        // top-k by insertion (k is small); ties keep the lower id first
-        int n = 0;
-        for (int64_t i = 0; i < n_vocab; i++) {
-            if (n == k && x[i] <= x[c->tok[d][k - 1]]) continue;
-            int j = n < k ? n++ : k - 1;
-            while (j > 0 && x[c->tok[d][j - 1]] < x[i]) {
-                c->tok[d][j] = c->tok[d][j - 1];
-                j--;
-            }
-            c->tok[d][j] = (int32_t)i;
-        }
-        for (int j = 0; j < k; j++) c->logp[d][j] = x[c->tok[d][j]] - lse;
+        const float lse = ds_logsumexp_f32(x, n_vocab);
+        ds_topk_f32(x, n_vocab, k, c->tok[d], c->logp[d]);
+        for (int j = 0; j < k; j++) c->logp[d][j] -= lse;
     }
 }
 

@@ -75,7 +75,8 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
             return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
         }
     }
-    if (budget || s->params.sampler) { // trees and q need the drafter's distributions
+    // q needs the drafter's distributions, and trees their top-k where the proposer has no topk
+    if ((budget && !p->topk) || s->params.sampler) {
         s->draft.logits = malloc((size_t)(DS_DRAFT_MAX_BLOCK * hp->n_vocab) * sizeof(float));
         if (!s->draft.logits) {
             ds_spec_free(s);

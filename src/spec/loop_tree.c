@@ -68,11 +68,30 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
         ds_ddtree_build_cond(&s->tree, s->node_cands, tree_cands, s, L, s->params.tree_topk,
                              s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
     } else {
-        ds_ddtree_cands *c = malloc(sizeof(*c));
-        if (!c) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
-        ds_ddtree_cands_from_logits(c, s->draft.logits, L, s->draft.n_vocab, s->params.tree_topk);
+        struct {
+            ds_ddtree_cands c;
+            int32_t ids[DS_DDTREE_MAX_DEPTH * DS_DDTREE_MAX_K];
+            float logp[DS_DDTREE_MAX_DEPTH * DS_DDTREE_MAX_K];
+        } *w = malloc(sizeof(*w));
+        if (!w) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+        ds_ddtree_cands *c = &w->c;
+        if (s->p.topk) { // where the logits are (a device backend: no logits copy)
+            const double t0 = ds_time_now();
+            const int k = (int)DS_MIN((int64_t)s->params.tree_topk, s->draft.n_vocab);
+            c->depth = L;
+            c->k = k;
+            if (L > 0) s->p.topk(s->p.ctx, L, k, w->ids, w->logp);
+            for (int d = 0; d < L; d++) {
+                memcpy(c->tok[d], w->ids + d * k, (size_t)k * sizeof(int32_t));
+                memcpy(c->logp[d], w->logp + d * k, (size_t)k * sizeof(float));
+            }
+            s->stats.t_draft += ds_time_now() - t0;
+        } else {
+            ds_ddtree_cands_from_logits(c, s->draft.logits, L, s->draft.n_vocab,
+                                        s->params.tree_topk);
+        }
         ds_ddtree_build(&s->tree, c, s->anchor, DS_MAX(budget, 0), s->params.tree_chain_seed);
-        free(c);
+        free(w);
     }
     double t0 = ds_time_now();
     ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,

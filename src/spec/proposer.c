@@ -18,12 +18,17 @@ static int drafter_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *
     return ds_draft_cond_cands(dp->ctx, slot, prev, k, ids, logp);
 }
 
+static void drafter_topk(void *ctx, int64_t n, int k, int32_t *ids, float *logp) {
+    ds_drafter_proposer *dp = ctx;
+    ds_draft_topk_logp(dp->ctx, n, k, ids, logp);
+}
+
 void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,
                                    const ds_drafter *d) {
     const ds_draft_config *c = ds_drafter_config(d);
     *p = (ds_proposer){.ctx = dp, .n_taps = c->n_taps, .tap_layers = c->target_layer_ids,
                        .block_size = c->verify_width, .append = drafter_append,
-                       .propose = drafter_propose};
+                       .propose = drafter_propose, .topk = drafter_topk};
     bool conditional = (c->has_markov && dp->how != DS_PROPOSE_ARGMAX) ||
                        (c->has_selector && dp->how != DS_PROPOSE_ARGMAX);
     if (conditional) p->cands = drafter_cands;

@@ -103,6 +103,7 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .argmax_dev = ds_cpu_argmax, // (backend memory is host memory)
         .get_rows_dev = ds_cpu_get_rows,
         .topk = ds_cpu_topk,
+        .logsumexp = ds_cpu_logsumexp,
         .read = cpu_read,
         .write = cpu_read,
         .copy = cpu_copy,

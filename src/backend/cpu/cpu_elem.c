@@ -155,6 +155,13 @@ void ds_cpu_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, 
     }
 }
 
+void ds_cpu_logsumexp(ds_backend *be, float *out, const ds_tensor *x) {
+    (void)be;
+    const int64_t n = x->ne[0], rows = ds_cpu_nrows(x);
+    DS_ASSERT(x->type == DS_TYPE_F32 && n >= 1);
+    for (int64_t r = 0; r < rows; r++) out[r] = ds_logsumexp_f32(ds_cpu_row_flat(x, r), n);
+}
+
 void ds_cpu_argmax(ds_backend *be, int32_t *out, const ds_tensor *x) {
     (void)be;
     int64_t n = x->ne[0], rows = ds_cpu_nrows(x);

@@ -360,7 +360,7 @@ extern "C" int ds_cuda_device_count(void) {
     return n;
 }
 
-// Shapes the kernels are instantiated for (matmul.cu, deltanet.cu, attention.cu asserts).
+// Shapes the kernels are instantiated for (matmul.cu, gated_delta.cu, attention.cu asserts).
 static bool cuda_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
     (void)be;
     switch (kind) {
@@ -469,6 +469,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
     ops.topk = ds_cuda_topk;
+    ops.logsumexp = ds_cuda_logsumexp;
     ops.argmax_dev = ds_cuda_argmax_dev;
     ops.get_rows_dev = ds_cuda_get_rows_dev;
     ops.moe_combine = ds_cuda_moe_combine;

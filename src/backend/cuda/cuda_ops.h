@@ -74,6 +74,7 @@ void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_tensor *x, flo
                            float cap);
 void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+void ds_cuda_logsumexp(ds_backend *be, float *out, const ds_tensor *x);
 void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);

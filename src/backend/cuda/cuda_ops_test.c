@@ -1490,6 +1490,43 @@ static void test_topk(void **state) {
     }
 }
 
+// logsumexp: each row's log(sum exp) against the CPU's (ds_logsumexp_f32: f64 exp, one pass in
+// index order) within 1e-6 relative -- a drafter block over the 27B's vocabulary, a row shorter
+// than the kernel's slices, rows with -inf elements and logits in the hundreds.
+static void test_logsumexp(void **state) {
+    ENV(state);
+    static const struct {
+        int64_t V, n;
+    } cs[] = {{248320, 15}, {20, 3}, {4097, 5}, {100000, 1}};
+    for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
+        const int64_t V = cs[ci].V, n = cs[ci].n;
+        float *x = xmalloc((size_t)(V * n) * 4);
+        fill_u(e, x, V * n, 10.0f);
+        for (int64_t r = 0; r < n; r++) {
+            for (int64_t i = 0; i < V; i++) {
+                float *v = &x[r * V + i];
+                if (r % 3 == 1 && i % 7 == 3) *v = -INFINITY;
+                if (r % 3 == 2) *v = *v * 30.0f + 200.0f;
+            }
+        }
+        void *xd = up(e, x, (size_t)(V * n) * 4);
+        ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, V, n), xg = with_data(&xt, xd);
+        float *ref = xmalloc((size_t)n * 4), *got = xmalloc((size_t)n * 4);
+        assert_non_null(e->gpu->ops.logsumexp);
+        e->cpu->ops.logsumexp(e->cpu, ref, &xt);
+        e->gpu->ops.logsumexp(e->gpu, got, &xg);
+        assert_true(ds_cuda_ok(e->gpu));
+        for (int64_t r = 0; r < n; r++) {
+            if (!(fabsf(got[r] - ref[r]) <= 1e-6f * fabsf(ref[r]) + 1e-6f)) {
+                fail_msg("logsumexp V=%lld row %lld: %.9g vs cpu %.9g", (long long)V,
+                         (long long)r, got[r], ref[r]);
+            }
+        }
+        dfree(e, xd);
+        free(x), free(ref), free(got);
+    }
+}
+
 // ---- attention -----------------------------------------------------------------------------------
 
 typedef struct att_case {
@@ -2121,6 +2158,7 @@ int main(void) {
         cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units), cmocka_unit_test(test_gated_norm_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
+        cmocka_unit_test(test_logsumexp),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_conv_silu_gates), cmocka_unit_test(test_gdn_gates),

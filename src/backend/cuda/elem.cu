@@ -6,8 +6,11 @@
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
 // matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused); SwiGLU adds the split partials of
 // gate and up itself when their reduce was held back (matmul.cu). Argmax: 64 slices per row, then
-// their winners; top-k: the same with k rounds per slice. Calls common.cuh, quant.cuh. Called through the op table. Spec: backend.h.
-//   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax);  flops: ~rows*ne0*5.
+// their winners; top-k: the same with k rounds per slice; logsumexp: per slice its max and its
+// sum of exponentials, then per row their combination. Calls common.cuh, quant.cuh. Called
+// through the op table. Spec: backend.h.
+//   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax, logsumexp: read twice, the
+//   second time from L2);  flops: ~rows*ne0*5.
 #include "backend/cuda/quant.cuh"
 
 extern "C" {
@@ -542,4 +545,91 @@ extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds
     ds_cuda_launched(c, "topk");
     ds_cuda_readback(c, ids, di, nk * 4);
     ds_cuda_readback(c, vals, dv, nk * 4);
+}
+
+// ---- logsumexp -----------------------------------------------------------------------------------
+// Block (p, r): slice p of row r (LSE_PARTS equal slices): its max m_p, then s_p = sum of
+// expf(x - m_p) in double (each thread in index order, then the block's threads in a fixed tree);
+// one warp per row then adds s_p * exp(m_p - M) in slice order (M: the largest m_p) and writes
+// M + log(S). An empty slice gives (-inf, 0). (The DDTree candidates of a 15-slot block over a
+// 248K vocabulary: 15 floats back instead of 15 MB of logits and a host pass over them.)
+enum { LSE_PARTS = 32 };
+
+// The block's max / double sum, in every thread (a fixed tree: the same bits every launch).
+__device__ __forceinline__ float lse_block_max(float v, float *sm) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) sm[w] = v;
+    __syncthreads();
+    v = sm[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) v = fmaxf(v, sm[i]);
+    __syncthreads(); // (sm is reused)
+    return v;
+}
+__device__ __forceinline__ double lse_block_sum(double v, double *sm) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = ds_cu_warp_sum_d(v);
+    if (lane == 0) sm[w] = v;
+    __syncthreads();
+    v = sm[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) v += sm[i];
+    return v;
+}
+
+static __global__ __launch_bounds__(256) void lse_part_kernel(ds_cu_rows x, float *pm,
+                                                              double *ps) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ float smf[8];
+    __shared__ double smd[8];
+    const int64_t r = blockIdx.y, n = x.ne0;
+    const int64_t per = (n + LSE_PARTS - 1) / LSE_PARTS, i0 = blockIdx.x * per;
+    const int64_t i1 = min(n, i0 + per);
+    const float *xr = ds_cu_row(x, r);
+    float m = -INFINITY;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) m = fmaxf(m, xr[i]);
+    m = lse_block_max(m, smf);
+    double sum = 0.0;
+    if (m > -INFINITY) {
+        for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) sum += expf(xr[i] - m);
+    }
+    sum = lse_block_sum(sum, smd);
+    if (threadIdx.x == 0) {
+        pm[r * LSE_PARTS + blockIdx.x] = m;
+        ps[r * LSE_PARTS + blockIdx.x] = sum;
+    }
+}
+
+static __global__ __launch_bounds__(32) void lse_final_kernel(const float *pm, const double *ps,
+                                                              float *out) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t r = blockIdx.x;
+    if (threadIdx.x != 0) return;
+    float M = -INFINITY;
+    for (int p = 0; p < LSE_PARTS; p++) M = fmaxf(M, pm[r * LSE_PARTS + p]);
+    double S = 0.0;
+    for (int p = 0; p < LSE_PARTS; p++) {
+        const float m = pm[r * LSE_PARTS + p];
+        if (m > -INFINITY) S += ps[r * LSE_PARTS + p] * exp((double)m - (double)M);
+    }
+    out[r] = M + (float)log(S);
+}
+
+extern "C" void ds_cuda_logsumexp(ds_backend *be, float *out, const ds_tensor *x) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "logsumexp")) return;
+    const int64_t rows = ds_cuda_nrows(x);
+    DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] >= 1);
+    if (rows == 0) return;
+    DS_ASSERT(rows <= 65535);
+    const size_t np = (size_t)rows * LSE_PARTS;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, np * 8 + np * 4 + (size_t)rows * 4);
+    if (!s) return;
+    double *ps = (double *)s;
+    float *pm = (float *)(s + np * 8), *dout = pm + np;
+    ds_cu_launch(c, lse_part_kernel, dim3(LSE_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x), pm,
+                 ps);
+    ds_cu_launch(c, lse_final_kernel, (unsigned)rows, 32, 0, (const float *)pm,
+                 (const double *)ps, dout);
+    ds_cuda_launched(c, "logsumexp");
+    ds_cuda_readback(c, out, dout, (size_t)rows * 4);
 }
