@@ -228,10 +228,28 @@ static int topk_logsoftmax(const float *x, int64_t n, int k, int32_t *ids, float
         return 0;
     }
     ds_topk_f32(x, n, k, ids, logp);
-    float mx = logp[0];
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
-    float lse = mx + (float)log(sum);
+    const float lse = ds_logsumexp_f32(x, n);
+    for (int j = 0; j < k; j++) logp[j] -= lse;
+    return k;
+}
+
+// The same of a vocabulary row x {V, 1} in backend memory: by the backend's topk and logsumexp
+// ops where it has both (a device backend copies k ids and values and one float back, not the
+// row; the CPU backend's ops give the host function's bits), else read into h_row.
+static int row_topk_logsoftmax(ds_backend *be, const ds_tensor *x, float *h_row, int k,
+                               int32_t *ids, float *logp) {
+    const int64_t V = x->ne[0];
+    if (!be->ops.topk || !be->ops.logsumexp) {
+        be->ops.read(be, h_row, x->data, (size_t)V * sizeof(float));
+        return topk_logsoftmax(h_row, V, k, ids, logp);
+    }
+    k = (int)DS_MIN((int64_t)k, DS_MIN(V, (int64_t)DS_TOPK_MAX));
+    if (k <= 0) {
+        return 0;
+    }
+    float lse;
+    be->ops.topk(be, ids, logp, x, k);
+    be->ops.logsumexp(be, &lse, x);
     for (int j = 0; j < k; j++) logp[j] -= lse;
     return k;
 }
@@ -280,18 +298,15 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
         for (int j = 0; j < n; j++) ids[j] = cid[order[j]];
         return n;
     }
+    ds_tensor row = {.data = (float *)in->logits->data + p * V, .type = DS_TYPE_F32,
+                     .ne = {V, 1, 1, 1},
+                     .nb = {sizeof(float), (size_t)V * sizeof(float), (size_t)V * sizeof(float),
+                            (size_t)V * sizeof(float)}};
     if (hp->markov_rank > 0) { // z = U_p + W2 . W1[prev]
-        ds_tensor row = {.data = (float *)in->logits->data + p * V, .type = DS_TYPE_F32,
-                         .ne = {V, 1, 1, 1},
-                         .nb = {sizeof(float), (size_t)V * sizeof(float),
-                                (size_t)V * sizeof(float), (size_t)V * sizeof(float)}};
         be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
         be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
         be->ops.add(be, &s->bias, &s->bias, &row);
-        be->ops.read(be, s->h_row, s->bias.data, (size_t)V * sizeof(float));
-    } else {
-        be->ops.read(be, s->h_row, (const float *)in->logits->data + p * V,
-                     (size_t)V * sizeof(float));
+        return row_topk_logsoftmax(be, &s->bias, s->h_row, k, ids, logp);
     }
-    return topk_logsoftmax(s->h_row, V, k, ids, logp);
+    return row_topk_logsoftmax(be, &row, s->h_row, k, ids, logp);
 }

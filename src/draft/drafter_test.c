@@ -246,6 +246,24 @@ static void check_call(ds_draft_ctx *c, const ds_drafter *d, const ref_file *ref
             assert_true(j == 0 || logp[p * K + j] <= logp[p * K + j - 1]);
         }
     }
+    // conditional candidates (DSpark Markov, DFlash 2 selector): the backend's topk and
+    // logsumexp ops give the bits of the host path (the row read back), for every slot
+    if (cfg->has_markov || cfg->has_selector) {
+        ds_backend_ops saved = W.be->ops;
+        for (int64_t p = 0; p < np; p++) {
+            const int32_t prev = p == 0 ? anchor : out->tokens[p - 1];
+            int32_t hid[K];
+            float hlp[K];
+            const int n_ops = ds_draft_cond_cands(c, p, prev, K, ids, logp);
+            W.be->ops.topk = NULL, W.be->ops.logsumexp = NULL;
+            const int n_host = ds_draft_cond_cands(c, p, prev, K, hid, hlp);
+            W.be->ops = saved;
+            assert_int_equal(n_ops, n_host);
+            assert_true(n_ops >= 1);
+            assert_memory_equal(ids, hid, (size_t)n_ops * sizeof(int32_t));
+            assert_memory_equal(logp, hlp, (size_t)n_ops * sizeof(float));
+        }
+    }
 }
 
 static void check_int_list(json_t *arr, const int32_t *got, int64_t n, const char *what) {
