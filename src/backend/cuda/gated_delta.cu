@@ -18,9 +18,9 @@
 // chunks: the same formula), value slice, beta and g.
 // Session 15: this layout, the prefill kernel's since session 12, replaced the decode / verify
 // kernel (lane = 4 keys of 8 value rows, five-shuffle butterflies of 8 sums), whose 16 verify
-// rows took ~22 us per layer on the H200 (1 row: 4.1 us): now ~13 and 3.85 (CUPTI, in the step
-// graphs). What bounds the ~0.6 us per row is not known: moving the o reduction off the
-// row-to-row chain through S did not change it (13.69 -> 13.57 us).
+// rows took ~22 us per layer on the H200 (1 row: 4.1 us): now 11.0 and 3.85 (CUPTI, in the
+// step graphs; two rows per thread: 13.7). What bounds the ~0.5 us per row is not known: moving
+// the o reduction off the row-to-row chain through S did not change it (13.69 -> 13.57 us).
 //   bytes: 2*H_v*d_k*d_v*4 (state in/out per launch) + n*(conv_dim + H_v*(d_v+2))*4 (+ d_k*d_v*4
 //   per head per saved / reloaded tree branch; prompt chunks: + n*2*H_k*d_k*4*2 normalised q, k)
 //   flops: ~6*n*H_v*d_k*d_v
