@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Top-k up to this size uses a heap over the logits (no candidate array is built); larger k uses
-// quickselect over (logit, id) pairs.
-#define HEAP_TOP_K_MAX 256
+// Top-k up to this size runs ds_topk_f32 over the logits (no candidate array is built); larger k
+// uses quickselect over (logit, id) pairs.
+#define SMALL_TOP_K_MAX 256
 // Top-p without top-k buckets candidates by distance from the max logit: 1/8-nat buckets over
 // 32 nats, the last bucket catching the rest.
 #define TOP_P_BUCKETS 257
@@ -271,53 +271,16 @@ static int cmp_cand(const void *pa, const void *pb) {
     return better(a, b) ? -1 : better(b, a) ? 1 : 0;
 }
 
-// Min-heap by `better` (the worst candidate at the root).
-static void heap_sift_down(cand *h, int64_t n, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && better(h[w], h[l])) {
-            w = l;
-        }
-        if (r < n && better(h[w], h[r])) {
-            w = r;
-        }
-        if (w == i) {
-            return;
-        }
-        cand t = h[i];
-        h[i] = h[w];
-        h[w] = t;
-        i = w;
-    }
-}
-
-static void heap_sift_up(cand *h, int64_t i) {
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!better(h[p], h[i])) {
-            return;
-        }
-        cand t = h[i];
-        h[i] = h[p];
-        h[p] = t;
-        i = p;
-    }
-}
-
-// Top k of work[0..n) into c[0..k), sorted best first.
-static void top_k_heap(const float *work, int64_t n, int64_t k, cand *c) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        cand x = {work[i], (int32_t)i};
-        if (m < k) {
-            c[m] = x;
-            heap_sift_up(c, m++);
-        } else if (better(x, c[0])) {
-            c[0] = x;
-            heap_sift_down(c, k, 0);
-        }
-    }
-    qsort(c, (size_t)k, sizeof(cand), cmp_cand);
+// Top k (<= SMALL_TOP_K_MAX) of work[0..n) into c[0..k), sorted best first: ds_topk_f32, whose
+// order is `better`'s (larger first, equal values by lower id; NaN and +inf never get here), and
+// which skips runs that cannot enter the list (ds_sample_dist of a 248K-logit row with the
+// default filters: 0.58 -> 0.32 ms on the development VM, against a heap that sifted every
+// element it kept).
+static void top_k_small(const float *work, int64_t n, int64_t k, cand *c) {
+    int32_t ids[SMALL_TOP_K_MAX];
+    float vals[SMALL_TOP_K_MAX];
+    ds_topk_f32(work, n, (int)k, ids, vals);
+    for (int64_t j = 0; j < k; j++) c[j] = (cand){vals[j], ids[j]};
 }
 
 // Rearranges c[lo..hi) so that c[lo..lo+m) holds its m best entries (unordered). Quickselect with
@@ -460,8 +423,8 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
         n = n_vocab;
     } else if (p->top_k > 0 && p->top_k < n_vocab) {
         n = p->top_k;
-        if (n <= HEAP_TOP_K_MAX) {
-            top_k_heap(w, n_vocab, n, c);
+        if (n <= SMALL_TOP_K_MAX) {
+            top_k_small(w, n_vocab, n, c);
         } else {
             for (int64_t i = 0; i < n_vocab; i++) {
                 c[i] = (cand){w[i], (int32_t)i};
