@@ -369,27 +369,9 @@ int ds_draft_cond_cands(ds_draft_ctx *c, int64_t slot, int32_t prev, int k, int3
 }
 
 void ds_draft_topk_logp(ds_draft_ctx *c, int64_t n, int k, int32_t *ids, float *logp) {
-    ds_backend *be = c->be;
-    const int64_t V = c->d->hp.n_vocab;
-    DS_ASSERT(n >= 1 && n <= c->last_np && k >= 1 && k <= DS_TOPK_MAX && k <= V);
+    DS_ASSERT(n >= 1 && n <= c->last_np && k >= 1 && k <= DS_TOPK_MAX && k <= c->d->hp.n_vocab);
     ds_tensor lg = ds_tensor_rows(&c->logits, 0, n);
-    float lse[DS_DRAFT_MAX_BLOCK];
-    if (be->ops.topk && be->ops.logsumexp) {
-        be->ops.topk(be, ids, logp, &lg, k);
-        be->ops.logsumexp(be, lse, &lg);
-    } else { // (a backend without the ops: its rows read once)
-        float *rows = malloc((size_t)(n * V) * sizeof(float));
-        DS_ASSERT(rows != NULL);
-        be->ops.read(be, rows, lg.data, (size_t)(n * V) * sizeof(float));
-        for (int64_t p = 0; p < n; p++) {
-            ds_topk_f32(rows + p * V, V, k, ids + p * k, logp + p * k);
-            lse[p] = ds_logsumexp_f32(rows + p * V, V);
-        }
-        free(rows);
-    }
-    for (int64_t p = 0; p < n; p++) {
-        for (int j = 0; j < k; j++) logp[p * k + j] -= lse[p];
-    }
+    ds_draft_rows_topk_logp(c->be, &lg, c->hs.h_row, k, ids, logp);
 }
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err) {

@@ -233,24 +233,28 @@ static int topk_logsoftmax(const float *x, int64_t n, int k, int32_t *ids, float
     return k;
 }
 
-// The same of a vocabulary row x {V, 1} in backend memory: by the backend's topk and logsumexp
-// ops where it has both (a device backend copies k ids and values and one float back, not the
-// row; the CPU backend's ops give the host function's bits), else read into h_row.
-static int row_topk_logsoftmax(ds_backend *be, const ds_tensor *x, float *h_row, int k,
-                               int32_t *ids, float *logp) {
-    const int64_t V = x->ne[0];
-    if (!be->ops.topk || !be->ops.logsumexp) {
-        be->ops.read(be, h_row, x->data, (size_t)V * sizeof(float));
-        return topk_logsoftmax(h_row, V, k, ids, logp);
-    }
+int ds_draft_rows_topk_logp(ds_backend *be, const ds_tensor *x, float *h_row, int k,
+                            int32_t *ids, float *logp) {
+    const int64_t V = x->ne[0], n = x->ne[1];
+    DS_ASSERT(n >= 1 && n <= DS_DRAFT_MAX_BLOCK && x->nb[1] == (size_t)V * sizeof(float));
     k = (int)DS_MIN((int64_t)k, DS_MIN(V, (int64_t)DS_TOPK_MAX));
     if (k <= 0) {
         return 0;
     }
-    float lse;
-    be->ops.topk(be, ids, logp, x, k);
-    be->ops.logsumexp(be, &lse, x);
-    for (int j = 0; j < k; j++) logp[j] -= lse;
+    float lse[DS_DRAFT_MAX_BLOCK];
+    if (be->ops.topk && be->ops.logsumexp) {
+        be->ops.topk(be, ids, logp, x, k);
+        be->ops.logsumexp(be, lse, x);
+    } else { // (a backend without the ops: each row read back)
+        for (int64_t r = 0; r < n; r++) {
+            be->ops.read(be, h_row, (const float *)x->data + r * V, (size_t)V * sizeof(float));
+            ds_topk_f32(h_row, V, k, ids + r * k, logp + r * k);
+            lse[r] = ds_logsumexp_f32(h_row, V);
+        }
+    }
+    for (int64_t r = 0; r < n; r++) {
+        for (int j = 0; j < k; j++) logp[r * k + j] -= lse[r];
+    }
     return k;
 }
 
@@ -306,7 +310,7 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
         be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
         be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
         be->ops.add(be, &s->bias, &s->bias, &row);
-        return row_topk_logsoftmax(be, &s->bias, s->h_row, k, ids, logp);
+        return ds_draft_rows_topk_logp(be, &s->bias, s->h_row, k, ids, logp);
     }
-    return row_topk_logsoftmax(be, &row, s->h_row, k, ids, logp);
+    return ds_draft_rows_topk_logp(be, &row, s->h_row, k, ids, logp);
 }

@@ -6,7 +6,7 @@ Question it answers: which tensor-core precision a chunked prefill kernel for th
 (docs/cuda.md "Not yet built") can use and stay within test_gated_delta_prefill's tolerance
 (relative L2 2e-4 against the CPU's f32 recurrence).
 
-The recurrence (per head; S is d_v x d_k, as deltanet_prefill.cu and the CPU backend run it):
+The recurrence (per head; S is d_v x d_k, as gated_delta.cu and the CPU backend run it):
     a_t = exp(g_t);  u_t = beta_t (v_t - a_t S_{t-1} k_t);  S_t = a_t S_{t-1} + u_t k_t^T;
     o_t = S_t q_t
 Chunked, with gamma_t = prod_{s<=t} a_s inside a chunk of C rows and S0 its incoming state:
