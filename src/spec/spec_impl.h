@@ -21,7 +21,7 @@ struct ds_spec {
     float *feats;          // [feat_dev_rows * n_taps * n_embd]
     int64_t feat_dev_rows;
     float *feats_host;     // [feat_rows * n_taps * n_embd]
-    int64_t feat_rows;     // capacity in rows
+    int64_t feat_rows;     // feats_host's capacity in rows
     int64_t feat_pending;  // rows of plain steps not yet fed to the drafter (fed in one batch)
     ds_ddtree tree;        // tree mode
     int32_t path[DS_DDTREE_MAX_NODES + 1];
