@@ -231,8 +231,8 @@ typedef struct ds_backend_ops {
 } ds_backend_ops;
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
-// Most k of the topk op.
-enum { DS_TOPK_MAX = 64 };
+// Most k of the topk op (a sampler's top-k 40 plus a 64-token penalty window fit: sample.h).
+enum { DS_TOPK_MAX = 128 };
 
 
 struct ds_backend {

@@ -136,12 +136,12 @@ int ds_draft_cond_cands(ds_draft_ctx *c, int64_t slot, int32_t prev, int k, int3
                         float *logp);
 // After ds_draft_block: for each of the first n proposal slots (n <= the block's proposals) its
 // k (1 <= k <= min(n_vocab, DS_TOPK_MAX)) most probable tokens under the slot's raw logits, by
-// descending logit (ties by ascending id), and their log-softmax values, into ids[p * k + j] and
-// logp[p * k + j]: the DDTree candidates of unconditional sources. Computed where the logits are
-// (the backend's topk and logsumexp ops: a device backend copies n * k ids and values and n
-// floats back, not n * n_vocab logits); the CPU backend gives ds_ddtree_cands_from_logits'
-// bits.
-void ds_draft_topk_logp(ds_draft_ctx *c, int64_t n, int k, int32_t *ids, float *logp);
+// descending logit (ties by ascending id), and their logits (logp: their log-softmax values),
+// into ids[p * k + j] and vals[p * k + j]: the DDTree candidates of unconditional sources (logp),
+// what a sampler needs of the slot (ds_sample_dist_top). Computed where the logits are (the
+// backend's topk and logsumexp ops: a device backend copies n * k ids and values and n floats
+// back, not n * n_vocab logits); the CPU backend gives ds_ddtree_cands_from_logits' bits.
+void ds_draft_topk(ds_draft_ctx *c, int64_t n, int k, bool logp, int32_t *ids, float *vals);
 void ds_draft_out_deinit(ds_draft_out *o);
 // Drafts one block from `anchor` (the token at position start = ds_draft_ctx_len(c), committed
 // but not yet run through the target) and fills `out` with at most n_slots - 1 proposals for

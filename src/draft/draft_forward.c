@@ -368,10 +368,10 @@ int ds_draft_cond_cands(ds_draft_ctx *c, int64_t slot, int32_t prev, int k, int3
     return ds_draft_heads_cond(&in, slot, prev, k, ids, logp);
 }
 
-void ds_draft_topk_logp(ds_draft_ctx *c, int64_t n, int k, int32_t *ids, float *logp) {
+void ds_draft_topk(ds_draft_ctx *c, int64_t n, int k, bool logp, int32_t *ids, float *vals) {
     DS_ASSERT(n >= 1 && n <= c->last_np && k >= 1 && k <= DS_TOPK_MAX && k <= c->d->hp.n_vocab);
     ds_tensor lg = ds_tensor_rows(&c->logits, 0, n);
-    ds_draft_rows_topk_logp(c->be, &lg, c->hs.h_row, k, ids, logp);
+    ds_draft_rows_topk(c->be, &lg, c->hs.h_row, k, logp, ids, vals);
 }
 
 dspec_status ds_draft_out_init(ds_draft_out *o, const ds_drafter *d, dspec_err *err) {

@@ -233,8 +233,8 @@ static int topk_logsoftmax(const float *x, int64_t n, int k, int32_t *ids, float
     return k;
 }
 
-int ds_draft_rows_topk_logp(ds_backend *be, const ds_tensor *x, float *h_row, int k,
-                            int32_t *ids, float *logp) {
+int ds_draft_rows_topk(ds_backend *be, const ds_tensor *x, float *h_row, int k, bool logp,
+                       int32_t *ids, float *vals) {
     const int64_t V = x->ne[0], n = x->ne[1];
     DS_ASSERT(n >= 1 && n <= DS_DRAFT_MAX_BLOCK && x->nb[1] == (size_t)V * sizeof(float));
     k = (int)DS_MIN((int64_t)k, DS_MIN(V, (int64_t)DS_TOPK_MAX));
@@ -242,18 +242,18 @@ int ds_draft_rows_topk_logp(ds_backend *be, const ds_tensor *x, float *h_row, in
         return 0;
     }
     float lse[DS_DRAFT_MAX_BLOCK];
-    if (be->ops.topk && be->ops.logsumexp) {
-        be->ops.topk(be, ids, logp, x, k);
-        be->ops.logsumexp(be, lse, x);
+    if (be->ops.topk && (be->ops.logsumexp || !logp)) {
+        be->ops.topk(be, ids, vals, x, k);
+        if (logp) be->ops.logsumexp(be, lse, x);
     } else { // (a backend without the ops: each row read back)
         for (int64_t r = 0; r < n; r++) {
             be->ops.read(be, h_row, (const float *)x->data + r * V, (size_t)V * sizeof(float));
-            ds_topk_f32(h_row, V, k, ids + r * k, logp + r * k);
-            lse[r] = ds_logsumexp_f32(h_row, V);
+            ds_topk_f32(h_row, V, k, ids + r * k, vals + r * k);
+            if (logp) lse[r] = ds_logsumexp_f32(h_row, V);
         }
     }
-    for (int64_t r = 0; r < n; r++) {
-        for (int j = 0; j < k; j++) logp[r * k + j] -= lse[r];
+    for (int64_t r = 0; r < n && logp; r++) {
+        for (int j = 0; j < k; j++) vals[r * k + j] -= lse[r];
     }
     return k;
 }
@@ -310,7 +310,7 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
         be->ops.get_rows(be, &s->w1row, &d->markov_w1, &prev);
         be->ops.matmul(be, &s->bias, &d->markov_w2, &s->w1row);
         be->ops.add(be, &s->bias, &s->bias, &row);
-        return ds_draft_rows_topk_logp(be, &s->bias, s->h_row, k, ids, logp);
+        return ds_draft_rows_topk(be, &s->bias, s->h_row, k, true, ids, logp);
     }
-    return ds_draft_rows_topk_logp(be, &row, s->h_row, k, ids, logp);
+    return ds_draft_rows_topk(be, &row, s->h_row, k, true, ids, logp);
 }

@@ -54,10 +54,10 @@ int ds_draft_heads_cond(const ds_draft_heads_in *in, int64_t p, int32_t prev, in
                         float *logp);
 
 // For each row r of x {V, n} (backend memory, contiguous rows, n <= DS_DRAFT_MAX_BLOCK) its k'
-// = min(k, V, DS_TOPK_MAX) best entries by descending value (ties: lower id) and their
-// log-softmax values, ids[r * k' + j] / logp[r * k' + j]; returns k'. Through the backend's topk
-// and logsumexp ops where it has both (a device backend copies n k' ids and values and n floats
-// back, not the rows; the CPU backend's ops give the host path's bits), else each row read into
-// h_row [V] (ds_topk_f32, ds_logsumexp_f32).
-int ds_draft_rows_topk_logp(ds_backend *be, const ds_tensor *x, float *h_row, int k,
-                            int32_t *ids, float *logp);
+// = min(k, V, DS_TOPK_MAX) best entries by descending value (ties: lower id) and their values
+// (logp: their log-softmax values), ids[r * k' + j] / vals[r * k' + j]; returns k'. Through the
+// backend's topk (and logsumexp) ops where it has them (a device backend copies n k' ids and
+// values and n floats back, not the rows; the CPU backend's ops give the host path's bits), else
+// each row read into h_row [V] (ds_topk_f32, ds_logsumexp_f32).
+int ds_draft_rows_topk(ds_backend *be, const ds_tensor *x, float *h_row, int k, bool logp,
+                       int32_t *ids, float *vals);

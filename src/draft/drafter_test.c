@@ -229,16 +229,20 @@ static void check_call(ds_draft_ctx *c, const ds_drafter *d, const ref_file *ref
         fail_msg("%s %s: logits max rel err %.3g > %.1g", what, nm, e, LOGIT_RTOL);
     }
     free(ref_lg);
-    // the DDTree candidates from the backend's ops == the host's from the logits read back
+    // the DDTree candidates (and the raw top logits a sampler takes) from the backend's ops ==
+    // the host's from the logits read back
     enum { K = 8 };
     const int64_t np = out->n_proposed;
-    int32_t ids[DS_DRAFT_MAX_BLOCK * K], ref_ids[K];
-    float logp[DS_DRAFT_MAX_BLOCK * K], ref_vals[K];
-    ds_draft_topk_logp(c, np, K, ids, logp);
+    int32_t ids[DS_DRAFT_MAX_BLOCK * K], ref_ids[K], raw_ids[DS_DRAFT_MAX_BLOCK * K];
+    float logp[DS_DRAFT_MAX_BLOCK * K], ref_vals[K], raw[DS_DRAFT_MAX_BLOCK * K];
+    ds_draft_topk(c, np, K, true, ids, logp);
+    ds_draft_topk(c, np, K, false, raw_ids, raw);
     for (int64_t p = 0; p < np; p++) {
         const float *x = out->logits + p * V;
         ds_topk_f32(x, V, K, ref_ids, ref_vals);
         const float lse = ds_logsumexp_f32(x, V);
+        assert_memory_equal(raw_ids + p * K, ref_ids, sizeof(ref_ids));
+        assert_memory_equal(raw + p * K, ref_vals, sizeof(ref_vals));
         for (int j = 0; j < K; j++) {
             assert_int_equal(ids[p * K + j], ref_ids[j]);
             assert_true(logp[p * K + j] == ref_vals[j] - lse);

@@ -352,10 +352,70 @@ static void test_exact_pit(void **state) {
     free(prompt);
 }
 
+// ---- sampling from the rows' top logits ------------------------------------------------------------
+// The target's rows reach the sampler as their top logits (no row to the host, sample.h
+// ds_sample_dist_top) unless log-probs are asked for, which keeps the whole rows: the same seed
+// must give the same text both ways, plain and speculative (every configuration), with penalties.
+
+typedef struct text_out {
+    char buf[4096];
+    size_t len;
+    int n_lp;
+} text_out;
+
+static int on_text_all(const char *text, size_t len, void *user) {
+    text_out *t = user;
+    assert_true(t->len + len < sizeof(t->buf));
+    memcpy(t->buf + t->len, text, len);
+    t->len += len;
+    return 0;
+}
+static void on_logprob(const dspec_token_logprob *lp, void *user) {
+    (void)lp;
+    ((text_out *)user)->n_lp++;
+}
+
+static void test_top_logits_same_text(void **state) {
+    (void)state;
+    enum { LEN = 24 };
+    for (int c = -1; c < N_CONFIGS; c++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            static text_out got[2];
+            for (int rows = 0; rows < 2; rows++) {
+                dspec_gen_params p;
+                dspec_gen_params_default(&p);
+                p.max_tokens = LEN;
+                p.temperature = 0.9f, p.top_k = 30, p.top_p = 0.9f, p.min_p = 0.02f;
+                p.repeat_penalty = 1.2f, p.repeat_last_n = 32, p.presence_penalty = 0.3f;
+                p.seed = seed;
+                p.speculative = c >= 0;
+                p.ddtree_budget = c >= 0 && c % 2 ? TREE_BUDGET : 0;
+                p.adaptive = 0;
+                p.ignore_eos = 1;
+                p.logprob_fn = rows ? on_logprob : NULL; // whole rows: the log-probs need them
+                p.logprob_user = &got[rows];
+                memset(&got[rows], 0, sizeof(got[rows]));
+                dspec_gen_stats st;
+                dspec_err err = {0};
+                int d = c >= 0 ? c / 2 : (int)(seed % N_DRAFTERS);
+                if (dspec_generate(g_env.s[d], k_prompt, strlen(k_prompt), &p, on_text_all,
+                                   &got[rows], &st, &err) != DSPEC_OK) {
+                    fail_msg("generate: %s", err.msg);
+                }
+                assert_int_equal(st.n_gen, LEN);
+            }
+            assert_int_equal(got[1].n_lp, LEN);
+            assert_int_equal(got[0].len, got[1].len);
+            assert_memory_equal(got[0].buf, got[1].buf, got[0].len);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_sample),
         cmocka_unit_test(test_exact_pit),
+        cmocka_unit_test(test_top_logits_same_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

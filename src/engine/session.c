@@ -54,6 +54,7 @@ typedef struct gen_run {
     ds_drafter_proposer dp;
     ds_proposer prop;
     int32_t tok;               // plain decoding: last sampled token, not yet run
+    int64_t top_m;             // plain decoding: the sampler's top logits per row (0: the row)
     emitter em;
     dspec_gen_stats stats;
     double t_dec;
@@ -66,6 +67,8 @@ struct dspec_session {
     ds_draft_ctx *dctx;     // NULL without a drafter
     ds_tok_stream *stream;
     float *logits;          // [n_vocab]
+    int32_t top_ids[DS_TOPK_MAX]; // plain decoding's row as its top_m largest logits
+    float top_vals[DS_TOPK_MAX];
     ds_sample_probs probs;
     int64_t row;            // floats per feature row (n_taps * n_embd), 0 without a drafter
     float *feats;           // [state's n_batch * row] tap scratch of a prefill chunk
@@ -362,6 +365,10 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     }
     int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
     if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, err);
+    if (st == DSPEC_OK) { // a row's top logits where they decide the token (sample.h)
+        const int64_t need = ds_sample_top_need(r->smp);
+        r->top_m = need <= DS_TOPK_MAX && !r->p.logprob_fn ? need : 0;
+    }
     for (int64_t i = 0; i < req->n && st == DSPEC_OK; i++) {
         st = ds_sample_accept(r->smp, req->ids[i], err);
     }
@@ -430,11 +437,31 @@ static dspec_status prefill_chunk(dspec_session *s, int64_t end, dspec_err *err)
     return DSPEC_OK;
 }
 
+// Plain decoding: where a forward's one logits row goes (its top logits, or the row where the
+// sampler's parameters or the log-probs need it), and the token sampled from it.
+static void plain_outputs(dspec_session *s, ds_batch *b) {
+    if (s->run.top_m) {
+        b->topk = (int)s->run.top_m;
+        b->topk_ids = s->top_ids;
+        b->topk_vals = s->top_vals;
+    } else {
+        b->logits = s->logits;
+    }
+}
+static dspec_status plain_sample(dspec_session *s, dspec_err *err) {
+    gen_run *r = &s->run;
+    if (r->top_m) {
+        return ds_sample_token_top(r->smp, s->top_vals, s->top_ids, r->top_m, &s->probs, &r->tok,
+                                   err);
+    }
+    int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
+    return ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
+}
+
 // The last prefill chunk [cursor, n): logits of the last row, first token emitted.
 static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
     gen_run *r = &s->run;
     const ds_model *m = ds_engine_model(s->e);
-    int64_t V = ds_model_hparams_get(m)->n_vocab;
     dspec_status st;
     if (r->spec) {
         int32_t first;
@@ -443,11 +470,11 @@ static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
         r->t_dec = ds_time_now();
         if (st == DSPEC_OK) st = emit(&r->em, &first, 1, r->sp, NULL, err);
     } else {
-        ds_batch b = {.n = r->n - r->cursor, .tokens = r->ids + r->cursor, .n_logits = 1,
-                      .logits = s->logits};
+        ds_batch b = {.n = r->n - r->cursor, .tokens = r->ids + r->cursor, .n_logits = 1};
+        plain_outputs(s, &b);
         st = ds_model_forward(m, s->st, &b, err);
         r->stats.t_load_prompt = ds_time_now() - r->em.t_start;
-        if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
+        if (st == DSPEC_OK) st = plain_sample(s, err);
         r->t_dec = ds_time_now();
         if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, s->logits, err);
     }
@@ -466,10 +493,10 @@ static dspec_status decode_step(dspec_session *s, dspec_err *err) {
         dspec_status st = ds_spec_step(r->sp, budget, out, &n_out, err);
         return st == DSPEC_OK ? emit(&r->em, out, n_out, r->sp, NULL, err) : st;
     }
-    int64_t V = ds_model_hparams_get(m)->n_vocab;
-    ds_batch one = {.n = 1, .tokens = &r->tok, .n_logits = 1, .logits = s->logits};
+    ds_batch one = {.n = 1, .tokens = &r->tok, .n_logits = 1};
+    plain_outputs(s, &one);
     dspec_status st = ds_model_forward(m, s->st, &one, err);
-    if (st == DSPEC_OK) st = ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
+    if (st == DSPEC_OK) st = plain_sample(s, err);
     if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, s->logits, err);
     return st;
 }

@@ -125,6 +125,12 @@ typedef struct ds_batch {
     const int32_t *logits_rows;// [n_logits] distinct batch rows; NULL = the last n_logits rows
     float *logits;             // [n_logits * n_vocab] or NULL
     int32_t *argmax;           // [n_logits] greedy token per logits row, or NULL
+    // The topk (1..min(n_vocab, DS_TOPK_MAX)) largest logits of each logits row, computed where
+    // the logits are (backend.h topk: ds_topk_f32's order): ids / values [n_logits * topk], row
+    // j at j * topk. What a sampler needs without the rows (sample.h ds_sample_dist_top).
+    int topk;
+    int32_t *topk_ids;
+    float *topk_vals;
     int n_taps;                // hidden states captured after these layers (0-based)
     const int *tap_layers;     // [n_taps]
     float *taps;               // [n * n_taps * n_embd]: row-major (row, tap, n_embd)

@@ -83,7 +83,7 @@ static void check_batch_invariance(fixture *f) {
 // here) come in groups: a 200-row chunk with every row's logits (two groups) equals chunks of 10
 // rows (one group each), bitwise; so do 150 scattered rows out of 190-row chunks (two groups in
 // the first chunk, and the argmax scatter path: a chunk's requested rows are not consecutive in
-// the caller's order).
+// the caller's order); the top logits of every row (ds_batch.topk) are ds_topk_f32's of them.
 static void check_logits_groups(fixture *f) {
     enum { N = 200, NS = 150 };
     int32_t toks[N], rows[NS], am_a[NS], am_b[N];
@@ -97,19 +97,36 @@ static void check_logits_groups(fixture *f) {
         ds_state_params sp = {.n_ctx = 256, .n_batch = batches[k], .n_verify = 16};
         assert_int_equal(ds_state_new(&st[k], f->m, &sp, NULL), DSPEC_OK);
     }
+    enum { KB = DS_TOPK_MAX, KC = 7 }; // (and each row's top logits: the topk output)
+    int32_t *tb_i = malloc((size_t)N * KB * 4), tc_i[NS * KC], ref_i[KB];
+    float *tb_v = malloc((size_t)N * KB * 4), tc_v[NS * KC], ref_v[KB];
     step(f, st[0], toks, N, a);
-    ds_batch bb = {.n = N, .tokens = toks, .n_logits = N, .logits = b, .argmax = am_b};
+    ds_batch bb = {.n = N, .tokens = toks, .n_logits = N, .logits = b, .argmax = am_b,
+                   .topk = KB, .topk_ids = tb_i, .topk_vals = tb_v};
     assert_int_equal(ds_model_forward(f->m, st[1], &bb, NULL), DSPEC_OK);
     ds_batch bc = {.n = N, .tokens = toks, .n_logits = NS, .logits_rows = rows, .logits = c,
-                   .argmax = am_a};
+                   .argmax = am_a, .topk = KC, .topk_ids = tc_i, .topk_vals = tc_v};
     assert_int_equal(ds_model_forward(f->m, st[2], &bc, NULL), DSPEC_OK);
     assert_memory_equal(a, b, (size_t)(N * f->V) * 4);
+    for (int i = 0; i < N; i++) {
+        ds_topk_f32(a + (size_t)i * f->V, f->V, KB, ref_i, ref_v);
+        assert_memory_equal(tb_i + (size_t)i * KB, ref_i, KB * 4);
+        assert_memory_equal(tb_v + (size_t)i * KB, ref_v, KB * 4);
+    }
     for (int i = 0; i < NS; i++) {
         assert_memory_equal(c + (size_t)i * f->V, a + (size_t)rows[i] * f->V, (size_t)f->V * 4);
         assert_int_equal(am_a[i], am_b[rows[i]]);
+        ds_topk_f32(a + (size_t)rows[i] * f->V, f->V, KC, ref_i, ref_v);
+        assert_memory_equal(tc_i + i * KC, ref_i, KC * 4);
+        assert_memory_equal(tc_v + i * KC, ref_v, KC * 4);
     }
+    ds_batch bd = {.n = 1, .tokens = toks, .n_logits = 1, .topk = DS_TOPK_MAX + 1,
+                   .topk_ids = tc_i, .topk_vals = tc_v}; // refused with a message
+    dspec_err err = {0};
+    assert_int_equal(ds_model_forward(f->m, st[1], &bd, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "top 129 logits"));
     for (int k = 0; k < 3; k++) ds_state_free(st[k]);
-    free(a), free(b), free(c);
+    free(a), free(b), free(c), free(tb_i), free(tb_v);
 }
 
 // ds_model_matmul_flops against the file's own tensor table: 2 x ne0 x ne1 for every matrix a
@@ -414,7 +431,8 @@ static void test_load_refuses(void **s) {
 }
 
 // synth --tokenizer: the tokenizer.* keys of a GGUF are copied in; a vocabulary larger than the
-// model's is refused with a message naming both sizes.
+// model's is refused with a message naming both sizes; a smaller one is padded with "[PAD<id>]"
+// tokens up to the model's, which the tokenizer decodes.
 static void test_synth_tokenizer(void **state) {
     (void)state;
     const char *tok_src = DSPEC_SOURCE_DIR "/models/tiny-target-q8_0.gguf";
@@ -450,6 +468,31 @@ static void test_synth_tokenizer(void **state) {
         n_got++;
     }
     assert_true(n_src >= 3 && n_got == n_src);
+    ds_gguf_close(g);
+    // padded: the source's tokens and types, then [PAD<id>] (normal tokens) up to n_vocab
+    p.n_vocab = (int64_t)n_tok + 100;
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
+    int64_t kg = ds_gguf_find_key(g, "tokenizer.ggml.tokens");
+    assert_int_equal(ds_gguf_kv_arr_count(g, kg), n_tok + 100);
+    for (uint64_t i = 0; i < n_tok + 100; i += 97) {
+        ds_str a = ds_gguf_kv_arr_str(g, kg, i);
+        char pad[32];
+        snprintf(pad, sizeof(pad), "[PAD%" PRIu64 "]", i);
+        ds_str b = i < n_tok ? ds_gguf_kv_arr_str(src, ks, i) : (ds_str){pad, strlen(pad)};
+        assert_int_equal(a.len, b.len);
+        assert_memory_equal(a.ptr, b.ptr, a.len);
+    }
+    int64_t *types = malloc((n_tok + 100) * sizeof(int64_t)), *src_types = malloc(n_tok * 8);
+    size_t nt = 0, ns = 0;
+    assert_int_equal(ds_gguf_get_int_arr(g, "tokenizer.ggml.token_type", types, n_tok + 100, &nt,
+                                         &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_get_int_arr(src, "tokenizer.ggml.token_type", src_types, n_tok, &ns,
+                                         &err), DSPEC_OK);
+    assert_int_equal(nt, n_tok + 100);
+    assert_memory_equal(types, src_types, n_tok * 8);
+    for (size_t i = n_tok; i < nt; i++) assert_int_equal(types[i], 1); // (normal: decodes as text)
+    free(types), free(src_types);
     ds_gguf_close(g);
     ds_gguf_close(src);
     unlink(path);

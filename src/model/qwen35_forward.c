@@ -178,6 +178,16 @@ static void logits_group(const ds_model *m, ds_state *st, const ds_batch *b,
                          ds_tensor_rows(&lg, i, 1).data, rb);
         }
     }
+    if (b->topk > 0) { // (rows one by one where the caller's are not consecutive: see argmax)
+        const size_t k = (size_t)b->topk;
+        bool consecutive = true;
+        for (int64_t i = 1; i < nl; i++) consecutive = consecutive && out_idx[i] == out_idx[0] + i;
+        for (int64_t i = 0; i < nl; i += consecutive ? nl : 1) {
+            ds_tensor r = consecutive ? lg : ds_tensor_rows(&lg, i, 1);
+            be->ops.topk(be, b->topk_ids + out_idx[i] * k, b->topk_vals + out_idx[i] * k, &r,
+                         b->topk);
+        }
+    }
     if (b->argmax) {
         // straight into the caller's array when its rows are consecutive. A single-chunk step (the
         // only kind run as a step graph, whose ids arrive at step_end) always is; the scatter
@@ -323,6 +333,12 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
                               "twice", dup);
         }
     }
+    if (b->topk && (b->topk < 0 || b->topk > DS_MIN(m->hp.n_vocab, (int64_t)DS_TOPK_MAX) ||
+                    !b->topk_ids || !b->topk_vals || !m->be->ops.topk)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: top %d logits per row (1..%d, into "
+                          "ids and values, on a backend with the topk op)", b->topk,
+                          (int)DS_MIN(m->hp.n_vocab, (int64_t)DS_TOPK_MAX));
+    }
     if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS ||
         (b->n_taps && !b->taps == !b->taps_dev) || b->taps_row0 < 0) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %d taps (at most %d; into exactly "
@@ -350,6 +366,7 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
     MIX(b->n_logits);
     MIX(b->logits != NULL);
     MIX(b->argmax != NULL);
+    MIX(b->topk);
     MIX(b->logits_rows != NULL);
     for (int64_t j = 0; b->logits_rows && j < b->n_logits; j++) MIX(b->logits_rows[j]);
     MIX(b->n_taps);

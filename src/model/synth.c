@@ -201,7 +201,47 @@ static float draw(ds_rng *r, fill how, int64_t fan_in) {
     return 0.0f;
 }
 
-// The tokenizer.* keys of another GGUF (its vocabulary must fit in the model's).
+// The tokens padded to the model's vocabulary with "[PAD<id>]" tokens (as llama.cpp's converter
+// pads Qwen's 248,077 tokens to 248,320), so every id a sampler can draw detokenizes.
+static dspec_status pad_tokens(ds_gguf_writer *w, const ds_gguf *g, int64_t k, int64_t n_tok,
+                               int64_t n_vocab, dspec_err *err) {
+    int64_t kt = ds_gguf_find_key(g, "tokenizer.ggml.token_type");
+    const char **strs = malloc((size_t)n_vocab * sizeof(*strs));
+    size_t *lens = malloc((size_t)n_vocab * sizeof(*lens));
+    int32_t *types = malloc((size_t)n_vocab * sizeof(*types));
+    int64_t *t64 = malloc((size_t)n_tok * sizeof(*t64));
+    char *pads = malloc((size_t)(n_vocab - n_tok) * 24);
+    dspec_status st = strs && lens && types && t64 && pads ? DSPEC_OK
+                      : ds_err_set(err, DSPEC_ERR_NOMEM, "synth: out of memory");
+    size_t n_types = 0;
+    if (st == DSPEC_OK && kt >= 0) {
+        st = ds_gguf_get_int_arr(g, "tokenizer.ggml.token_type", t64, (size_t)n_tok, &n_types,
+                                 err);
+    }
+    for (int64_t i = 0; i < n_vocab && st == DSPEC_OK; i++) {
+        if (i < n_tok) {
+            ds_str t = ds_gguf_kv_arr_str(g, k, (uint64_t)i);
+            strs[i] = t.ptr, lens[i] = t.len;
+            types[i] = (size_t)i < n_types ? (int32_t)t64[i] : 1;
+        } else {
+            char *pad = pads + (i - n_tok) * 24;
+            lens[i] = (size_t)snprintf(pad, 24, "[PAD%" PRId64 "]", i);
+            strs[i] = pad, types[i] = 1;
+        }
+    }
+    if (st == DSPEC_OK) {
+        st = ds_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)n_vocab);
+    }
+    if (st == DSPEC_OK) {
+        st = ds_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", DS_GGUF_INT32, types,
+                                    (uint64_t)n_vocab);
+    }
+    free(strs), free(lens), free(types), free(t64), free(pads);
+    return st == DSPEC_OK || (err && err->code) ? st : ds_err_set(err, st, "synth: padding the "
+                                                                  "tokenizer failed");
+}
+
+// The tokenizer.* keys of another GGUF (its vocabulary must fit in the model's; padded to it).
 static dspec_status copy_tokenizer(ds_gguf_writer *w, const ds_synth_params *p, dspec_err *err) {
     ds_gguf *g = NULL;
     dspec_status st = ds_gguf_open(&g, p->tokenizer_from, err);
@@ -217,6 +257,9 @@ static dspec_status copy_tokenizer(ds_gguf_writer *w, const ds_synth_params *p, 
                         p->tokenizer_from, n_tok, p->n_vocab);
     } else {
         st = ds_gguf_writer_copy_kv_prefix(w, g, "tokenizer.", NULL, err);
+        if (st == DSPEC_OK && (int64_t)n_tok < p->n_vocab) {
+            st = pad_tokens(w, g, k, (int64_t)n_tok, p->n_vocab, err);
+        }
     }
     ds_gguf_close(g);
     return st;

@@ -372,6 +372,48 @@ static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
     return m; // rounding: every gathered candidate
 }
 
+// Steps 3-5 of the chain over n candidates c (sorted: the sorted top-k; or, with w, the dense
+// row w[0..n) and no candidate array) whose largest logit is maxl.
+static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const float *w,
+                           float maxl, ds_sample_probs *out, dspec_err *err) {
+    const ds_sample_params *p = &s->prm;
+    const bool dense = w != NULL;
+    if (maxl == -INFINITY) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
+    }
+    // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
+    if (p->top_p < 1.0f && n > 1) {
+        n = top_p_cut(c, n, sorted, p->top_p);
+        sorted = true;
+    }
+    // 4. min-p: keep l >= max + log(min_p); 5. temperature and softmax. Zero-probability entries
+    // (-inf, underflow) are dropped. The candidate order is kept, so a sorted prefix stays sorted.
+    float thr = p->min_p > 0.0f ? maxl + logf(p->min_p) : -INFINITY;
+    float inv_t = 1.0f / p->temperature;
+    double z = 0.0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float l = dense ? w[i] : c[i].l;
+        if (l < thr) {
+            continue;
+        }
+        float e = expf((l - maxl) * inv_t);
+        if (e > 0.0f) {
+            out->ids[k] = dense ? (int32_t)i : c[i].id;
+            out->p[k] = e;
+            z += e;
+            k++;
+        }
+    }
+    float inv_z = (float)(1.0 / z);
+    for (int64_t i = 0; i < k; i++) {
+        out->p[i] *= inv_z;
+    }
+    out->n = k;
+    out->sorted = sorted;
+    return DSPEC_OK;
+}
+
 // ---- the chain ---------------------------------------------------------------------------------
 
 dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
@@ -441,40 +483,69 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
         }
         n = n_vocab;
     }
-    if (maxl == -INFINITY) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
+    return finish(s, c, n, sorted, dense ? w : NULL, maxl, out, err);
+}
+
+// ---- from a row's largest logits (sample.h) -----------------------------------------------------
+
+int64_t ds_sample_top_need(const ds_sampler *s) {
+    const ds_sample_params *p = &s->prm;
+    int64_t k = p->temperature <= 0.0f ? 1 : p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+    if (k == 0) {
+        return 0;
     }
-    // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
-    if (p->top_p < 1.0f && n > 1) {
-        n = top_p_cut(c, n, sorted, p->top_p);
-        sorted = true;
-    }
-    // 4. min-p: keep l >= max + log(min_p); 5. temperature and softmax. Zero-probability entries
-    // (-inf, underflow) are dropped. The candidate order is kept, so a sorted prefix stays sorted.
-    float thr = p->min_p > 0.0f ? maxl + logf(p->min_p) : -INFINITY;
-    float inv_t = 1.0f / p->temperature;
-    double z = 0.0;
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float l = dense ? w[i] : c[i].l;
-        if (l < thr) {
-            continue;
+    if (penalties_on(s)) {
+        bool lower_only = p->repeat_penalty >= 1.0f && p->frequency_penalty >= 0.0f &&
+                          p->presence_penalty >= 0.0f;
+        if (!lower_only || p->repeat_last_n < 0) {
+            return 0;
         }
-        float e = expf((l - maxl) * inv_t);
-        if (e > 0.0f) {
-            out->ids[k] = dense ? (int32_t)i : c[i].id;
-            out->p[k] = e;
-            z += e;
-            k++;
+        k += p->repeat_last_n; // the window's distinct tokens, at most its length
+    }
+    return k < s->n_vocab ? k : s->n_vocab;
+}
+
+dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                                ds_sample_probs *out, dspec_err *err) {
+    const int64_t need = ds_sample_top_need(s);
+    if (need == 0 || m < need || m > s->n_vocab || out->cap < s->n_vocab) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: %" PRId64 " top logits given, %" PRId64
+                          " needed (0: these parameters need the whole row), output holds %" PRId64,
+                          m, need, out->cap);
+    }
+    out->n_vocab = s->n_vocab;
+    // 1. penalties on the m (the others only move down), then the penalised order
+    const bool pen = penalties_on(s);
+    cand *c = s->cands;
+    for (int64_t j = 0; j < m; j++) {
+        const int32_t id = ids[j];
+        float v = vals[j];
+        if (id < 0 || id >= s->n_vocab) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top id %" PRId32 " outside [0, %"
+                              PRId64 ")", id, s->n_vocab);
         }
+        if (isnan(v) || v == INFINITY) {
+            return bad_logit(id, v, err);
+        }
+        if (pen && s->counts[id]) {
+            v = penalise(s, v, s->counts[id]);
+        }
+        c[j] = (cand){v, id};
     }
-    float inv_z = (float)(1.0 / z);
-    for (int64_t i = 0; i < k; i++) {
-        out->p[i] *= inv_z;
+    qsort(c, (size_t)m, sizeof(cand), cmp_cand);
+    if (s->prm.temperature <= 0.0f) { // greedy: the penalised argmax
+        if (c[0].l == -INFINITY) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf",
+                              s->n_vocab);
+        }
+        out->ids[0] = c[0].id;
+        out->p[0] = 1.0f;
+        out->n = 1;
+        out->sorted = true;
+        return DSPEC_OK;
     }
-    out->n = k;
-    out->sorted = sorted;
-    return DSPEC_OK;
+    // 2. top-k: the first top_k, as ds_sample_dist's selection orders them
+    return finish(s, c, s->prm.top_k, true, NULL, c[0].l, out, err);
 }
 
 // ---- drawing -----------------------------------------------------------------------------------
@@ -506,6 +577,16 @@ int32_t ds_sample_draw(ds_sampler *s, const ds_sample_probs *d) {
 dspec_status ds_sample_token(ds_sampler *s, const float *logits, int64_t n_vocab,
                              ds_sample_probs *scratch, int32_t *token, dspec_err *err) {
     dspec_status st = ds_sample_dist(s, logits, n_vocab, scratch, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    *token = ds_sample_draw(s, scratch);
+    return ds_sample_accept(s, *token, err);
+}
+
+dspec_status ds_sample_token_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                                 ds_sample_probs *scratch, int32_t *token, dspec_err *err) {
+    dspec_status st = ds_sample_dist_top(s, vals, ids, m, scratch, err);
     if (st != DSPEC_OK) {
         return st;
     }

@@ -618,6 +618,86 @@ static void test_large_vocab_paths(void **state) {
     free(dense);
 }
 
+// ds_sample_dist_top from a row's m = ds_sample_top_need (and m + 9) largest logits gives
+// ds_sample_dist's distribution bit for bit: greedy and sampled, with and without penalties whose
+// history sits among the largest logits (so penalised tokens leave the top), on rows with ties
+// and -inf entries; and the parameters that need the whole row say so.
+static void test_top_path(void **state) {
+    (void)state;
+    enum { V = 6000, ROWS = 40, MAXM = 200 };
+    static float l[V];
+    int32_t ids[MAXM];
+    float vals[MAXM];
+    struct {
+        float t, top_p, min_p, rep, freq, pres;
+        int64_t top_k, window, need;
+    } cfgs[] = {
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 1},         // greedy
+        {0.0f, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, 0, 16, 17},        // greedy, repeat penalty
+        {0.8f, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 40, 64, 40},     // the defaults
+        {0.7f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1, 64, 1},         // top-k 1
+        {1.1f, 0.5f, 0.0f, 1.2f, 0.5f, 0.3f, 7, 32, 39},        // penalties, top-p
+        {0.6f, 0.9f, 0.1f, 1.0f, 0.25f, 0.0f, 100, 24, 124},    // frequency only
+        {0.8f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 0},        // top-k off: whole row
+        {0.0f, 1.0f, 0.0f, 0.9f, 0.0f, 0.0f, 0, 64, 0},         // repeat penalty < 1 raises
+        {0.8f, 1.0f, 0.0f, 1.0f, -0.5f, 0.0f, 40, 64, 0},       // negative frequency raises
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.4f, 40, -1, 0},        // unbounded window
+    };
+    ds_sample_rng r;
+    ds_sample_rng_seed(&r, 77);
+    for (size_t k = 0; k < DS_ARRAY_LEN(cfgs); k++) {
+        ds_sample_params p = plain_params(cfgs[k].t);
+        p.top_k = cfgs[k].top_k, p.top_p = cfgs[k].top_p, p.min_p = cfgs[k].min_p;
+        p.repeat_penalty = cfgs[k].rep, p.frequency_penalty = cfgs[k].freq;
+        p.presence_penalty = cfgs[k].pres, p.repeat_last_n = cfgs[k].window;
+        fixture full, top;
+        setup(&full, &p, V);
+        setup(&top, &p, V);
+        const int64_t need = ds_sample_top_need(top.s);
+        assert_int_equal(need, cfgs[k].need);
+        dspec_err err = {0};
+        for (int row = 0; row < ROWS && need > 0; row++) {
+            for (int64_t i = 0; i < V; i++) { // quantised (ties), a few -inf
+                double u = ds_sample_rng_uniform(&r);
+                l[i] = u < 0.01 ? -INFINITY : (float)(floor(-2.0 * log(u + 1e-12) * 4.0) / 4.0);
+            }
+            for (int j = 0; j < 2; j++) {
+                const int64_t m = need + 9 * j;
+                ds_topk_f32(l, V, (int)m, ids, vals);
+                run_dist(&full, l, V);
+                assert_int_equal(ds_sample_dist_top(top.s, vals, ids, m, &top.d, &err), DSPEC_OK);
+                assert_int_equal(top.d.n, full.d.n);
+                assert_int_equal(top.d.sorted, full.d.sorted);
+                assert_memory_equal(top.d.ids, full.d.ids, (size_t)full.d.n * sizeof(int32_t));
+                assert_memory_equal(top.d.p, full.d.p, (size_t)full.d.n * sizeof(float));
+            }
+            // history: one of the row's largest logits, so the next rows penalise their top
+            int32_t t = ids[ds_sample_rng_next(&r) % (uint64_t)(need < 12 ? need : 12)];
+            assert_int_equal(ds_sample_accept(full.s, t, &err), DSPEC_OK);
+            assert_int_equal(ds_sample_accept(top.s, t, &err), DSPEC_OK);
+        }
+        // fewer than the need, or parameters that need the whole row
+        ds_topk_f32(l, V, 5, ids, vals);
+        if (need == 0 || need > 5) {
+            assert_int_equal(ds_sample_dist_top(top.s, vals, ids, need ? need - 1 : 5, &top.d,
+                                                &err), DSPEC_ERR_INVALID);
+        }
+        teardown(&full);
+        teardown(&top);
+    }
+    // +inf among the top is refused, as the full row refuses it
+    ds_sample_params p = plain_params(0.8f);
+    p.top_k = 3;
+    fixture f;
+    setup(&f, &p, 10);
+    float row[10] = {0, 1, 2, INFINITY, 4, 5, 6, 7, 8, 9};
+    ds_topk_f32(row, 10, 3, ids, vals);
+    dspec_err err = {0};
+    assert_int_equal(ds_sample_dist_top(f.s, vals, ids, 3, &f.d, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "logits[3] is +inf"));
+    teardown(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_known_answers),
@@ -632,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_chi_square),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_large_vocab_paths),
+        cmocka_unit_test(test_top_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

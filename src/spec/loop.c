@@ -75,8 +75,10 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
             return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
         }
     }
-    // q needs the drafter's distributions, and trees their top-k where the proposer has no topk
-    if ((budget && !p->topk) || s->params.sampler) {
+    // trees need the drafter's top-k (where the proposer has no topk op), a sampled chain q
+    // (where neither the proposer's cands nor the sampler's top logits give it)
+    if ((budget && !p->topk) ||
+        (s->params.sampler && !budget && !p->cands && !s->q_top_m)) {
         s->draft.logits = malloc((size_t)(DS_DRAFT_MAX_BLOCK * hp->n_vocab) * sizeof(float));
         if (!s->draft.logits) {
             ds_spec_free(s);
@@ -130,17 +132,17 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
     for (int64_t r0 = 0; r0 < n && st == DSPEC_OK; r0 += s->feat_rows) {
         int64_t cn = DS_MIN(s->feat_rows, n - r0);
         bool last = r0 + cn == n;
-        float *lg = (s->params.sampler || s->params.keep_logits) && last ? s->target_logits
-                                                                         : NULL;
         // a piece that fits the device buffer captures its taps there; a longer one into host
         // memory, whence they reach the drafter through the device buffer a part at a time
         const bool dev = cn <= s->feat_dev_rows;
         ds_batch b = {.n = cn, .tokens = prompt + r0, .n_logits = last ? 1 : 0,
-                      .argmax = last ? next : NULL, .logits = lg, .n_taps = s->p.n_taps,
-                      .tap_layers = s->p.tap_layers, .taps = dev ? NULL : s->feats_host,
-                      .taps_dev = dev ? s->feats : NULL};
+                      .argmax = last ? next : NULL,
+                      .logits = last && s->params.keep_logits ? s->target_logits : NULL,
+                      .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers,
+                      .taps = dev ? NULL : s->feats_host, .taps_dev = dev ? s->feats : NULL};
+        if (last && s->params.sampler) ds_spec_logits_out(s, &b);
         st = ds_model_forward(s->m, s->st, &b, err);
-        if (st == DSPEC_OK && lg && s->params.sampler) st = ds_spec_sample_token(s, lg, next, err);
+        if (st == DSPEC_OK && last && s->params.sampler) st = ds_spec_sample_row(s, 0, next, err);
         for (int64_t f0 = 0; f0 < cn && st == DSPEC_OK; f0 += s->feat_dev_rows) {
             const int64_t fn = DS_MIN(s->feat_dev_rows, cn - f0);
             if (!dev) be->ops.write(be, s->feats, s->feats_host + f0 * row, (size_t)fn * row * 4);
@@ -261,11 +263,12 @@ static dspec_status spec_step_plain(ds_spec *s, int32_t *out, int64_t *n_out, ds
     double t0 = ds_time_now();
     int32_t tok;
     ds_batch b = {.n = 1, .tokens = &s->anchor, .n_logits = 1, .argmax = &tok,
-                  .logits = s->params.sampler || s->params.keep_logits ? s->target_logits : NULL,
+                  .logits = s->params.keep_logits ? s->target_logits : NULL,
                   .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps_dev = s->feats,
                   .taps_row0 = s->feat_pending};
+    if (s->params.sampler) ds_spec_logits_out(s, &b);
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
-    if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_token(s, s->target_logits, &tok, err);
+    if (st == DSPEC_OK && s->params.sampler) st = ds_spec_sample_row(s, 0, &tok, err);
     s->stats.t_verify += ds_time_now() - t0;
     if (st == DSPEC_OK && ++s->feat_pending == s->feat_dev_rows) st = flush_pending(s, err);
     if (st != DSPEC_OK) return st;

@@ -11,20 +11,36 @@
 dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err) {
     int64_t V = ds_model_hparams_get(s->m)->n_vocab;
     int n_q = s->params.n_slots;
-    s->target_logits = malloc((size_t)(rows * V) * sizeof(float));
-    s->resid_scratch = calloc((size_t)V, sizeof(float));
-    s->q = calloc((size_t)n_q, sizeof(ds_sample_probs));
-    if (!s->target_logits || !s->resid_scratch || !s->q) {
-        return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
-    }
-    dspec_status st = ds_sample_probs_init(&s->pdist, V, err);
-    if (st == DSPEC_OK) st = ds_sample_probs_init(&s->resid, V, err);
-    for (int i = 0; i < n_q && st == DSPEC_OK; i++) st = ds_sample_probs_init(&s->q[i], V, err);
-    if (st != DSPEC_OK) return st;
-    ds_sample_params qp = *ds_sample_get_params(s->params.sampler);
+    ds_sampler *smp = s->params.sampler;
+    ds_sample_params qp = *ds_sample_get_params(smp);
     qp.repeat_penalty = 1.0f, qp.frequency_penalty = 0.0f, qp.presence_penalty = 0.0f;
     qp.repeat_last_n = 0;
-    return ds_sample_new(&s->qs, &qp, V, err);
+    dspec_status st = ds_sample_new(&s->qs, &qp, V, err);
+    if (st != DSPEC_OK) return st;
+    // the rows' top logits where the parameters allow it and the rows are not kept anyway
+    const int64_t need = ds_sample_top_need(smp), q_need = ds_sample_top_need(s->qs);
+    s->top_m = need <= DS_TOPK_MAX && !s->params.keep_logits ? need : 0;
+    s->q_top_m = q_need <= DS_TOPK_MAX && s->p.topk && !s->p.cands ? q_need : 0;
+    if (s->top_m) {
+        s->top_ids = malloc((size_t)(rows * s->top_m) * sizeof(int32_t));
+        s->top_vals = malloc((size_t)(rows * s->top_m) * sizeof(float));
+    } else {
+        s->target_logits = malloc((size_t)(rows * V) * sizeof(float));
+    }
+    if (s->q_top_m) {
+        s->q_top_ids = malloc((size_t)(n_q * s->q_top_m) * sizeof(int32_t));
+        s->q_top_vals = malloc((size_t)(n_q * s->q_top_m) * sizeof(float));
+    }
+    s->resid_scratch = calloc((size_t)V, sizeof(float));
+    s->q = calloc((size_t)n_q, sizeof(ds_sample_probs));
+    if ((s->top_m ? !s->top_ids || !s->top_vals : !s->target_logits) || !s->resid_scratch ||
+        !s->q || (s->q_top_m && (!s->q_top_ids || !s->q_top_vals))) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: out of memory");
+    }
+    st = ds_sample_probs_init(&s->pdist, V, err);
+    if (st == DSPEC_OK) st = ds_sample_probs_init(&s->resid, V, err);
+    for (int i = 0; i < n_q && st == DSPEC_OK; i++) st = ds_sample_probs_init(&s->q[i], V, err);
+    return st;
 }
 
 void ds_spec_sampled_deinit(ds_spec *s) {
@@ -36,12 +52,36 @@ void ds_spec_sampled_deinit(ds_spec *s) {
     ds_sample_probs_deinit(&s->resid);
     ds_sample_free(s->qs);
     free(s->target_logits);
+    free(s->top_ids);
+    free(s->top_vals);
+    free(s->q_top_ids);
+    free(s->q_top_vals);
     free(s->resid_scratch);
 }
 
-dspec_status ds_spec_sample_token(ds_spec *s, const float *logits, int32_t *tok, dspec_err *err) {
-    int64_t V = ds_model_hparams_get(s->m)->n_vocab;
-    return ds_sample_token(s->params.sampler, logits, V, &s->pdist, tok, err);
+void ds_spec_logits_out(const ds_spec *s, ds_batch *b) {
+    if (s->top_m) {
+        b->topk = (int)s->top_m;
+        b->topk_ids = s->top_ids;
+        b->topk_vals = s->top_vals;
+    }
+    b->logits = s->target_logits;
+}
+
+// p: the target's processed distribution of logits row `row` of the last forward.
+static dspec_status target_dist(ds_spec *s, int64_t row, ds_sample_probs *out, dspec_err *err) {
+    ds_sampler *smp = s->params.sampler;
+    const int64_t m = s->top_m;
+    if (m) return ds_sample_dist_top(smp, s->top_vals + row * m, s->top_ids + row * m, m, out, err);
+    const int64_t V = ds_model_hparams_get(s->m)->n_vocab;
+    return ds_sample_dist(smp, s->target_logits + row * V, V, out, err);
+}
+
+dspec_status ds_spec_sample_row(ds_spec *s, int64_t row, int32_t *tok, dspec_err *err) {
+    dspec_status st = target_dist(s, row, &s->pdist, err);
+    if (st != DSPEC_OK) return st;
+    *tok = ds_sample_draw(s->params.sampler, &s->pdist);
+    return ds_sample_accept(s->params.sampler, *tok, err);
 }
 
 // q over the proposer's conditional candidates of slot i given prev: softmax(logp / T) over them.
@@ -64,7 +104,10 @@ static void conditional_q(ds_spec *s, int64_t i, int32_t prev, ds_sample_probs *
 static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
     ds_sampler *smp = s->params.sampler;
     bool sample = ds_sample_get_params(smp)->temperature > 0.0f;
-    int64_t V = s->draft.n_vocab;
+    int64_t V = s->draft.n_vocab, m = s->q_top_m;
+    if (sample && !s->p.cands && m && n_prop > 0) { // every slot's top logits at once
+        s->p.topk(s->p.ctx, n_prop, (int)m, false, s->q_top_ids, s->q_top_vals);
+    }
     for (int64_t i = 0; i < n_prop; i++) {
         ds_sample_probs *q = &s->q[i];
         if (!sample) { // the drafter's deterministic choice: q is one-hot on it
@@ -79,7 +122,9 @@ static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
             // §2.2 (b): q is the distribution the proposal is actually drawn from)
             conditional_q(s, i, i == 0 ? s->anchor : s->draft.tokens[i - 1], q);
         } else {
-            dspec_status st = ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
+            dspec_status st = m ? ds_sample_dist_top(s->qs, s->q_top_vals + i * m,
+                                                     s->q_top_ids + i * m, m, q, err)
+                                : ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
             if (st != DSPEC_OK) return st;
         }
         s->draft.tokens[i] = ds_sample_draw_rng(ds_sample_get_rng(smp), q);
@@ -92,26 +137,28 @@ dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop,
     (void)max_out; // max_prop <= max_out - 1 already caps what a step emits
     ds_sampler *smp = s->params.sampler;
     ds_sample_rng *rng = ds_sample_get_rng(smp);
-    int64_t V = s->draft.n_vocab, n_prop = 0;
+    int64_t n_prop = 0;
     dspec_status st = max_prop > 0 ? ds_spec_stage_propose(s, max_prop, &n_prop, err) : DSPEC_OK;
-    if (st == DSPEC_OK) st = draft_dists(s, n_prop, err);
-    if (st != DSPEC_OK) return st;
-    // verify with the logits of every row
     double t0 = ds_time_now();
+    if (st == DSPEC_OK) st = draft_dists(s, n_prop, err);
+    s->stats.t_draft += ds_time_now() - t0; // (q is part of drafting)
+    if (st != DSPEC_OK) return st;
+    // verify with the logits (or the sampler's top logits) of every row, then accept left to
+    // right; p_i sees the penalty history of everything accepted before it
+    t0 = ds_time_now();
     s->verify_tok[0] = s->anchor;
     memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     ds_batch b = {.n = n_prop + 1, .tokens = s->verify_tok, .n_logits = n_prop + 1,
-                  .logits = s->target_logits, .n_taps = s->p.n_taps,
-                  .tap_layers = s->p.tap_layers, .taps_dev = s->feats, .speculative = true};
+                  .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps_dev = s->feats,
+                  .speculative = true};
+    ds_spec_logits_out(s, &b);
     st = ds_model_forward(s->m, s->st, &b, err);
-    s->stats.t_verify += ds_time_now() - t0;
     if (st != DSPEC_OK) return st;
-    // accept left to right; p_i sees the penalty history of everything accepted before it
     int64_t k = 0;
     int32_t bonus = -1;
     for (; k < n_prop; k++) {
         int32_t d = s->draft.tokens[k];
-        st = ds_sample_dist(smp, s->target_logits + k * V, V, &s->pdist, err);
+        st = target_dist(s, k, &s->pdist, err);
         if (st != DSPEC_OK) return st;
         float pd = ds_sample_probs_get(&s->pdist, d), qd = ds_sample_probs_get(&s->q[k], d);
         if (!ds_sample_spec_accept(rng, pd, qd)) {
@@ -123,10 +170,11 @@ dspec_status ds_spec_step_sampled(ds_spec *s, int64_t max_out, int64_t max_prop,
         if ((st = ds_sample_accept(smp, d, err)) != DSPEC_OK) return st;
     }
     if (bonus < 0) { // every proposal accepted: the bonus comes from p after the last row
-        st = ds_sample_dist(smp, s->target_logits + k * V, V, &s->pdist, err);
+        st = target_dist(s, k, &s->pdist, err);
         if (st != DSPEC_OK) return st;
         bonus = ds_sample_draw_rng(rng, &s->pdist);
     }
+    s->stats.t_verify += ds_time_now() - t0; // (the acceptance is part of verifying)
     if ((st = ds_sample_accept(smp, bonus, err)) != DSPEC_OK) return st;
     if ((st = ds_spec_stage_commit(s, k + 1, NULL, err)) != DSPEC_OK) return st;
     if ((st = ds_spec_stage_feed(s, k + 1, err)) != DSPEC_OK) return st;

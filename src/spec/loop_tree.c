@@ -30,12 +30,12 @@ static int tree_cands(void *ctx, int depth, int32_t parent_token, int k, int32_t
 // sampling (drafters-and-verification.md §5.2). Stops after max_out emitted tokens.
 static dspec_status walk_sampled(ds_spec *s, int64_t max_out, int64_t *n_path, int32_t *bonus,
                                  dspec_err *err) {
-    int64_t V = s->draft.n_vocab, n = 0;
+    int64_t n = 0;
     int32_t cur = 0;
     s->path[n++] = 0;
     for (;;) {
         int32_t y;
-        dspec_status st = ds_spec_sample_token(s, s->target_logits + (int64_t)cur * V, &y, err);
+        dspec_status st = ds_spec_sample_row(s, cur, &y, err);
         if (st != DSPEC_OK) return st;
         int32_t next = -1;
         for (int64_t i = cur + 1; i < s->tree.n_nodes && n < max_out; i++) {
@@ -80,7 +80,7 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
             const int k = (int)DS_MIN((int64_t)s->params.tree_topk, s->draft.n_vocab);
             c->depth = L;
             c->k = k;
-            if (L > 0) s->p.topk(s->p.ctx, L, k, w->ids, w->logp);
+            if (L > 0) s->p.topk(s->p.ctx, L, k, true, w->ids, w->logp);
             for (int d = 0; d < L; d++) {
                 memcpy(c->tok[d], w->ids + d * k, (size_t)k * sizeof(int32_t));
                 memcpy(c->logp[d], w->logp + d * k, (size_t)k * sizeof(float));
@@ -96,21 +96,20 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     double t0 = ds_time_now();
     ds_batch b = {.n = s->tree.n_nodes, .tokens = s->tree.token, .parent = s->tree.parent,
                   .n_logits = s->tree.n_nodes, .argmax = s->target_tok,
-                  .logits = s->params.sampler || s->params.keep_logits ? s->target_logits
-                                                                         : NULL,
+                  .logits = s->params.keep_logits ? s->target_logits : NULL,
                   .n_taps = s->p.n_taps,
                   .tap_layers = s->p.tap_layers, .taps_dev = s->feats, .speculative = true};
+    if (s->params.sampler) ds_spec_logits_out(s, &b);
     st = ds_model_forward(s->m, s->st, &b, err);
-    s->stats.t_verify += ds_time_now() - t0;
-    if (st != DSPEC_OK) return st;
     int64_t n_path;
     int32_t bonus;
-    if (s->params.sampler) {
+    if (st == DSPEC_OK && s->params.sampler) {
         st = walk_sampled(s, max_out, &n_path, &bonus, err);
-        if (st != DSPEC_OK) return st;
-    } else {
+    } else if (st == DSPEC_OK) {
         ds_ddtree_walk(&s->tree, s->target_tok, s->path, &n_path, &bonus);
     }
+    s->stats.t_verify += ds_time_now() - t0; // (the walk is part of verifying)
+    if (st != DSPEC_OK) return st;
     if (!s->params.sampler && n_path > max_out) { // keep max_out rows; bonus = next path token
         n_path = max_out;
         bonus = s->target_tok[s->path[n_path - 1]];

@@ -18,9 +18,9 @@ static int drafter_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *
     return ds_draft_cond_cands(dp->ctx, slot, prev, k, ids, logp);
 }
 
-static void drafter_topk(void *ctx, int64_t n, int k, int32_t *ids, float *logp) {
+static void drafter_topk(void *ctx, int64_t n, int k, bool logp, int32_t *ids, float *vals) {
     ds_drafter_proposer *dp = ctx;
-    ds_draft_topk_logp(dp->ctx, n, k, ids, logp);
+    ds_draft_topk(dp->ctx, n, k, logp, ids, vals);
 }
 
 void ds_spec_proposer_from_drafter(ds_proposer *p, ds_drafter_proposer *dp,

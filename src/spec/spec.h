@@ -43,10 +43,11 @@ typedef struct ds_proposer {
     // DDTree expansion along each branch's actual parent (DSpark Markov, DFlash 2 selector).
     int (*cands)(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids, float *logp);
     // (optional) After propose: the k most probable tokens of each of the first n proposal slots
-    // and their log-probs, ids[p * k + j] / logp[p * k + j] (ds_draft_topk_logp), for DDTree
-    // candidates that do not depend on the parent. NULL: the loop asks propose for the raw
-    // logits (ds_draft_out.logits) and computes them on the host (ds_ddtree_cands_from_logits).
-    void (*topk)(void *ctx, int64_t n, int k, int32_t *ids, float *logp);
+    // and their logits (logp: log-probs), ids[p * k + j] / vals[p * k + j] (ds_draft_topk), for
+    // DDTree candidates that do not depend on the parent (logp) and sampled proposals (the
+    // sampler's ds_sample_dist_top). NULL: the loop asks propose for the raw logits
+    // (ds_draft_out.logits) and computes both on the host.
+    void (*topk)(void *ctx, int64_t n, int k, bool logp, int32_t *ids, float *vals);
 } ds_proposer;
 
 // Wraps a drafter context (and its proposer choice) as a ds_proposer (borrowed).

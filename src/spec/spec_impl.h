@@ -26,8 +26,16 @@ struct ds_spec {
     ds_ddtree tree;        // tree mode
     int32_t path[DS_DDTREE_MAX_NODES + 1];
     ds_ddtree_node_cands *node_cands; // conditional tree expansion (proposer cands)
-    // sampled verification (params.sampler != NULL)
-    float *target_logits;  // host [rows * n_vocab] (sampled verification or keep_logits)
+    // sampled verification (params.sampler != NULL): the distributions of the target's rows from
+    // their top_m largest logits where the sampler allows it (sample.h ds_sample_dist_top: no
+    // rows cross to the host), else from the rows; the drafter's q likewise (q_top_m, qs)
+    float *target_logits;  // host [rows * n_vocab] (keep_logits, or sampling with top_m == 0)
+    int64_t top_m;         // 0: whole rows
+    int32_t *top_ids;      // [rows * top_m]
+    float *top_vals;
+    int64_t q_top_m;       // 0: q from draft.logits (or from the proposer's cands)
+    int32_t *q_top_ids;    // [n_slots * q_top_m]
+    float *q_top_vals;
     bool emit_path;        // the last step's token i came from row path[i] (tree), else row i
     ds_sample_probs *q;    // [n_slots] draft distributions
     ds_sample_probs pdist, resid;
@@ -48,8 +56,12 @@ void ds_spec_gather_feats(ds_spec *s, const int32_t *rows, int64_t n);
 // Sampled verification state (loop_sample.c).
 dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err);
 void ds_spec_sampled_deinit(ds_spec *s);
-// Draws the target's token from one row of logits with params.sampler and records it.
-dspec_status ds_spec_sample_token(ds_spec *s, const float *logits, int32_t *tok, dspec_err *err);
+// Points a target forward's logits outputs where the loop reads them: the sampler's top logits
+// (top_m) and / or whole rows (target_logits), by row of the batch's logits rows.
+void ds_spec_logits_out(const ds_spec *s, ds_batch *b);
+// Draws the target's token from logits row `row` of the last forward (ds_spec_logits_out) with
+// params.sampler and records it.
+dspec_status ds_spec_sample_row(ds_spec *s, int64_t row, int32_t *tok, dspec_err *err);
 
 // Step variants (loop_tree.c, loop_sample.c).
 dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, int32_t *out,

@@ -231,7 +231,21 @@ static void test_tree_lossless(void **s) {
 typedef struct rand_prop {
     int64_t ctx_len;
     uint64_t salt;
+    float rows[DS_SPEC_MAX_SLOTS][512]; // the last block's logits (out->logits may be NULL)
 } rand_prop;
+
+// The top k logits (logp: log-probs) of the first n slots of the last block: the proposer's topk.
+static void rows_topk(const float (*rows)[512], int64_t n, int k, bool logp, int32_t *ids,
+                      float *vals) {
+    for (int64_t i = 0; i < n; i++) {
+        ds_topk_f32(rows[i], 512, k, ids + i * k, vals + i * k);
+        const float lse = logp ? ds_logsumexp_f32(rows[i], 512) : 0.0f;
+        for (int j = 0; j < k && logp; j++) vals[i * k + j] -= lse;
+    }
+}
+static void rand_topk(void *ctx, int64_t n, int k, bool logp, int32_t *ids, float *vals) {
+    rows_topk((const float (*)[512])((rand_prop *)ctx)->rows, n, k, logp, ids, vals);
+}
 
 static dspec_status rand_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
     (void)feats, (void)err;
@@ -245,12 +259,14 @@ static dspec_status rand_propose(void *ctx, int32_t anchor, int n_slots, ds_draf
     (void)err;
     rand_prop *r = ctx;
     out->n_tokens = n_slots - 1;
+    assert_true(out->n_vocab == 512);
     for (int i = 0; i < n_slots - 1; i++) {
-        float *row = out->logits + (int64_t)i * out->n_vocab;
+        float *row = r->rows[i];
         for (int64_t v = 0; v < out->n_vocab; v++) {
             uint64_t h = (uint64_t)(v * 2654435761u) ^ (uint64_t)(anchor * 40503 + i) ^ r->salt;
             row[v] = (float)(h % 1000) / 250.0f;
         }
+        if (out->logits) memcpy(out->logits + (int64_t)i * 512, row, sizeof(r->rows[i]));
         out->tokens[i] = 0;
     }
     return DSPEC_OK;
@@ -279,8 +295,11 @@ static int rand_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids
     return n;
 }
 
-// 0 plain, 1 chain, 2 tree, 3 chain with conditional (Markov-like) proposals
-static void sample_run(int spec, uint64_t seed, int32_t *toks) {
+// 0 plain, 1 chain, 2 tree, 3 chain with conditional (Markov-like) proposals; `via`: the
+// proposer's topk op (q from the drafter's top logits: ds_sample_dist_top) and / or kept logits
+// (the target's whole rows: ds_sample_dist). `len` tokens into toks.
+enum { VIA_TOPK = 1, VIA_ROWS = 2 };
+static void sample_run_via(int spec, uint64_t seed, int via, int len, int32_t *toks) {
     env *e = &g_env;
     ds_sample_params sp;
     ds_sample_params_default(&sp);
@@ -298,26 +317,28 @@ static void sample_run(int spec, uint64_t seed, int32_t *toks) {
         ds_sample_probs_init(&d, 512, NULL);
         ds_batch b = {.n = N_PROMPT, .tokens = e->prompt, .n_logits = 1, .logits = logits};
         assert_int_equal(ds_model_forward(e->m, st, &b, NULL), DSPEC_OK);
-        for (int i = 0; i < SAMPLE_LEN; i++) {
+        for (int i = 0; i < len; i++) {
             assert_int_equal(ds_sample_token(smp, logits, 512, &d, &toks[i], NULL), DSPEC_OK);
             ds_batch one = {.n = 1, .tokens = &toks[i], .n_logits = 1, .logits = logits};
             assert_int_equal(ds_model_forward(e->m, st, &one, NULL), DSPEC_OK);
         }
         ds_sample_probs_deinit(&d);
     } else {
-        rand_prop rp = {.salt = 99};
+        static rand_prop rp;
+        rp = (rand_prop){.salt = 99};
         ds_proposer p = {.ctx = &rp, .n_taps = 0, .block_size = 4, .append = rand_append,
-                         .propose = rand_propose, .cands = spec == 3 ? rand_cands : NULL};
+                         .propose = rand_propose, .cands = spec == 3 ? rand_cands : NULL,
+                         .topk = via & VIA_TOPK ? rand_topk : NULL};
         ds_spec_params par = {.n_slots = 4, .sampler = smp, .tree_budget = spec == 2 ? 6 : 0,
-                              .tree_topk = 3};
+                              .tree_topk = 3, .keep_logits = (via & VIA_ROWS) != 0};
         ds_spec *s;
         assert_int_equal(ds_spec_new(&s, e->m, st, &p, &par, NULL), DSPEC_OK);
         assert_int_equal(ds_spec_prefill(s, e->prompt, N_PROMPT, &toks[0], NULL), DSPEC_OK);
         int64_t n = 1;
-        while (n < SAMPLE_LEN) {
+        while (n < len) {
             int32_t out[DS_SPEC_MAX_SLOTS];
             int64_t k;
-            assert_int_equal(ds_spec_step(s, SAMPLE_LEN - n, out, &k, NULL), DSPEC_OK);
+            assert_int_equal(ds_spec_step(s, len - n, out, &k, NULL), DSPEC_OK);
             memcpy(toks + n, out, (size_t)k * sizeof(int32_t));
             n += k;
         }
@@ -325,6 +346,28 @@ static void sample_run(int spec, uint64_t seed, int32_t *toks) {
     }
     ds_state_free(st);
     ds_sample_free(smp);
+}
+
+static void sample_run(int spec, uint64_t seed, int32_t *toks) {
+    sample_run_via(spec, seed, VIA_TOPK, SAMPLE_LEN, toks);
+}
+
+// The distributions from the rows' top logits are the whole rows' bit for bit, so a seed gives
+// the same tokens whichever way p (target rows: top logits or kept rows) and q (the drafter's
+// topk op or its logits) were computed: chain, tree, conditional.
+static void test_sampled_top_logits(void **state) {
+    (void)state;
+    enum { LEN = 40 };
+    for (int mode = 1; mode <= 3; mode++) {
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            int32_t ref[LEN], got[LEN];
+            sample_run_via(mode, seed, VIA_ROWS, LEN, ref); // whole rows on both sides
+            for (int via = 0; via <= VIA_TOPK; via++) {
+                sample_run_via(mode, seed, via, LEN, got);
+                assert_memory_equal(got, ref, sizeof(ref));
+            }
+        }
+    }
 }
 
 // Two-sample chi-square over tokens with enough counts (rare tokens pooled).
@@ -412,7 +455,11 @@ typedef struct xprop {
     xmode mode;
     float temp;
     int32_t d, e, r; // argmax of p, least likely token of p, a token outside p's support
+    float rows[DS_SPEC_MAX_SLOTS][512]; // the last block's logits (out->logits may be NULL)
 } xprop;
+static void x_topk(void *ctx, int64_t n, int k, bool logp, int32_t *ids, float *vals) {
+    rows_topk((const float (*)[512])((xprop *)ctx)->rows, n, k, logp, ids, vals);
+}
 
 static dspec_status x_append(void *ctx, const float *feats, int64_t n, dspec_err *err) {
     (void)ctx, (void)feats, (void)n, (void)err;
@@ -424,8 +471,9 @@ static dspec_status x_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_o
     (void)err;
     xprop *x = ctx;
     out->n_tokens = n_slots - 1;
+    assert_true(out->n_vocab == 512);
     for (int i = 0; i < n_slots - 1; i++) {
-        float *row = out->logits + (int64_t)i * out->n_vocab;
+        float *row = x->rows[i];
         if (i == 0) { // the scripted slot: (raw) q around the target's p
             for (int64_t v = 0; v < out->n_vocab; v++) row[v] = -1e4f;
             if (x->mode == X_COND || x->mode == X_TREE_COND) {
@@ -440,6 +488,7 @@ static dspec_status x_propose(void *ctx, int32_t anchor, int n_slots, ds_draft_o
                 row[v] = (float)(h % 1000) / 500.0f;
             }
         }
+        if (out->logits) memcpy(out->logits + (int64_t)i * 512, row, sizeof(x->rows[i]));
         out->tokens[i] = ds_sample_argmax(row, out->n_vocab);
     }
     return DSPEC_OK;
@@ -504,10 +553,11 @@ static void x_run(xmode mode, uint64_t seed, xstats *xs) {
     assert_int_equal(ds_state_new(&rst, e->m, &stp, NULL), DSPEC_OK);
     ds_batch pb = {.n = N_PROMPT, .tokens = e->prompt};
     assert_int_equal(ds_model_forward(e->m, rst, &pb, NULL), DSPEC_OK);
-    xprop xp = {.mode = mode, .temp = sp.temperature};
+    static xprop xp;
+    xp = (xprop){.mode = mode, .temp = sp.temperature};
     bool tree = mode == X_TREE || mode == X_TREE_COND;
     ds_proposer p = {.ctx = &xp, .n_taps = 0, .block_size = X_SLOTS, .append = x_append,
-                     .propose = x_propose,
+                     .propose = x_propose, .topk = x_topk,
                      .cands = mode == X_COND || mode == X_TREE_COND ? x_cands : NULL};
     ds_spec_params par = {.n_slots = X_SLOTS, .sampler = smp, .tree_budget = tree ? 4 : 0,
                           .tree_topk = 2};
@@ -706,6 +756,7 @@ int main(void) {
         cmocka_unit_test(test_lossless_errors),
         cmocka_unit_test(test_tree_lossless),
         cmocka_unit_test(test_sampled_distribution),
+        cmocka_unit_test(test_sampled_top_logits),
         cmocka_unit_test(test_sampled_exact_chain),
         cmocka_unit_test(test_sampled_exact_conditional),
         cmocka_unit_test(test_sampled_exact_tree),
