@@ -355,7 +355,9 @@ static void test_exact_pit(void **state) {
 // ---- sampling from the rows' top logits ------------------------------------------------------------
 // The target's rows reach the sampler as their top logits (no row to the host, sample.h
 // ds_sample_dist_top) unless log-probs are asked for, which keeps the whole rows: the same seed
-// must give the same text both ways, plain and speculative (every configuration), with penalties.
+// must give the same text both ways, plain and speculative (every configuration), with penalties;
+// with top-k (the top logits decide) and without (top-p / min-p: the top logits and the rows'
+// log-sum-exps decide most rows, the others are read back).
 
 typedef struct text_out {
     char buf[4096];
@@ -379,14 +381,15 @@ static void test_top_logits_same_text(void **state) {
     (void)state;
     enum { LEN = 24 };
     for (int c = -1; c < N_CONFIGS; c++) {
-        for (uint64_t seed = 1; seed <= 3; seed++) {
+        for (uint64_t seed = 1; seed <= 4; seed++) {
             static text_out got[2];
             for (int rows = 0; rows < 2; rows++) {
                 dspec_gen_params p;
                 dspec_gen_params_default(&p);
                 p.max_tokens = LEN;
-                p.temperature = 0.9f, p.top_k = 30, p.top_p = 0.9f, p.min_p = 0.02f;
-                p.repeat_penalty = 1.2f, p.repeat_last_n = 32, p.presence_penalty = 0.3f;
+                p.temperature = 0.9f, p.top_k = seed <= 2 ? 30 : 0, p.top_p = 0.9f;
+                p.min_p = 0.02f, p.repeat_penalty = 1.2f, p.repeat_last_n = 32;
+                p.presence_penalty = 0.3f;
                 p.seed = seed;
                 p.speculative = c >= 0;
                 p.ddtree_budget = c >= 0 && c % 2 ? TREE_BUDGET : 0;

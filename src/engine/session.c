@@ -7,6 +7,7 @@
 #include "sample/sample.h"
 #include "spec/spec.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ typedef struct gen_run {
     ds_proposer prop;
     int32_t tok;               // plain decoding: last sampled token, not yet run
     int64_t top_m;             // plain decoding: the sampler's top logits per row (0: the row)
+    bool top_wide;             //   and the row's log-sum-exp (sample.h ds_sample_top_wide)
     emitter em;
     dspec_gen_stats stats;
     double t_dec;
@@ -69,6 +71,7 @@ struct dspec_session {
     float *logits;          // [n_vocab]
     int32_t top_ids[DS_TOPK_MAX]; // plain decoding's row as its top_m largest logits
     float top_vals[DS_TOPK_MAX];
+    float top_lse;
     ds_sample_probs probs;
     int64_t row;            // floats per feature row (n_taps * n_embd), 0 without a drafter
     float *feats;           // [state's n_batch * row] tap scratch of a prefill chunk
@@ -367,7 +370,9 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, err);
     if (st == DSPEC_OK) { // a row's top logits where they decide the token (sample.h)
         const int64_t need = ds_sample_top_need(r->smp);
-        r->top_m = need <= DS_TOPK_MAX && !r->p.logprob_fn ? need : 0;
+        r->top_wide = need == 0 && ds_sample_top_wide(r->smp) && !r->p.logprob_fn;
+        r->top_m = r->p.logprob_fn ? 0 : need && need <= DS_TOPK_MAX ? need
+                                       : r->top_wide ? DS_MIN((int64_t)DS_TOPK_MAX, V) : 0;
     }
     for (int64_t i = 0; i < req->n && st == DSPEC_OK; i++) {
         st = ds_sample_accept(r->smp, req->ids[i], err);
@@ -444,17 +449,24 @@ static void plain_outputs(dspec_session *s, ds_batch *b) {
         b->topk = (int)s->run.top_m;
         b->topk_ids = s->top_ids;
         b->topk_vals = s->top_vals;
+        b->lse = s->run.top_wide ? &s->top_lse : NULL;
     } else {
         b->logits = s->logits;
     }
 }
 static dspec_status plain_sample(dspec_session *s, dspec_err *err) {
     gen_run *r = &s->run;
+    const ds_model *m = ds_engine_model(s->e);
     if (r->top_m) {
-        return ds_sample_token_top(r->smp, s->top_vals, s->top_ids, r->top_m, &s->probs, &r->tok,
-                                   err);
+        bool decided;
+        dspec_status st = ds_sample_token_top(r->smp, s->top_vals, s->top_ids, r->top_m,
+                                              r->top_wide ? s->top_lse : NAN, &s->probs, &r->tok,
+                                              &decided, err);
+        if (st != DSPEC_OK || decided) return st;
+        // the top logits did not decide it: the row, still in backend memory
+        if ((st = ds_model_read_logits(m, s->st, 0, s->logits, err)) != DSPEC_OK) return st;
     }
-    int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
+    int64_t V = ds_model_hparams_get(m)->n_vocab;
     return ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
 }
 

@@ -131,6 +131,8 @@ typedef struct ds_batch {
     int topk;
     int32_t *topk_ids;
     float *topk_vals;
+    float *lse;                // [n_logits] each logits row's log-sum-exp (backend.h logsumexp),
+                               // or NULL
     int n_taps;                // hidden states captured after these layers (0-based)
     const int *tap_layers;     // [n_taps]
     float *taps;               // [n * n_taps * n_embd]: row-major (row, tap, n_embd)
@@ -145,6 +147,12 @@ typedef struct ds_batch {
 } ds_batch;
 
 dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err);
+// Logits row j (0 <= j < n_logits) of the last ds_model_forward into dst [n_vocab], read from
+// backend memory where the forward left it (for a caller that took only the top logits and finds
+// it needs the row). DSPEC_ERR_INVALID when the row is not held: a forward of more logits rows
+// than the state's logits buffer (max(n_verify, 128)) keeps only its last group of rows.
+dspec_status ds_model_read_logits(const ds_model *m, ds_state *st, int64_t j, float *dst,
+                                  dspec_err *err);
 
 // After a speculative forward of n rows: keeps `n_accept` rows along `path` (batch indices, each
 // the child of the previous; NULL = rows 0..n_accept-1 of a chain) and makes the state exactly

@@ -84,6 +84,8 @@ struct ds_state {
     int32_t *ids;             // host scratch [max rows]
     int32_t *logit_rows;      // host [max rows]
     int32_t *logit_src;       // host [max rows]: chunk row of each requested logits row
+    int32_t *logit_last;      // host [max rows]: the caller's index of each row of acts.logits
+    int64_t n_logit_last;     //   after the last forward (its last group)
     void **buffers;           // backend allocations, freed with the state
     int n_buffers, cap_buffers;
     bool count_only;          // ds_state_act_bytes: buffers are counted, not allocated

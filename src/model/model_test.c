@@ -83,7 +83,8 @@ static void check_batch_invariance(fixture *f) {
 // here) come in groups: a 200-row chunk with every row's logits (two groups) equals chunks of 10
 // rows (one group each), bitwise; so do 150 scattered rows out of 190-row chunks (two groups in
 // the first chunk, and the argmax scatter path: a chunk's requested rows are not consecutive in
-// the caller's order); the top logits of every row (ds_batch.topk) are ds_topk_f32's of them.
+// the caller's order); the top logits of every row (ds_batch.topk) are ds_topk_f32's of them, the
+// log-sum-exps (ds_batch.lse) ds_logsumexp_f32's, and the last group's rows can be read back.
 static void check_logits_groups(fixture *f) {
     enum { N = 200, NS = 150 };
     int32_t toks[N], rows[NS], am_a[NS], am_b[N];
@@ -101,14 +102,24 @@ static void check_logits_groups(fixture *f) {
     int32_t *tb_i = malloc((size_t)N * KB * 4), tc_i[NS * KC], ref_i[KB];
     float *tb_v = malloc((size_t)N * KB * 4), tc_v[NS * KC], ref_v[KB];
     step(f, st[0], toks, N, a);
+    static float lse[N];
     ds_batch bb = {.n = N, .tokens = toks, .n_logits = N, .logits = b, .argmax = am_b,
-                   .topk = KB, .topk_ids = tb_i, .topk_vals = tb_v};
+                   .topk = KB, .topk_ids = tb_i, .topk_vals = tb_v, .lse = lse};
     assert_int_equal(ds_model_forward(f->m, st[1], &bb, NULL), DSPEC_OK);
+    // the last group's rows (the last 10-row chunk's) stay readable until the next forward
+    float *row = malloc((size_t)f->V * 4);
+    assert_int_equal(ds_model_read_logits(f->m, st[1], N - 1, row, NULL), DSPEC_OK);
+    assert_memory_equal(row, b + (size_t)(N - 1) * f->V, (size_t)f->V * 4);
+    assert_int_equal(ds_model_read_logits(f->m, st[1], N - 10, row, NULL), DSPEC_OK);
+    assert_memory_equal(row, b + (size_t)(N - 10) * f->V, (size_t)f->V * 4);
+    assert_int_equal(ds_model_read_logits(f->m, st[1], N - 11, row, NULL), DSPEC_ERR_INVALID);
+    free(row);
     ds_batch bc = {.n = N, .tokens = toks, .n_logits = NS, .logits_rows = rows, .logits = c,
                    .argmax = am_a, .topk = KC, .topk_ids = tc_i, .topk_vals = tc_v};
     assert_int_equal(ds_model_forward(f->m, st[2], &bc, NULL), DSPEC_OK);
     assert_memory_equal(a, b, (size_t)(N * f->V) * 4);
     for (int i = 0; i < N; i++) {
+        assert_true(lse[i] == ds_logsumexp_f32(a + (size_t)i * f->V, f->V));
         ds_topk_f32(a + (size_t)i * f->V, f->V, KB, ref_i, ref_v);
         assert_memory_equal(tb_i + (size_t)i * KB, ref_i, KB * 4);
         assert_memory_equal(tb_v + (size_t)i * KB, ref_v, KB * 4);

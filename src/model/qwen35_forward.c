@@ -172,20 +172,25 @@ static void logits_group(const ds_model *m, ds_state *st, const ds_batch *b,
     be->ops.rmsnorm(be, &h, &h, &m->output_norm.t, hp->eps);
     ds_qwen35_mm(be, &lg, &m->output, &h);
     size_t rb = (size_t)hp->n_vocab * sizeof(float);
+    memcpy(st->logit_last, out_idx, (size_t)nl * sizeof(int32_t)); // (ds_model_read_logits)
+    st->n_logit_last = nl;
     for (int64_t i = 0; i < nl; i++) {
         if (b->logits) {
             be->ops.read(be, b->logits + (size_t)out_idx[i] * (size_t)hp->n_vocab,
                          ds_tensor_rows(&lg, i, 1).data, rb);
         }
     }
-    if (b->topk > 0) { // (rows one by one where the caller's are not consecutive: see argmax)
+    if (b->topk > 0 || b->lse) { // (rows one by one where the caller's are not consecutive)
         const size_t k = (size_t)b->topk;
         bool consecutive = true;
         for (int64_t i = 1; i < nl; i++) consecutive = consecutive && out_idx[i] == out_idx[0] + i;
         for (int64_t i = 0; i < nl; i += consecutive ? nl : 1) {
             ds_tensor r = consecutive ? lg : ds_tensor_rows(&lg, i, 1);
-            be->ops.topk(be, b->topk_ids + out_idx[i] * k, b->topk_vals + out_idx[i] * k, &r,
-                         b->topk);
+            if (k) {
+                be->ops.topk(be, b->topk_ids + out_idx[i] * k, b->topk_vals + out_idx[i] * k, &r,
+                             b->topk);
+            }
+            if (b->lse) be->ops.logsumexp(be, b->lse + out_idx[i], &r);
         }
     }
     if (b->argmax) {
@@ -339,6 +344,10 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
                           "ids and values, on a backend with the topk op)", b->topk,
                           (int)DS_MIN(m->hp.n_vocab, (int64_t)DS_TOPK_MAX));
     }
+    if (b->lse && !m->be->ops.logsumexp) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: log-sum-exp of the logits rows on a "
+                          "backend without the logsumexp op");
+    }
     if (b->n_taps < 0 || b->n_taps > DS_MODEL_MAX_TAPS ||
         (b->n_taps && !b->taps == !b->taps_dev) || b->taps_row0 < 0) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %d taps (at most %d; into exactly "
@@ -367,6 +376,7 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
     MIX(b->logits != NULL);
     MIX(b->argmax != NULL);
     MIX(b->topk);
+    MIX(b->lse != NULL);
     MIX(b->logits_rows != NULL);
     for (int64_t j = 0; b->logits_rows && j < b->n_logits; j++) MIX(b->logits_rows[j]);
     MIX(b->n_taps);
@@ -405,6 +415,7 @@ static void forward_step(const ds_model *m, ds_state *st, const ds_batch *b, con
 dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b, dspec_err *err) {
     dspec_status s = validate_batch(m, st, b, err);
     if (s != DSPEC_OK) return s;
+    st->n_logit_last = 0;
     if (b->speculative) {
         chunk c = {.tokens = b->tokens, .parent = b->parent, .n = b->n, .row0 = 0, .spec = true};
         forward_step(m, st, b, &c);
@@ -428,4 +439,18 @@ dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b
         st->n_past += c.n;
     }
     return DSPEC_OK;
+}
+
+dspec_status ds_model_read_logits(const ds_model *m, ds_state *st, int64_t j, float *dst,
+                                  dspec_err *err) {
+    for (int64_t i = 0; i < st->n_logit_last; i++) {
+        if (st->logit_last[i] == j) {
+            ds_tensor lg = view(&st->acts.logits, m->hp.n_vocab, st->n_logit_last);
+            m->be->ops.read(m->be, dst, ds_tensor_rows(&lg, i, 1).data,
+                            (size_t)m->hp.n_vocab * sizeof(float));
+            return DSPEC_OK;
+        }
+    }
+    return ds_err_set(err, DSPEC_ERR_INVALID, "forward: logits row %" PRId64 " of the last "
+                      "forward is not held (%" PRId64 " rows are)", j, st->n_logit_last);
 }

@@ -125,9 +125,10 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
     st->pending_parent = calloc((size_t)st->p.n_verify, sizeof(int32_t));
     st->logit_rows = calloc((size_t)rows, sizeof(int32_t));
     st->logit_src = calloc((size_t)rows, sizeof(int32_t));
+    st->logit_last = calloc((size_t)rows, sizeof(int32_t));
     st->ids = calloc((size_t)rows, sizeof(int32_t));
     if (s == DSPEC_OK && (!st->kv || !st->rec || !st->pos || !st->pending_parent ||
-                          !st->logit_rows || !st->logit_src || !st->ids)) {
+                          !st->logit_rows || !st->logit_src || !st->logit_last || !st->ids)) {
         s = ds_err_set(err, DSPEC_ERR_NOMEM, "state: out of memory");
     }
     int64_t kvdim = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -163,6 +164,7 @@ void ds_state_free(ds_state *st) {
     free(st->pending_parent);
     free(st->logit_rows);
     free(st->logit_src);
+    free(st->logit_last);
     free(st->ids);
     free(st);
 }

@@ -109,27 +109,44 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
                             ds_sample_probs *out, dspec_err *err);
 
 // ---- sampling from a row's largest logits (no whole row on the host) --------------------------
-// With a top-k filter (or greedy), the processed distribution of a row is a function of its m
-// largest raw logits alone, for m = ds_sample_top_need: penalties only ever lower a logit here
-// (repeat_penalty >= 1, frequency and presence penalties >= 0), so at most n_uniq of the top m
-// are moved down and the k best of the penalised row are among them (ties: the lower id, as in
-// ds_sample_dist). A backend's topk op (backend.h) then sends m ids and values per row instead of
-// the row (248,320 floats on the Qwen3.5 vocabulary).
+// A backend's topk op (backend.h) sends m ids and values per row instead of the row (248,320
+// floats on the Qwen3.5 vocabulary), and the result is ds_sample_dist's, bit for bit:
+//   top-k on, or greedy (ds_sample_top_need > 0): the distribution is a function of the row's m
+//     largest raw logits alone, m = top_k (greedy: 1) + the penalty window: penalties only ever
+//     lower a logit here (repeat_penalty >= 1, frequency and presence penalties >= 0), so at
+//     most n_uniq of the top m move down and the k best of the penalised row are among them
+//     (ties: the lower id, as in ds_sample_dist);
+//   top-k off with top-p and / or min-p (ds_sample_top_wide): the kept tokens are usually among
+//     the largest DS_TOPK_MAX; with the row's log-sum-exp (backend.h logsumexp) the cut is
+//     decided unless the running mass falls within the lse's rounding of top_p of the total, or
+//     the kept set reaches past the m; then the caller reads the row (ds_model_read_logits).
+// Temperature alone (every token kept), penalties that can raise a logit (repeat_penalty < 1,
+// a negative frequency or presence penalty) and, with top-k, an unbounded window
+// (repeat_last_n = -1) need the whole row.
 
-// The m (<= n_vocab) for which ds_sample_dist_top reproduces ds_sample_dist: 1 + the penalty
-// window (greedy) or top_k + the window (the window only when a penalty is on). 0 when the
-// distribution needs the whole row: temperature > 0 with top-k off (top-p / min-p / temperature
-// see every logit), a penalty that can raise a logit (repeat_penalty < 1, a negative frequency or
-// presence penalty), or an unbounded window (repeat_last_n = -1). Fixed for the sampler's life.
+// The m (<= n_vocab) for which ds_sample_dist_top always reproduces ds_sample_dist: 1 + the
+// penalty window (greedy) or top_k + the window (the window only when a penalty is on); 0 when
+// not. Fixed for the sampler's life, as is ds_sample_top_wide.
 int64_t ds_sample_top_need(const ds_sampler *s);
+bool ds_sample_top_wide(const ds_sampler *s);
 
-// ds_sample_dist of a row given only its m >= ds_sample_top_need(s) largest logits, vals[0..m)
-// descending, equal values by ascending id (ds_topk_f32's order; NaN ranked as -inf), with their
-// ids: the same distribution, bit for bit. A NaN elsewhere in the row cannot be seen (the topk
-// op ranks it below every number); +inf among the m is refused as ds_sample_dist refuses it.
-// DSPEC_ERR_INVALID for m < the need, a need of 0, or ids outside the vocabulary.
+// ds_sample_dist of a row given its m largest logits, vals[0..m) descending, equal values by
+// ascending id (ds_topk_f32's order; NaN ranked as -inf), with their ids, and (wide parameters
+// only) the log-sum-exp of the whole raw row: the same distribution, bit for bit, when *decided;
+// when not (wide parameters only), out is unspecified and ds_sample_dist of the row decides.
+// m >= ds_sample_top_need (wide: any m >= 1; the more, the fewer rows undecided). A NaN outside
+// the m cannot be seen (the topk op ranks it below every number); +inf among them is refused as
+// ds_sample_dist refuses it. DSPEC_ERR_INVALID for m < the need, parameters that need the whole
+// row, or ids outside the vocabulary.
 dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
-                                ds_sample_probs *out, dspec_err *err);
+                                float lse, ds_sample_probs *out, bool *decided, dspec_err *err);
+
+// The chain over a row of only these m logits (vals / ids as above; every other token -inf):
+// a distribution over at most m tokens. With m >= ds_sample_top_need > 0 it is
+// ds_sample_dist_top's (the row's own); otherwise a truncation of it -- what a drafter's
+// proposal distribution q may be (speculative sampling is exact for any q it draws from).
+dspec_status ds_sample_dist_list(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                                 ds_sample_probs *out, dspec_err *err);
 
 // Draws a token from d with the sampler's RNG (one uniform per draw).
 int32_t ds_sample_draw(ds_sampler *s, const ds_sample_probs *d);
@@ -139,9 +156,11 @@ int32_t ds_sample_draw_rng(ds_sample_rng *rng, const ds_sample_probs *d);
 // dist + draw + accept in one call; `scratch` receives the distribution.
 dspec_status ds_sample_token(ds_sampler *s, const float *logits, int64_t n_vocab,
                              ds_sample_probs *scratch, int32_t *token, dspec_err *err);
-// The same from a row's m largest logits (ds_sample_dist_top).
+// The same from a row's m largest logits (ds_sample_dist_top); nothing drawn or recorded when
+// not *decided.
 dspec_status ds_sample_token_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
-                                 ds_sample_probs *scratch, int32_t *token, dspec_err *err);
+                                 float lse, ds_sample_probs *scratch, int32_t *token,
+                                 bool *decided, dspec_err *err);
 
 // Index of the largest logit in one pass; ties → lowest index; NaN entries are never chosen.
 // -1 if n <= 0 or every entry is NaN.

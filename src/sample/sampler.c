@@ -372,20 +372,11 @@ static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
     return m; // rounding: every gathered candidate
 }
 
-// Steps 3-5 of the chain over n candidates c (sorted: the sorted top-k; or, with w, the dense
-// row w[0..n) and no candidate array) whose largest logit is maxl.
-static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const float *w,
-                           float maxl, ds_sample_probs *out, dspec_err *err) {
+// Steps 4-5 of the chain (finish, below, without top-p).
+static void finish_tail(ds_sampler *s, const cand *c, int64_t n, bool sorted, const float *w,
+                        float maxl, ds_sample_probs *out) {
     const ds_sample_params *p = &s->prm;
     const bool dense = w != NULL;
-    if (maxl == -INFINITY) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
-    }
-    // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
-    if (p->top_p < 1.0f && n > 1) {
-        n = top_p_cut(c, n, sorted, p->top_p);
-        sorted = true;
-    }
     // 4. min-p: keep l >= max + log(min_p); 5. temperature and softmax. Zero-probability entries
     // (-inf, underflow) are dropped. The candidate order is kept, so a sorted prefix stays sorted.
     float thr = p->min_p > 0.0f ? maxl + logf(p->min_p) : -INFINITY;
@@ -411,6 +402,21 @@ static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const
     }
     out->n = k;
     out->sorted = sorted;
+}
+
+// Steps 3-5 of the chain over n candidates c (sorted: the sorted top-k; or, with w, the dense
+// row w[0..n) and no candidate array) whose largest logit is maxl.
+static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const float *w,
+                           float maxl, ds_sample_probs *out, dspec_err *err) {
+    if (maxl == -INFINITY) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
+    }
+    // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
+    if (s->prm.top_p < 1.0f && n > 1) {
+        n = top_p_cut(c, n, sorted, s->prm.top_p);
+        sorted = true;
+    }
+    finish_tail(s, c, n, sorted, w, maxl, out);
     return DSPEC_OK;
 }
 
@@ -488,6 +494,10 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
 
 // ---- from a row's largest logits (sample.h) -----------------------------------------------------
 
+static bool lower_only(const ds_sample_params *p) {
+    return p->repeat_penalty >= 1.0f && p->frequency_penalty >= 0.0f && p->presence_penalty >= 0.0f;
+}
+
 int64_t ds_sample_top_need(const ds_sampler *s) {
     const ds_sample_params *p = &s->prm;
     int64_t k = p->temperature <= 0.0f ? 1 : p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
@@ -495,9 +505,7 @@ int64_t ds_sample_top_need(const ds_sampler *s) {
         return 0;
     }
     if (penalties_on(s)) {
-        bool lower_only = p->repeat_penalty >= 1.0f && p->frequency_penalty >= 0.0f &&
-                          p->presence_penalty >= 0.0f;
-        if (!lower_only || p->repeat_last_n < 0) {
+        if (!lower_only(p) || p->repeat_last_n < 0) {
             return 0;
         }
         k += p->repeat_last_n; // the window's distinct tokens, at most its length
@@ -505,18 +513,18 @@ int64_t ds_sample_top_need(const ds_sampler *s) {
     return k < s->n_vocab ? k : s->n_vocab;
 }
 
-dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
-                                ds_sample_probs *out, dspec_err *err) {
-    const int64_t need = ds_sample_top_need(s);
-    if (need == 0 || m < need || m > s->n_vocab || out->cap < s->n_vocab) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: %" PRId64 " top logits given, %" PRId64
-                          " needed (0: these parameters need the whole row), output holds %" PRId64,
-                          m, need, out->cap);
-    }
-    out->n_vocab = s->n_vocab;
-    // 1. penalties on the m (the others only move down), then the penalised order
+bool ds_sample_top_wide(const ds_sampler *s) {
+    const ds_sample_params *p = &s->prm;
+    return p->temperature > 0.0f && !(p->top_k > 0 && p->top_k < s->n_vocab) &&
+           (p->top_p < 1.0f || p->min_p > 0.0f) && (!penalties_on(s) || lower_only(p));
+}
+
+// The m entries with their penalties into c[0..m), in the penalised order. Refuses +inf / NaN
+// and ids outside the vocabulary; *n_pen: how many of them are in the penalty window.
+static dspec_status top_cands(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                              cand *c, int64_t *n_pen, dspec_err *err) {
     const bool pen = penalties_on(s);
-    cand *c = s->cands;
+    int64_t np = 0;
     for (int64_t j = 0; j < m; j++) {
         const int32_t id = ids[j];
         float v = vals[j];
@@ -529,10 +537,112 @@ dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t 
         }
         if (pen && s->counts[id]) {
             v = penalise(s, v, s->counts[id]);
+            np++;
         }
         c[j] = (cand){v, id};
     }
     qsort(c, (size_t)m, sizeof(cand), cmp_cand);
+    *n_pen = np;
+    return DSPEC_OK;
+}
+
+// Top-k off, top-p and / or min-p (ds_sample_top_wide) from the m largest raw logits and the
+// row's log-sum-exp: ds_sample_dist's result where the m decide it, else *decided = false.
+// The penalised order is known for the entries above vm, the m-th raw logit (every other token
+// is at most vm and only moves down). Top-p's cut compares the running mass of that order with
+// top_p z, z = sum expf(w - maxl) over the whole row: from lse within eps (float lse, device
+// exp), minus what the penalties took off the m exactly and off the window's other tokens
+// within [0, expf(vm - maxl)] each; the cut is decided where it falls clear of that interval.
+// Min-p alone (the dense path, in id order) is decided when every other token is below its
+// threshold.
+static dspec_status dist_wide(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                              float lse, ds_sample_probs *out, bool *decided, dspec_err *err) {
+    const ds_sample_params *p = &s->prm;
+    cand *c = s->cands;
+    int64_t n_pen = 0;
+    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    const bool whole = m == s->n_vocab, pen = penalties_on(s); // (whole: no token outside)
+    const float vm = whole ? -INFINITY : vals[m - 1];
+    int64_t L = m; // entries whose penalised order is that of the row
+    if (pen) {
+        for (L = 0; L < m && c[L].l > vm; L++) {
+        }
+    }
+    const float maxl = c[0].l;
+    if (L == 0 || !isfinite(lse) || !isfinite(maxl)) {
+        return DSPEC_OK; // (*decided stays false)
+    }
+    if (p->top_p < 1.0f) {
+        const double raw = exp((double)lse - (double)maxl);
+        double z = raw;
+        for (int64_t j = 0; j < m && n_pen > 0; j++) { // the m's penalties, exactly
+            if (s->counts[ids[j]]) {
+                z -= (double)expf(vals[j] - maxl) - (double)expf(penalise(s, vals[j],
+                                                                          s->counts[ids[j]]) - maxl);
+            }
+        }
+        const double eps = 2.0 * ((fabs((double)lse) + fabs((double)vals[0]) +
+                                   fabs((double)lse - (double)vals[0])) * 0x1p-23 + 0x1p-20);
+        const double out_max = pen ? (double)(s->n_uniq - n_pen) * (double)expf(vm - maxl) : 0.0;
+        const double t_lo = (double)p->top_p * (z - out_max - eps * raw);
+        const double t_hi = (double)p->top_p * (z + eps * raw);
+        double cum = 0.0;
+        int64_t i = 0;
+        for (; i < L; i++) {
+            cum += expf(c[i].l - maxl); // (the host chain's terms, in its order)
+            if (cum >= t_lo) {
+                break;
+            }
+        }
+        if (i == L || cum < t_hi) {
+            return DSPEC_OK; // past the known order, or within the interval: not decided
+        }
+        finish_tail(s, c, i + 1, true, NULL, maxl, out);
+    } else { // min-p alone: the kept tokens in id order, as the dense path visits them
+        const float thr = maxl + logf(p->min_p);
+        if (!(vm < thr)) {
+            return DSPEC_OK;
+        }
+        int64_t k = 0;
+        while (k < L && c[k].l >= thr) k++;
+        for (int64_t a = 1; a < k; a++) { // (insertion sort by id: k is at most m)
+            cand x = c[a];
+            int64_t b = a;
+            for (; b > 0 && c[b - 1].id > x.id; b--) c[b] = c[b - 1];
+            c[b] = x;
+        }
+        finish_tail(s, c, k, false, NULL, maxl, out);
+    }
+    *decided = true;
+    return DSPEC_OK;
+}
+
+dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                                float lse, ds_sample_probs *out, bool *decided, dspec_err *err) {
+    const int64_t need = ds_sample_top_need(s);
+    const bool wide = need == 0 && ds_sample_top_wide(s);
+    *decided = false;
+    if ((need == 0 && !wide) || m < DS_MAX(need, (int64_t)1) || m > s->n_vocab ||
+        out->cap < s->n_vocab) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: %" PRId64 " top logits given, %" PRId64
+                          " needed (0: these parameters need the whole row), output holds %" PRId64,
+                          m, need, out->cap);
+    }
+    out->n_vocab = s->n_vocab;
+    if (wide) {
+        return dist_wide(s, vals, ids, m, lse, out, decided, err);
+    }
+    // 1. penalties on the m (the others only move down), then the penalised order
+    cand *c = s->cands;
+    int64_t n_pen;
+    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    *decided = true;
     if (s->prm.temperature <= 0.0f) { // greedy: the penalised argmax
         if (c[0].l == -INFINITY) {
             return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf",
@@ -546,6 +656,33 @@ dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t 
     }
     // 2. top-k: the first top_k, as ds_sample_dist's selection orders them
     return finish(s, c, s->prm.top_k, true, NULL, c[0].l, out, err);
+}
+
+dspec_status ds_sample_dist_list(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                                 ds_sample_probs *out, dspec_err *err) {
+    if (m < 1 || m > s->n_vocab || out->cap < s->n_vocab) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: a list of %" PRId64 " logits (1..%"
+                          PRId64 "), output holds %" PRId64, m, s->n_vocab, out->cap);
+    }
+    out->n_vocab = s->n_vocab;
+    cand *c = s->cands;
+    int64_t n_pen;
+    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    if (s->prm.temperature <= 0.0f) {
+        if (c[0].l == -INFINITY) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf", m);
+        }
+        out->ids[0] = c[0].id;
+        out->p[0] = 1.0f;
+        out->n = 1;
+        out->sorted = true;
+        return DSPEC_OK;
+    }
+    const int64_t k = s->prm.top_k > 0 && s->prm.top_k < m ? s->prm.top_k : m;
+    return finish(s, c, k, true, NULL, c[0].l, out, err);
 }
 
 // ---- drawing -----------------------------------------------------------------------------------
@@ -585,9 +722,10 @@ dspec_status ds_sample_token(ds_sampler *s, const float *logits, int64_t n_vocab
 }
 
 dspec_status ds_sample_token_top(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
-                                 ds_sample_probs *scratch, int32_t *token, dspec_err *err) {
-    dspec_status st = ds_sample_dist_top(s, vals, ids, m, scratch, err);
-    if (st != DSPEC_OK) {
+                                 float lse, ds_sample_probs *scratch, int32_t *token,
+                                 bool *decided, dspec_err *err) {
+    dspec_status st = ds_sample_dist_top(s, vals, ids, m, lse, scratch, decided, err);
+    if (st != DSPEC_OK || !*decided) {
         return st;
     }
     *token = ds_sample_draw(s, scratch);

@@ -33,6 +33,11 @@ static ds_sample_params plain_params(float temperature) {
     return p;
 }
 
+static bool penalties_on_p(const ds_sample_params *p) {
+    return p->repeat_last_n != 0 && (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                                     p->presence_penalty != 0.0f);
+}
+
 // Runs ds_sample_dist on logits[n] with params; the caller frees via teardown().
 typedef struct fixture {
     ds_sampler *s;
@@ -618,33 +623,43 @@ static void test_large_vocab_paths(void **state) {
     free(dense);
 }
 
-// ds_sample_dist_top from a row's m = ds_sample_top_need (and m + 9) largest logits gives
-// ds_sample_dist's distribution bit for bit: greedy and sampled, with and without penalties whose
-// history sits among the largest logits (so penalised tokens leave the top), on rows with ties
-// and -inf entries; and the parameters that need the whole row say so.
+// ds_sample_dist_top from a row's largest logits gives ds_sample_dist's distribution bit for
+// bit: from m = ds_sample_top_need (and m + 9) of them, greedy and sampled, with and without
+// penalties whose history sits among the largest logits (so penalised tokens leave the top); and
+// for top-k off with top-p / min-p (ds_sample_top_wide) from 128 of them and the row's
+// log-sum-exp off by an ulp (as a device computes it), on the rows it says are decided -- most
+// of them. Rows have ties and -inf entries; the parameters that need the whole row say so.
+// ds_sample_dist_list over the m = need entries is the same distribution.
 static void test_top_path(void **state) {
     (void)state;
-    enum { V = 6000, ROWS = 40, MAXM = 200 };
+    enum { V = 6000, ROWS = 40, MAXM = 200, TOP_M = 128 }; // (TOP_M: the CUDA topk op's most)
     static float l[V];
     int32_t ids[MAXM];
     float vals[MAXM];
     struct {
         float t, top_p, min_p, rep, freq, pres;
         int64_t top_k, window, need;
+        bool wide;
     } cfgs[] = {
-        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 1},         // greedy
-        {0.0f, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, 0, 16, 17},        // greedy, repeat penalty
-        {0.8f, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 40, 64, 40},     // the defaults
-        {0.7f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1, 64, 1},         // top-k 1
-        {1.1f, 0.5f, 0.0f, 1.2f, 0.5f, 0.3f, 7, 32, 39},        // penalties, top-p
-        {0.6f, 0.9f, 0.1f, 1.0f, 0.25f, 0.0f, 100, 24, 124},    // frequency only
-        {0.8f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 0},        // top-k off: whole row
-        {0.0f, 1.0f, 0.0f, 0.9f, 0.0f, 0.0f, 0, 64, 0},         // repeat penalty < 1 raises
-        {0.8f, 1.0f, 0.0f, 1.0f, -0.5f, 0.0f, 40, 64, 0},       // negative frequency raises
-        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.4f, 40, -1, 0},        // unbounded window
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 1, false},      // greedy
+        {0.0f, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, 0, 16, 17, false},     // greedy, repeat penalty
+        {0.8f, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 40, 64, 40, false},  // the defaults
+        {0.7f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1, 64, 1, false},      // top-k 1
+        {1.1f, 0.5f, 0.0f, 1.2f, 0.5f, 0.3f, 7, 32, 39, false},     // penalties, top-p
+        {0.6f, 0.9f, 0.1f, 1.0f, 0.25f, 0.0f, 100, 24, 124, false}, // frequency only
+        {0.8f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 0, true},      // top-p alone
+        {1.0f, 0.9f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 64, 0, true},      // top-p and min-p
+        {0.7f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0, 64, 0, true},       // min-p alone
+        {1.2f, 0.8f, 0.0f, 1.2f, 0.2f, 0.0f, 0, 32, 0, true},       // top-p, penalties
+        {0.9f, 1.0f, 0.02f, 1.1f, 0.0f, 0.5f, 0, -1, 0, true},      // min-p, unbounded window
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 64, 0, false},      // temperature alone
+        {0.0f, 1.0f, 0.0f, 0.9f, 0.0f, 0.0f, 0, 64, 0, false},      // repeat penalty < 1 raises
+        {0.8f, 0.9f, 0.0f, 1.0f, -0.5f, 0.0f, 40, 64, 0, false},    // negative frequency raises
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.4f, 40, -1, 0, false},     // top-k, unbounded window
     };
     ds_sample_rng r;
     ds_sample_rng_seed(&r, 77);
+    int64_t n_wide = 0, n_decided = 0;
     for (size_t k = 0; k < DS_ARRAY_LEN(cfgs); k++) {
         ds_sample_params p = plain_params(cfgs[k].t);
         p.top_k = cfgs[k].top_k, p.top_p = cfgs[k].top_p, p.min_p = cfgs[k].min_p;
@@ -654,46 +669,82 @@ static void test_top_path(void **state) {
         setup(&full, &p, V);
         setup(&top, &p, V);
         const int64_t need = ds_sample_top_need(top.s);
+        const bool wide = ds_sample_top_wide(top.s);
         assert_int_equal(need, cfgs[k].need);
+        assert_int_equal(wide, cfgs[k].wide);
         dspec_err err = {0};
-        for (int row = 0; row < ROWS && need > 0; row++) {
-            for (int64_t i = 0; i < V; i++) { // quantised (ties), a few -inf
+        for (int row = 0; row < ROWS && (need > 0 || wide); row++) {
+            // quantised (ties), a few -inf; peaked like a language model's rows (the kept set
+            // of top-p / min-p within the top 128) for the wide parameters
+            const double scale = wide ? 6.0 : 2.0;
+            for (int64_t i = 0; i < V; i++) {
                 double u = ds_sample_rng_uniform(&r);
-                l[i] = u < 0.01 ? -INFINITY : (float)(floor(-2.0 * log(u + 1e-12) * 4.0) / 4.0);
+                l[i] = u < 0.01 ? -INFINITY : (float)(floor(-scale * log(u + 1e-12) * 4.0) / 4.0);
             }
+            const float lse = ds_logsumexp_f32(l, V);
             for (int j = 0; j < 2; j++) {
-                const int64_t m = need + 9 * j;
+                const int64_t m = wide ? TOP_M : need + 9 * j;
                 ds_topk_f32(l, V, (int)m, ids, vals);
                 run_dist(&full, l, V);
-                assert_int_equal(ds_sample_dist_top(top.s, vals, ids, m, &top.d, &err), DSPEC_OK);
-                assert_int_equal(top.d.n, full.d.n);
-                assert_int_equal(top.d.sorted, full.d.sorted);
-                assert_memory_equal(top.d.ids, full.d.ids, (size_t)full.d.n * sizeof(int32_t));
-                assert_memory_equal(top.d.p, full.d.p, (size_t)full.d.n * sizeof(float));
+                const float lse_j = nextafterf(lse, j ? INFINITY : -INFINITY);
+                bool decided = false;
+                assert_int_equal(ds_sample_dist_top(top.s, vals, ids, m, lse_j, &top.d, &decided,
+                                                    &err), DSPEC_OK);
+                n_wide += wide, n_decided += wide && decided;
+                assert_true(decided || wide);
+                if (decided) {
+                    assert_int_equal(top.d.n, full.d.n);
+                    assert_int_equal(top.d.sorted, full.d.sorted);
+                    assert_memory_equal(top.d.ids, full.d.ids,
+                                        (size_t)full.d.n * sizeof(int32_t));
+                    assert_memory_equal(top.d.p, full.d.p, (size_t)full.d.n * sizeof(float));
+                }
+                if (!wide && penalties_on_p(&p) == false) { // the list's own chain: the same
+                    assert_int_equal(ds_sample_dist_list(top.s, vals, ids, m, &top.d, &err), 0);
+                    assert_int_equal(top.d.n, full.d.n);
+                    assert_memory_equal(top.d.p, full.d.p, (size_t)full.d.n * sizeof(float));
+                }
             }
             // history: one of the row's largest logits, so the next rows penalise their top
-            int32_t t = ids[ds_sample_rng_next(&r) % (uint64_t)(need < 12 ? need : 12)];
+            int32_t t = ids[ds_sample_rng_next(&r) % 12];
             assert_int_equal(ds_sample_accept(full.s, t, &err), DSPEC_OK);
             assert_int_equal(ds_sample_accept(top.s, t, &err), DSPEC_OK);
         }
         // fewer than the need, or parameters that need the whole row
         ds_topk_f32(l, V, 5, ids, vals);
-        if (need == 0 || need > 5) {
-            assert_int_equal(ds_sample_dist_top(top.s, vals, ids, need ? need - 1 : 5, &top.d,
-                                                &err), DSPEC_ERR_INVALID);
+        bool decided = true;
+        if ((need == 0 && !wide) || need > 5) {
+            assert_int_equal(ds_sample_dist_top(top.s, vals, ids, need ? need - 1 : 5, NAN,
+                                                &top.d, &decided, &err), DSPEC_ERR_INVALID);
+            assert_false(decided);
         }
         teardown(&full);
         teardown(&top);
     }
-    // +inf among the top is refused, as the full row refuses it
-    ds_sample_params p = plain_params(0.8f);
-    p.top_k = 3;
+    print_message("wide parameters: %" PRId64 " of %" PRId64 " rows decided by their top %d "
+                  "logits\n", n_decided, n_wide, TOP_M);
+    assert_true(n_decided * 4 >= n_wide * 3);
+    // a flat row: top-p keeps far more than the m, so it is not decided (the row decides)
+    ds_sample_params p = plain_params(1.0f);
+    p.top_p = 0.9f;
     fixture f;
+    setup(&f, &p, V);
+    for (int64_t i = 0; i < V; i++) l[i] = (float)(i % 7) * 0.01f;
+    ds_topk_f32(l, V, TOP_M, ids, vals);
+    bool decided = true;
+    dspec_err err = {0};
+    assert_int_equal(ds_sample_dist_top(f.s, vals, ids, TOP_M, ds_logsumexp_f32(l, V), &f.d,
+                                        &decided, &err), DSPEC_OK);
+    assert_false(decided);
+    teardown(&f);
+    // +inf among the top is refused, as the full row refuses it
+    p = plain_params(0.8f);
+    p.top_k = 3;
     setup(&f, &p, 10);
     float row[10] = {0, 1, 2, INFINITY, 4, 5, 6, 7, 8, 9};
     ds_topk_f32(row, 10, 3, ids, vals);
-    dspec_err err = {0};
-    assert_int_equal(ds_sample_dist_top(f.s, vals, ids, 3, &f.d, &err), DSPEC_ERR_INVALID);
+    assert_int_equal(ds_sample_dist_top(f.s, vals, ids, 3, NAN, &f.d, &decided, &err),
+                     DSPEC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "logits[3] is +inf"));
     teardown(&f);
 }

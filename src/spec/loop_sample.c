@@ -17,15 +17,26 @@ dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err) {
     qp.repeat_last_n = 0;
     dspec_status st = ds_sample_new(&s->qs, &qp, V, err);
     if (st != DSPEC_OK) return st;
-    // the rows' top logits where the parameters allow it and the rows are not kept anyway
+    // the rows' top logits where the parameters allow it and the rows are not kept anyway (wide:
+    // as many as the topk op gives, and the rows' log-sum-exps); q from the drafter's top logits
+    // (a truncated q where they do not decide it: any q is exact, drafters-and-verification.md
+    // §2.2)
     const int64_t need = ds_sample_top_need(smp), q_need = ds_sample_top_need(s->qs);
-    s->top_m = need <= DS_TOPK_MAX && !s->params.keep_logits ? need : 0;
-    s->q_top_m = q_need <= DS_TOPK_MAX && s->p.topk && !s->p.cands ? q_need : 0;
+    const int64_t wide_m = DS_MIN((int64_t)DS_TOPK_MAX, V);
+    const bool wide = need == 0 && ds_sample_top_wide(smp) && !s->params.keep_logits;
+    s->top_m = s->params.keep_logits ? 0 : need && need <= DS_TOPK_MAX ? need : wide ? wide_m : 0;
+    s->q_top_m = !s->p.topk || s->p.cands ? 0 : q_need && q_need <= DS_TOPK_MAX ? q_need : wide_m;
     if (s->top_m) {
         s->top_ids = malloc((size_t)(rows * s->top_m) * sizeof(int32_t));
         s->top_vals = malloc((size_t)(rows * s->top_m) * sizeof(float));
+        if (!s->top_ids || !s->top_vals) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: no memory");
     } else {
         s->target_logits = malloc((size_t)(rows * V) * sizeof(float));
+    }
+    if (wide && s->top_m) {
+        s->top_lse = malloc((size_t)rows * sizeof(float));
+        s->row_buf = malloc((size_t)V * sizeof(float));
+        if (!s->top_lse || !s->row_buf) return ds_err_set(err, DSPEC_ERR_NOMEM, "spec: no memory");
     }
     if (s->q_top_m) {
         s->q_top_ids = malloc((size_t)(n_q * s->q_top_m) * sizeof(int32_t));
@@ -54,6 +65,8 @@ void ds_spec_sampled_deinit(ds_spec *s) {
     free(s->target_logits);
     free(s->top_ids);
     free(s->top_vals);
+    free(s->top_lse);
+    free(s->row_buf);
     free(s->q_top_ids);
     free(s->q_top_vals);
     free(s->resid_scratch);
@@ -64,6 +77,7 @@ void ds_spec_logits_out(const ds_spec *s, ds_batch *b) {
         b->topk = (int)s->top_m;
         b->topk_ids = s->top_ids;
         b->topk_vals = s->top_vals;
+        b->lse = s->top_lse;
     }
     b->logits = s->target_logits;
 }
@@ -71,10 +85,19 @@ void ds_spec_logits_out(const ds_spec *s, ds_batch *b) {
 // p: the target's processed distribution of logits row `row` of the last forward.
 static dspec_status target_dist(ds_spec *s, int64_t row, ds_sample_probs *out, dspec_err *err) {
     ds_sampler *smp = s->params.sampler;
-    const int64_t m = s->top_m;
-    if (m) return ds_sample_dist_top(smp, s->top_vals + row * m, s->top_ids + row * m, m, out, err);
-    const int64_t V = ds_model_hparams_get(s->m)->n_vocab;
-    return ds_sample_dist(smp, s->target_logits + row * V, V, out, err);
+    const int64_t m = s->top_m, V = ds_model_hparams_get(s->m)->n_vocab;
+    if (!m) return ds_sample_dist(smp, s->target_logits + row * V, V, out, err);
+    bool decided;
+    dspec_status st = ds_sample_dist_top(smp, s->top_vals + row * m, s->top_ids + row * m, m,
+                                         s->top_lse ? s->top_lse[row] : NAN, out, &decided, err);
+    if (st != DSPEC_OK) return st;
+    if (decided) {
+        s->stats.rows_top++;
+        return DSPEC_OK;
+    }
+    s->stats.rows_read++; // (the row is still in backend memory)
+    st = ds_model_read_logits(s->m, s->st, row, s->row_buf, err);
+    return st == DSPEC_OK ? ds_sample_dist(smp, s->row_buf, V, out, err) : st;
 }
 
 dspec_status ds_spec_sample_row(ds_spec *s, int64_t row, int32_t *tok, dspec_err *err) {
@@ -122,8 +145,8 @@ static dspec_status draft_dists(ds_spec *s, int64_t n_prop, dspec_err *err) {
             // §2.2 (b): q is the distribution the proposal is actually drawn from)
             conditional_q(s, i, i == 0 ? s->anchor : s->draft.tokens[i - 1], q);
         } else {
-            dspec_status st = m ? ds_sample_dist_top(s->qs, s->q_top_vals + i * m,
-                                                     s->q_top_ids + i * m, m, q, err)
+            dspec_status st = m ? ds_sample_dist_list(s->qs, s->q_top_vals + i * m,
+                                                      s->q_top_ids + i * m, m, q, err)
                                 : ds_sample_dist(s->qs, s->draft.logits + i * V, V, q, err);
             if (st != DSPEC_OK) return st;
         }

@@ -96,6 +96,8 @@ typedef struct ds_spec_stats {
     int64_t accepted;     // proposals accepted
     int64_t emitted;      // tokens emitted by steps (accepted + bonus + plain steps)
     int64_t plain_steps;  // steps the adaptive policy ran without speculation
+    int64_t rows_top, rows_read; // sampled target rows whose p came from their top logits / from
+                                 // the whole row read back (sample.h ds_sample_dist_top)
     int64_t pos_tried[DS_SPEC_MAX_SLOTS];    // per draft position: times verified
     int64_t pos_accepted[DS_SPEC_MAX_SLOTS]; // per draft position: times accepted
     double t_prefill, t_draft, t_verify, t_commit, t_feed; // seconds

@@ -33,6 +33,8 @@ struct ds_spec {
     int64_t top_m;         // 0: whole rows
     int32_t *top_ids;      // [rows * top_m]
     float *top_vals;
+    float *top_lse;        // [rows] the rows' log-sum-exps (ds_sample_top_wide), else NULL
+    float *row_buf;        // [n_vocab] a row read back where its top logits do not decide
     int64_t q_top_m;       // 0: q from draft.logits (or from the proposer's cands)
     int32_t *q_top_ids;    // [n_slots * q_top_m]
     float *q_top_vals;

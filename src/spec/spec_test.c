@@ -296,14 +296,20 @@ static int rand_cands(void *ctx, int64_t slot, int32_t prev, int k, int32_t *ids
 }
 
 // 0 plain, 1 chain, 2 tree, 3 chain with conditional (Markov-like) proposals; `via`: the
-// proposer's topk op (q from the drafter's top logits: ds_sample_dist_top) and / or kept logits
-// (the target's whole rows: ds_sample_dist). `len` tokens into toks.
-enum { VIA_TOPK = 1, VIA_ROWS = 2 };
-static void sample_run_via(int spec, uint64_t seed, int via, int len, int32_t *toks) {
+// proposer's topk op (q from the drafter's top logits: ds_sample_dist_list) and / or kept logits
+// (the target's whole rows: ds_sample_dist); VIA_WIDE: top-k off (top-p 0.1 and min-p 0.02, or
+// min-p 0.3 alone: the target's rows from their top 128 logits and log-sum-exps, read back where
+// those do not decide). `len` tokens into toks; *stats (may be NULL) gets the loop's.
+enum { VIA_TOPK = 1, VIA_ROWS = 2, VIA_WIDE = 4 };
+static void sample_run_via(int spec, uint64_t seed, int via, int len, int32_t *toks,
+                           ds_spec_stats *stats) {
     env *e = &g_env;
     ds_sample_params sp;
     ds_sample_params_default(&sp);
     sp.temperature = 1.0f, sp.top_k = 40, sp.top_p = 0.95f, sp.min_p = 0.0f;
+    if (via & VIA_WIDE) { // (this target's rows are flat: top-p 0.1 keeps about 100 tokens)
+        sp.top_k = 0, sp.top_p = seed & 1 ? 0.1f : 1.0f, sp.min_p = seed & 1 ? 0.02f : 0.3f;
+    }
     sp.repeat_penalty = 1.3f, sp.repeat_last_n = 16, sp.seed = seed;
     ds_sampler *smp;
     assert_int_equal(ds_sample_new(&smp, &sp, 512, NULL), DSPEC_OK);
@@ -342,6 +348,7 @@ static void sample_run_via(int spec, uint64_t seed, int via, int len, int32_t *t
             memcpy(toks + n, out, (size_t)k * sizeof(int32_t));
             n += k;
         }
+        if (stats) *stats = *ds_spec_stats_get(s);
         ds_spec_free(s);
     }
     ds_state_free(st);
@@ -349,25 +356,36 @@ static void sample_run_via(int spec, uint64_t seed, int via, int len, int32_t *t
 }
 
 static void sample_run(int spec, uint64_t seed, int32_t *toks) {
-    sample_run_via(spec, seed, VIA_TOPK, SAMPLE_LEN, toks);
+    sample_run_via(spec, seed, VIA_TOPK, SAMPLE_LEN, toks, NULL);
 }
 
 // The distributions from the rows' top logits are the whole rows' bit for bit, so a seed gives
 // the same tokens whichever way p (target rows: top logits or kept rows) and q (the drafter's
-// topk op or its logits) were computed: chain, tree, conditional.
+// topk op or its logits) were computed: chain, tree, conditional; and with top-k off, p from the
+// top logits where they decide it and the row read back where not (both happen).
 static void test_sampled_top_logits(void **state) {
     (void)state;
     enum { LEN = 40 };
+    int64_t rows_top = 0, rows_read = 0;
     for (int mode = 1; mode <= 3; mode++) {
         for (uint64_t seed = 1; seed <= 6; seed++) {
             int32_t ref[LEN], got[LEN];
-            sample_run_via(mode, seed, VIA_ROWS, LEN, ref); // whole rows on both sides
+            sample_run_via(mode, seed, VIA_ROWS, LEN, ref, NULL); // whole rows on both sides
             for (int via = 0; via <= VIA_TOPK; via++) {
-                sample_run_via(mode, seed, via, LEN, got);
+                sample_run_via(mode, seed, via, LEN, got, NULL);
                 assert_memory_equal(got, ref, sizeof(ref));
             }
+            // top-k off (q from the drafter's logits: a truncated q would draw other proposals)
+            ds_spec_stats st;
+            sample_run_via(mode, seed, VIA_ROWS | VIA_WIDE, LEN, ref, NULL);
+            sample_run_via(mode, seed, VIA_WIDE, LEN, got, &st);
+            assert_memory_equal(got, ref, sizeof(ref));
+            rows_top += st.rows_top, rows_read += st.rows_read;
         }
     }
+    print_message("top-k off: %" PRId64 " rows from their top logits, %" PRId64 " read back\n",
+                  rows_top, rows_read);
+    assert_true(rows_top > 0 && rows_read > 0);
 }
 
 // Two-sample chi-square over tokens with enough counts (rare tokens pooled).
