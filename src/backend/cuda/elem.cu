@@ -359,14 +359,22 @@ __device__ __forceinline__ void am_block(float &bv, int &bi) {
     }
 }
 
+// Slice blockIdx.x of `parts` equal slices of a row of n elements: [i0, i1) (the last ones may
+// be short or empty). The argmax, topk and logsumexp part kernels' split of a row.
+__device__ __forceinline__ void row_slice(int64_t n, int parts, int64_t &i0, int64_t &i1) {
+    const int64_t per = (n + parts - 1) / parts;
+    i0 = blockIdx.x * per;
+    i1 = min(n, i0 + per);
+}
+
 // Pass 1: block (p, r) takes part p of row r (AM_PARTS equal slices) and writes its winner.
 enum { AM_PARTS = 64 };
 static __global__ __launch_bounds__(256) void argmax_part_kernel(ds_cu_rows x, float *pv,
                                                                  int *pi) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int64_t r = blockIdx.y, n = x.ne0;
-    const int64_t per = (n + AM_PARTS - 1) / AM_PARTS, i0 = blockIdx.x * per;
-    const int64_t i1 = min(n, i0 + per);
+    const int64_t r = blockIdx.y;
+    int64_t i0, i1;
+    row_slice(x.ne0, AM_PARTS, i0, i1);
     const float *xr = ds_cu_row(x, r);
     float bv = -INFINITY;
     int bi = 0x7fffffff;
@@ -470,9 +478,9 @@ static __global__ __launch_bounds__(256) void topk_part_kernel(ds_cu_rows x, int
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ float sv[33];
     __shared__ int si[33];
-    const int64_t r = blockIdx.y, n = x.ne0;
-    const int64_t per = (n + TK_PARTS - 1) / TK_PARTS, i0 = blockIdx.x * per;
-    const int64_t i1 = min(n, i0 + per);
+    const int64_t r = blockIdx.y;
+    int64_t i0, i1;
+    row_slice(x.ne0, TK_PARTS, i0, i1);
     const float *xr = ds_cu_row(x, r);
     float lv = INFINITY;
     int li = -1;
@@ -581,9 +589,9 @@ static __global__ __launch_bounds__(256) void lse_part_kernel(ds_cu_rows x, floa
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ float smf[8];
     __shared__ double smd[8];
-    const int64_t r = blockIdx.y, n = x.ne0;
-    const int64_t per = (n + LSE_PARTS - 1) / LSE_PARTS, i0 = blockIdx.x * per;
-    const int64_t i1 = min(n, i0 + per);
+    const int64_t r = blockIdx.y;
+    int64_t i0, i1;
+    row_slice(x.ne0, LSE_PARTS, i0, i1);
     const float *xr = ds_cu_row(x, r);
     float m = -INFINITY;
     for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) m = fmaxf(m, xr[i]);

@@ -85,15 +85,15 @@ static __global__ __launch_bounds__(256) void prep_f_kernel(xsrc src, int64_t n_
 
 // ---- int8 tensor-core GEMV (units: mma_unit.cuh) ----------------------------------------------
 
-// Block: W warps over one 16-row tile (rows row0 .. row0+15) and up to NT*8 columns (grid.y:
-// MoE pairs, NT = 1; the dense column-chunk path is unused since session 11 -- dense N >= 2 runs
-// the staged kernel -- and awaits removal with a GPU check of the MoE tests). Warp w runs K
-// splits [w*ks/W, (w+1)*ks/W) one after the other (split s: units [s*U/ks, (s+1)*U/ks)),
+// Block: W warps over one 16-row tile (rows row0 .. row0+15) of one MoE pair's expert (grid.y:
+// the pair, its column; dense calls run matmul_vec.cu's GEMV or the staged kernel below). Warp w
+// runs K splits [w*ks/W, (w+1)*ks/W) one after the other (split s: units [s*U/ks, (s+1)*U/ks)),
 // accumulating each in unit order with the weights loaded one unit ahead; the split partials
 // meet in shared memory and warp 0 adds them in split order.
 // W (mmq_warps) never changes the numerics.
-template <int QT, int NT>
+template <int QT>
 static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args a) {
+    constexpr int NT = 1; // (one column per block)
     typedef typename raw_of<QT>::type raw_t;
     constexpr int UB = qt_unit_bytes(QT);
     extern __shared__ float part_sm[]; // ks > 1: [split][nt][lane][e]
@@ -106,28 +106,13 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
     const int s0 = w * ks / W, s1 = (w + 1) * ks / W;
     const int ua = (int)((int64_t)s0 * U / ks), ub = (int)((int64_t)s1 * U / ks);
     raw_t nA, nB;
-    // dense: the first unit of weights is loaded before the wait for the previous kernel (no
-    // kernel writes weights; MoE needs the expert ids first)
-    const bool early = a.ids == NULL && ua < ub;
-    if (early) {
-        load_raw(nA, a.w + rA * a.w_nb1 + (size_t)ua * UB, t);
-        load_raw(nB, a.w + rB * a.w_nb1 + (size_t)ua * UB, t);
-    }
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    int c0, nvalid;
-    const uint8_t *wb = a.w;
-    if (a.ids) {
-        c0 = blockIdx.y;
-        nvalid = 1;
-        wb += (size_t)a.ids[c0] * a.w_nb2;
-    } else {
-        c0 = blockIdx.y * NT * 8;
-        nvalid = min(NT * 8, a.ncols - c0);
-    }
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh; the expert ids first)
+    const int c0 = blockIdx.y, nvalid = 1;
+    const uint8_t *wb = a.w + (size_t)a.ids[c0] * a.w_nb2;
     xcols<NT> x;
     xcols_init<QT, NT>(x, a, c0, nvalid, g, t);
     const uint8_t *wA = wb + rA * a.w_nb1, *wB = wb + rB * a.w_nb1;
-    if (!early && ua < ub) {
+    if (ua < ub) {
         load_raw(nA, wA + (size_t)ua * UB, t);
         load_raw(nB, wB + (size_t)ua * UB, t);
     }
@@ -743,13 +728,13 @@ static int mmq_warps(const ds_cuda_ctx *c, const mm_args &a, int n_z) {
     return (a.ks + per - 1) / per;
 }
 
-template <int QT, int NT>
+template <int QT>
 static void mmq_launch(ds_cuda_ctx *c, const mm_args &a, int n_z) {
-    // split partials: up to 32 splits x NT x 32 lanes x 4 floats, within the default 48 KiB
-    static_assert(32 * NT * 32 * 4 * sizeof(float) <= 48 * 1024, "mmq_kernel: NT <= 2");
-    const size_t smem = a.ks > 1 ? (size_t)a.ks * NT * 32 * 4 * sizeof(float) : 0;
+    // split partials: up to 32 splits x 32 lanes x 4 floats (16 KiB)
+    DS_ASSERT(a.ids != NULL);
+    const size_t smem = a.ks > 1 ? (size_t)a.ks * 32 * 4 * sizeof(float) : 0;
     dim3 grid((unsigned)((a.n_out + 15) / 16), (unsigned)n_z);
-    ds_cu_launch(c, mmq_kernel<QT, NT>, grid, 32 * mmq_warps(c, a, n_z), smem, a);
+    ds_cu_launch(c, mmq_kernel<QT>, grid, 32 * mmq_warps(c, a, n_z), smem, a);
 }
 
 static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
@@ -1093,7 +1078,7 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     // MoE pairs: mmq_kernel, one pair per grid.y
     DS_ASSERT(moe);
     const int n_z = a.ncols;
-    qt_switch(qt, [&](auto q) { mmq_launch<decltype(q)::value, 1>(c, a, n_z); });
+    qt_switch(qt, [&](auto q) { mmq_launch<decltype(q)::value>(c, a, n_z); });
     ds_cuda_launched(c, op);
 }
 
