@@ -7,13 +7,15 @@
 #   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \
 #     -o build-carry/libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
 # Usage (repo root, on the GPU machine):
-#   [BIN=build-carry-b] [TRACE_WHAT=chain] bash bench/cuda/trace.sh
-#   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16); default "decode chain")
+#   [BIN=build-carry-b] [TRACE_WHAT=chain] [TRACE_ARGS="--temp 0.8 --top-k 40"] bash bench/cuda/trace.sh
+#   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16); default "decode chain";
+#   TRACE_ARGS: more `dspec run` options, e.g. a sampler)
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh trace.sh || exit 1
 B=$PWD/${BIN:-build-carry}
 need_bins "$B" dspec || exit 1
+[ -f "$B/libcupti.so.13.xz" ] && { need_bins "$B" libcupti.so.13 || exit 1; }
 [ -f "$B/libkernel_trace.so" ] || { echo "trace.sh: $B/libkernel_trace.so missing"; exit 1; }
 export LD_LIBRARY_PATH=$B:/usr/local/cuda/extras/CUPTI/lib64:$LD_LIBRARY_PATH
 "$B/dspec" synth --preset 27b --mix q4_k_m --tokenizer models/tiny-target-q8_0.gguf /tmp/tr.gguf \
@@ -26,6 +28,8 @@ for what in ${TRACE_WHAT:-decode chain}; do
     -n 32 --no-adaptive)
   [ $what = tree ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
     -n 32 --no-adaptive --ddtree-budget 16)
+  # shellcheck disable=SC2206
+  ARGS+=(${TRACE_ARGS:-})
   (cd "$W" && CUDA_INJECTION64_PATH=$B/libkernel_trace.so "$B/dspec" "${ARGS[@]}" 2>&1 \
     | grep -E "tok/s|speculative:")
   echo "== $what"

@@ -1449,7 +1449,8 @@ static void test_argmax(void **state) {
 
 // topk against the CPU backend (ds_topk_f32's order): rows of 50 distinct values (ties across
 // slices), rows with NaN and infinities, widths below, at and above the 64 slices, k up to
-// DS_TOPK_MAX (k = V too), a sampled verify's 16 rows of top-k 40 plus a 64-token window.
+// DS_TOPK_MAX (k = V too), a sampled verify's 16 rows of top-k 40 plus a 64-token window, rows
+// whose slices are too long for shared memory (read from global memory each round).
 static void test_topk(void **state) {
     ENV(state);
     static const struct {
@@ -1458,7 +1459,7 @@ static void test_topk(void **state) {
     } cs[] = {{100, 3, 16},       {64, 2, 64},         {DS_TOPK_MAX, 2, DS_TOPK_MAX},
               {4097, 5, 1},        {4097, 5, 64},       {4097, 5, DS_TOPK_MAX},
               {248320, 15, 16},    {248320, 1, 64},     {248320, 16, 104},
-              {248320, 3, DS_TOPK_MAX}, {248320, 33, 5}};
+              {248320, 3, DS_TOPK_MAX}, {248320, 33, 5}, {700001, 2, 40}};
     for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
         const int64_t V = cs[ci].V, n = cs[ci].n;
         const int k = cs[ci].k;

@@ -435,11 +435,19 @@ extern "C" void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor
 // ---- top-k ---------------------------------------------------------------------------------------
 // ds_topk_f32's order: (value, id) beats another if its value is larger, or equal with a lower id
 // (am_take); NaN counts as -inf. Pass 1: block (p, r) takes slice p of row r (TK_PARTS equal
-// slices) and finds its k best in k rounds, round j taking the best element that the winner of
-// round j - 1 beats (a rescan of the L1-resident slice, no per-thread lists); pass 2: one block per
-// row does the same over the TK_PARTS x k slice winners. A slice with fewer than k elements pads
-// with (-inf, INT_MAX), which every element beats. The global k best are among the slices' k best.
-enum { TK_PARTS = 64, TK_PER_THREAD = TK_PARTS * DS_TOPK_MAX / 256 };
+// slices) into shared memory (up to TK_SLICE_MAX floats; a longer slice is read from global
+// memory each round); each warp finds the k best of its eighth of the slice in k rounds, round j
+// taking the best element that the winner of round j - 1 beats (a rescan of the sub-slice and a
+// warp shuffle reduction: no block barrier per round), then one warp merges the 8 sorted lists
+// into the slice's k best. Pass 2: one warp per row merges the TK_PARTS sorted slice lists (in
+// shared memory) the same way. Lists shorter than k pad with (-inf, INT_MAX), which every element
+// beats. The global k best are among the slices' and the sub-slices' k best, and merging sorted
+// lists keeps the order: the result is the order's first k, whatever the split.
+// Measured (CUPTI, 27B verify graph, 16 rows of 248,320 at k = 120, session 16): pass 1 as k
+// rounds of block-wide reductions over the slice in global memory 627 us, as warp rounds over
+// it in shared memory 553 us (so the rounds' compares and shuffles cost, not the loads: k times
+// the slice; a sort of the slice would not grow with k), pass 2 173 -> 60 us merging.
+enum { TK_PARTS = 64, TK_WARPS = 8, TK_SLICE_MAX = 10240 };
 
 __device__ __forceinline__ float tk_key(float v) {
     return v != v ? -INFINITY : v;
@@ -448,86 +456,87 @@ __device__ __forceinline__ float tk_key(float v) {
 __device__ __forceinline__ bool tk_below(float lv, int li, float v, int i) {
     return lv > v || (lv == v && li < i);
 }
-// The block's winner, broadcast to every thread.
-__device__ __forceinline__ void tk_block(float &bv, int &bi, float *sv, int *si) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// The warp's best (value, id, lane), in every lane.
+__device__ __forceinline__ void tk_warp(float &bv, int &bi, int &bl) {
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        am_take(bv, bi, ov, oi);
+        const int ol = __shfl_xor_sync(0xffffffffu, bl, o);
+        if (ov > bv || (ov == bv && (oi < bi || (oi == bi && ol < bl)))) bv = ov, bi = oi, bl = ol;
     }
-    if (lane == 0) sv[w] = bv, si[w] = bi;
-    __syncthreads();
-    if (w == 0) {
-        bv = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            am_take(bv, bi, ov, oi);
-        }
-        if (lane == 0) sv[32] = bv, si[32] = bi;
+}
+// Warp 0 merges n sorted lists of k (value, id) pairs, list q at lv[q * k], li[q * k] (n <= 64:
+// lane l holds the heads of lists l and l + 32), into out_v / out_i [k].
+__device__ __forceinline__ void tk_merge(const float *lv, const int *li, int n, int k, float *out_v,
+                                         int *out_i) {
+    const int lane = threadIdx.x & 31;
+    int h0 = 0, h1 = 0; // heads of lists lane and lane + 32
+    for (int j = 0; j < k; j++) {
+        float v0 = -INFINITY, v1 = -INFINITY;
+        int i0 = 0x7fffffff, i1 = 0x7fffffff;
+        if (lane < n && h0 < k) v0 = lv[lane * k + h0], i0 = li[lane * k + h0];
+        if (lane + 32 < n && h1 < k) v1 = lv[(lane + 32) * k + h1], i1 = li[(lane + 32) * k + h1];
+        // the lane's better head (list lane first on a full tie: padding), then the warp's
+        const bool second = v1 > v0 || (v1 == v0 && i1 < i0);
+        float bv = second ? v1 : v0;
+        int bi = second ? i1 : i0, bl = 2 * lane + second;
+        tk_warp(bv, bi, bl);
+        if (lane == 0) out_v[j] = bv, out_i[j] = bi;
+        if (bl == 2 * lane) h0++;
+        if (bl == 2 * lane + 1) h1++;
     }
-    __syncthreads();
-    bv = sv[32], bi = si[32];
-    __syncthreads(); // (the next round rewrites sv / si)
 }
 
-static __global__ __launch_bounds__(256) void topk_part_kernel(ds_cu_rows x, int k, float *pv,
-                                                               int *pi) {
+static __global__ __launch_bounds__(32 * TK_WARPS) void topk_part_kernel(ds_cu_rows x, int k,
+                                                                         float *pv, int *pi) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    __shared__ float sv[33];
-    __shared__ int si[33];
+    __shared__ float wv[TK_WARPS * DS_TOPK_MAX];
+    __shared__ int wi[TK_WARPS * DS_TOPK_MAX];
+    extern __shared__ float tk_slice[]; // [len] when staged
     const int64_t r = blockIdx.y;
     int64_t i0, i1;
     row_slice(x.ne0, TK_PARTS, i0, i1);
-    const float *xr = ds_cu_row(x, r);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t len = i1 > i0 ? i1 - i0 : 0, sub = (len + TK_WARPS - 1) / TK_WARPS;
+    const int64_t s0 = min(len, w * sub), s1 = min(len, (w + 1) * sub); // (from i0)
+    const float *xr = ds_cu_row(x, r) + i0;
+    const bool staged = (x.ne0 + TK_PARTS - 1) / TK_PARTS <= TK_SLICE_MAX; // (as launched)
+    if (staged) {
+        for (int64_t i = threadIdx.x; i < len; i += blockDim.x) tk_slice[i] = tk_key(xr[i]);
+        __syncthreads();
+    }
     float lv = INFINITY;
     int li = -1;
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int bi = 0x7fffffff;
-        for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-            const float v = tk_key(xr[i]);
-            if (tk_below(lv, li, v, (int)i)) am_take(bv, bi, v, (int)i);
+        for (int64_t i = s0 + lane; i < s1; i += 32) {
+            const float v = staged ? tk_slice[i] : tk_key(xr[i]);
+            if (tk_below(lv, li, v, (int)(i0 + i))) am_take(bv, bi, v, (int)(i0 + i));
         }
-        tk_block(bv, bi, sv, si);
-        if (threadIdx.x == 0) {
-            pv[(r * TK_PARTS + blockIdx.x) * k + j] = bv;
-            pi[(r * TK_PARTS + blockIdx.x) * k + j] = bi;
-        }
+        int bl = 0;
+        tk_warp(bv, bi, bl);
+        if (lane == 0) wv[w * k + j] = bv, wi[w * k + j] = bi;
         lv = bv, li = bi;
+    }
+    __syncthreads();
+    if (w == 0) {
+        const int64_t o = (r * TK_PARTS + blockIdx.x) * k;
+        tk_merge(wv, wi, TK_WARPS, k, pv + o, pi + o);
     }
 }
 
 static __global__ __launch_bounds__(256) void topk_final_kernel(const float *pv, const int *pi,
                                                                 int k, int32_t *ids, float *vals) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    __shared__ float sv[33];
-    __shared__ int si[33];
+    extern __shared__ __align__(16) uint8_t tk_sm[]; // the row's lists: values, then ids
+    float *sv = (float *)tk_sm;
+    int *si = (int *)(sv + TK_PARTS * k);
     const int64_t r = blockIdx.x;
     const int m = TK_PARTS * k;
-    float cv[TK_PER_THREAD];
-    int ci[TK_PER_THREAD];
-#pragma unroll
-    for (int q = 0; q < TK_PER_THREAD; q++) {
-        const int c = threadIdx.x + 256 * q;
-        cv[q] = c < m ? pv[r * m + c] : -INFINITY;
-        ci[q] = c < m ? pi[r * m + c] : 0x7fffffff;
-    }
-    float lv = INFINITY;
-    int li = -1;
-    for (int j = 0; j < k; j++) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int q = 0; q < TK_PER_THREAD; q++) {
-            if (tk_below(lv, li, cv[q], ci[q])) am_take(bv, bi, cv[q], ci[q]);
-        }
-        tk_block(bv, bi, sv, si);
-        if (threadIdx.x == 0) ids[r * k + j] = bi, vals[r * k + j] = bv;
-        lv = bv, li = bi;
-    }
+    for (int c = threadIdx.x; c < m; c += blockDim.x) sv[c] = pv[r * m + c], si[c] = pi[r * m + c];
+    __syncthreads();
+    if (threadIdx.x < 32) tk_merge(sv, si, TK_PARTS, k, vals + r * k, ids + r * k);
 }
 
 extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
@@ -539,16 +548,25 @@ extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds
     DS_ASSERT(k >= 1 && k <= DS_TOPK_MAX && k <= x->ne[0]);
     if (rows == 0) return;
     DS_ASSERT(rows <= 65535);
-    const size_t nk = (size_t)rows * (size_t)k;
+    const size_t nk = (size_t)rows * (size_t)k, smem = (size_t)TK_PARTS * (size_t)k * 8;
+    static_assert(TK_PARTS * DS_TOPK_MAX * 8 <= 227 * 1024, "topk: the row's lists in smem");
+    if (smem > 48 * 1024 &&
+        !DS_CUDA_TRY(c, cudaFuncSetAttribute(topk_final_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem))) {
+        return;
+    }
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, nk * 8 + nk * TK_PARTS * 8);
     if (!s) return;
     int32_t *di = (int32_t *)s;
     float *dv = (float *)(s + nk * 4);
     float *pv = (float *)(s + nk * 8);
     int *pi = (int *)(pv + nk * TK_PARTS);
-    ds_cu_launch(c, topk_part_kernel, dim3(TK_PARTS, (unsigned)rows), 256, 0, ds_cu_rows_of(x), k,
-                 pv, pi);
-    ds_cu_launch(c, topk_final_kernel, (unsigned)rows, 256, 0, (const float *)pv,
+    const int64_t per = (x->ne[0] + TK_PARTS - 1) / TK_PARTS;
+    const size_t slice = per <= TK_SLICE_MAX ? (size_t)per * 4 : 0; // (40 KB at most)
+    ds_cu_launch(c, topk_part_kernel, dim3(TK_PARTS, (unsigned)rows), 32 * TK_WARPS, slice,
+                 ds_cu_rows_of(x), k, pv, pi);
+    ds_cu_launch(c, topk_final_kernel, (unsigned)rows, 256, smem, (const float *)pv,
                  (const int *)pi, k, di, dv);
     ds_cuda_launched(c, "topk");
     ds_cuda_readback(c, ids, di, nk * 4);
