@@ -7,7 +7,8 @@
 #   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \
 #     -o build-carry/libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
 # Usage (repo root, on the GPU machine):
-#   [BIN=build-carry-b] [TRACE_WHAT=chain] [TRACE_ARGS="--temp 0.8 --top-k 40"] bash bench/cuda/trace.sh
+#   [BIN=build-carry-b] [TRACE_WHAT=chain] [TRACE_ARGS="--temp 0.8 --top-k 40"] \
+#     bash bench/cuda/trace.sh
 #   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16); default "decode chain";
 #   TRACE_ARGS: more `dspec run` options, e.g. a sampler)
 set -u

@@ -352,7 +352,7 @@ static void test_exact_pit(void **state) {
     free(prompt);
 }
 
-// ---- sampling from the rows' top logits ------------------------------------------------------------
+// ---- sampling from the rows' top logits -------------------------------------------------------
 // The target's rows reach the sampler as their top logits (no row to the host, sample.h
 // ds_sample_dist_top) unless log-probs are asked for, which keeps the whole rows: the same seed
 // must give the same text both ways, plain and speculative (every configuration), with penalties;

@@ -214,6 +214,15 @@ static float penalise(const ds_sampler *s, float l, int32_t count) {
 
 // ---- greedy ------------------------------------------------------------------------------------
 
+// The distribution of a greedy choice.
+static dspec_status one_hot(ds_sample_probs *out, int32_t id) {
+    out->ids[0] = id;
+    out->p[0] = 1.0f;
+    out->n = 1;
+    out->sorted = true;
+    return DSPEC_OK;
+}
+
 int32_t ds_sample_argmax(const float *logits, int64_t n) {
     int64_t best = -1;
     float bv = 0.0f;
@@ -436,11 +445,7 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
         if (st != DSPEC_OK) {
             return st;
         }
-        out->ids[0] = best;
-        out->p[0] = 1.0f;
-        out->n = 1;
-        out->sorted = true;
-        return DSPEC_OK;
+        return one_hot(out, best);
     }
     // 1. penalties: copy (checking NaN/+inf), then patch the distinct tokens of the window
     float *w = s->work;
@@ -580,8 +585,8 @@ static dspec_status dist_wide(ds_sampler *s, const float *vals, const int32_t *i
         double z = raw;
         for (int64_t j = 0; j < m && n_pen > 0; j++) { // the m's penalties, exactly
             if (s->counts[ids[j]]) {
-                z -= (double)expf(vals[j] - maxl) - (double)expf(penalise(s, vals[j],
-                                                                          s->counts[ids[j]]) - maxl);
+                const float pen_v = penalise(s, vals[j], s->counts[ids[j]]);
+                z -= (double)expf(vals[j] - maxl) - (double)expf(pen_v - maxl);
             }
         }
         const double eps = 2.0 * ((fabs((double)lse) + fabs((double)vals[0]) +
@@ -648,11 +653,7 @@ dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t 
             return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf",
                               s->n_vocab);
         }
-        out->ids[0] = c[0].id;
-        out->p[0] = 1.0f;
-        out->n = 1;
-        out->sorted = true;
-        return DSPEC_OK;
+        return one_hot(out, c[0].id);
     }
     // 2. top-k: the first top_k, as ds_sample_dist's selection orders them
     return finish(s, c, s->prm.top_k, true, NULL, c[0].l, out, err);
@@ -675,11 +676,7 @@ dspec_status ds_sample_dist_list(ds_sampler *s, const float *vals, const int32_t
         if (c[0].l == -INFINITY) {
             return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf", m);
         }
-        out->ids[0] = c[0].id;
-        out->p[0] = 1.0f;
-        out->n = 1;
-        out->sorted = true;
-        return DSPEC_OK;
+        return one_hot(out, c[0].id);
     }
     const int64_t k = s->prm.top_k > 0 && s->prm.top_k < m ? s->prm.top_k : m;
     return finish(s, c, k, true, NULL, c[0].l, out, err);
