@@ -381,7 +381,11 @@ static void test_top_logits_same_text(void **state) {
     (void)state;
     enum { LEN = 24 };
     for (int c = -1; c < N_CONFIGS; c++) {
+#if defined(__SANITIZE_ADDRESS__)
+        for (uint64_t seed = 2; seed <= 3; seed++) { // (ASan: one with top-k, one without)
+#else
         for (uint64_t seed = 1; seed <= 4; seed++) {
+#endif
             static text_out got[2];
             for (int rows = 0; rows < 2; rows++) {
                 dspec_gen_params p;
