@@ -88,7 +88,7 @@ double ds_sample_rng_uniform(ds_sample_rng *r);
 typedef struct ds_sampler ds_sampler;
 
 // Creates a sampler for a vocabulary of n_vocab tokens. Validates the parameters (named in the
-// error: "sample: top_p=1.5 outside (0, 1]"). Scratch: about 20 bytes per vocabulary entry.
+// error: "sample: top_p=1.5 outside (0, 1]"). Scratch: about 28 bytes per vocabulary entry.
 dspec_status ds_sample_new(ds_sampler **out, const ds_sample_params *params, int64_t n_vocab,
                            dspec_err *err);
 void ds_sample_free(ds_sampler *s);

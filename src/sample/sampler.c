@@ -35,6 +35,7 @@ struct ds_sampler {
     // scratch
     float *work; // [n_vocab] penalised logits
     cand *cands; // [n_vocab]
+    cand *tmp;   // [n_vocab] top-p's gathered candidates, bucket by bucket
 };
 
 // ---- parameters --------------------------------------------------------------------------------
@@ -117,15 +118,16 @@ dspec_status ds_sample_new(ds_sampler **out, const ds_sample_params *params, int
     s->uniq_pos = alloc_n(n_vocab, sizeof(int32_t));
     s->work = alloc_n(n_vocab, sizeof(float));
     s->cands = alloc_n(n_vocab, sizeof(cand));
+    s->tmp = alloc_n(n_vocab, sizeof(cand));
     if (params->repeat_last_n > 0) {
         s->ring = alloc_n(params->repeat_last_n, sizeof(int32_t));
     }
-    if (!s->counts || !s->uniq || !s->uniq_pos || !s->work || !s->cands ||
+    if (!s->counts || !s->uniq || !s->uniq_pos || !s->work || !s->cands || !s->tmp ||
         (params->repeat_last_n > 0 && !s->ring)) {
         ds_sample_free(s);
         return ds_err_set(err, DSPEC_ERR_NOMEM, "sample: out of memory for a %" PRId64
                           "-token vocabulary (%zu bytes of scratch)", n_vocab,
-                          (size_t)n_vocab * (3 * sizeof(int32_t) + sizeof(float) + sizeof(cand)));
+                          (size_t)n_vocab * (3 * sizeof(int32_t) + sizeof(float) + 2 * sizeof(cand)));
     }
     memset(s->uniq_pos, 0xff, (size_t)n_vocab * sizeof(int32_t));
     ds_sample_rng_seed(&s->rng, params->seed);
@@ -143,6 +145,7 @@ void ds_sample_free(ds_sampler *s) {
     free(s->ring);
     free(s->work);
     free(s->cands);
+    free(s->tmp);
     free(s);
 }
 
@@ -326,15 +329,24 @@ static void select_best(cand *c, int64_t lo, int64_t hi, int64_t m) {
     }
 }
 
+// Top-p's bucket of a candidate d = max - logit >= 0 nats below the largest.
+static int64_t bucket_of(float d) {
+    return d < (float)(TOP_P_BUCKETS - 1) / TOP_P_BUCKET_SCALE ? (int)(d * TOP_P_BUCKET_SCALE)
+                                                                : TOP_P_BUCKETS - 1;
+}
+
 // Top-p over n candidates (already the sorted top-k set when `sorted`). Returns the number kept
 // (>= 1) and leaves c[0..kept) sorted. Unsorted input is not sorted in full: one pass buckets the
 // candidates by (max - logit) in steps of 1/TOP_P_BUCKET_SCALE nats and sums their mass per bucket;
-// only the buckets needed to reach top_p of the mass are gathered and sorted (buckets are ordered by
-// logit, so the cut lies among them).
-static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
+// only the buckets needed to reach top_p of the mass are gathered (into tmp, bucket after bucket)
+// and each bucket sorted: buckets are ordered by logit, so that is one sort of them all, and the
+// cut lies among them. (One qsort of every gathered candidate before: a flat 248K-logit row, top-p
+// 0.95 keeping 183,915, 44 / 39 -> 32 / 29 ms on the development VM; 796 kept: 2.2-2.7 ms both.)
+static int64_t top_p_cut(cand *c, cand *tmp, int64_t n, bool sorted, float top_p) {
     float maxl = c[0].l;
     double z = 0.0; // float exps, double sums
     double mass[TOP_P_BUCKETS] = {0};
+    int64_t at[TOP_P_BUCKETS + 1] = {0}; // (unsorted: bucket b's candidates go to tmp[at[b]..))
     if (sorted) {
         for (int64_t i = 0; i < n; i++) {
             z += expf(c[i].l - maxl);
@@ -345,9 +357,9 @@ static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
         }
         for (int64_t i = 0; i < n; i++) {
             float d = maxl - c[i].l; // >= 0, +inf for -inf logits
-            int b = d < (float)(TOP_P_BUCKETS - 1) / TOP_P_BUCKET_SCALE
-                        ? (int)(d * TOP_P_BUCKET_SCALE) : TOP_P_BUCKETS - 1;
+            int64_t b = bucket_of(d);
             float e = expf(-d);
+            at[b + 1]++;
             mass[b] += e;
             z += e;
         }
@@ -359,18 +371,18 @@ static int64_t top_p_cut(cand *c, int64_t n, bool sorted, float top_p) {
         for (double acc = mass[0]; acc < target && last < TOP_P_BUCKETS - 1;) {
             acc += mass[++last];
         }
-        m = 0;
+        for (int b = 0; b < TOP_P_BUCKETS; b++) at[b + 1] += at[b];
+        m = at[last + 1];
+        int64_t pos[TOP_P_BUCKETS];
+        memcpy(pos, at, sizeof(pos));
         for (int64_t i = 0; i < n; i++) {
-            float d = maxl - c[i].l;
-            int b = d < (float)(TOP_P_BUCKETS - 1) / TOP_P_BUCKET_SCALE
-                        ? (int)(d * TOP_P_BUCKET_SCALE) : TOP_P_BUCKETS - 1;
-            if (b <= last) {
-                cand t = c[m];
-                c[m++] = c[i];
-                c[i] = t;
-            }
+            int64_t b = bucket_of(maxl - c[i].l);
+            if (b <= last) tmp[pos[b]++] = c[i];
         }
-        qsort(c, (size_t)m, sizeof(cand), cmp_cand);
+        for (int b = 0; b <= last; b++) {
+            qsort(tmp + at[b], (size_t)(at[b + 1] - at[b]), sizeof(cand), cmp_cand);
+        }
+        memcpy(c, tmp, (size_t)m * sizeof(cand));
     }
     for (int64_t i = 0; i < m; i++) {
         cum += expf(c[i].l - maxl);
@@ -422,7 +434,7 @@ static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const
     }
     // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
     if (s->prm.top_p < 1.0f && n > 1) {
-        n = top_p_cut(c, n, sorted, s->prm.top_p);
+        n = top_p_cut(c, s->tmp, n, sorted, s->prm.top_p);
         sorted = true;
     }
     finish_tail(s, c, n, sorted, w, maxl, out);
