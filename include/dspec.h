@@ -163,6 +163,10 @@ typedef struct dspec_gen_stats {
     double t_draft, t_verify, t_commit;
     int64_t pos_tried[64], pos_accepted[64];
     int64_t n_cached;        // prompt tokens restored from a prefix snapshot (not prefilled)
+    // rows the sampler took from their largest logits on the backend / read back whole because
+    // those did not decide the top-p / min-p cut (top-k off; docs/cuda.md "Logits stay on the
+    // device")
+    int64_t rows_top, rows_read;
 } dspec_gen_stats;
 
 // Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop.

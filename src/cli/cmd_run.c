@@ -191,6 +191,11 @@ static void print_stats(const dspec_gen_stats *s, bool spec) {
             "%.3f s\n", s->n_prompt, prefill_tps, s->t_first_token);
     fprintf(stderr, "generated tokens: %" PRId64 ", decode %.1f tok/s%s\n", s->n_gen, dec_tps,
             s->stop_eog ? " (end of generation)" : "");
+    if (s->rows_read > 0) {
+        fprintf(stderr, "sampling: %" PRId64 " of %" PRId64 " rows read back whole (their top "
+                "logits did not decide the top-p / min-p cut)\n", s->rows_read,
+                s->rows_read + s->rows_top);
+    }
     if (!spec) return;
     fprintf(stderr, "speculative: %" PRId64 " steps (+%" PRId64 " plain), tau %.3f, accepted %"
             PRId64 " of %" PRId64 " drafted; draft %.3f s, verify %.3f s, commit %.3f s\n",

@@ -380,6 +380,7 @@ static void on_logprob(const dspec_token_logprob *lp, void *user) {
 static void test_top_logits_same_text(void **state) {
     (void)state;
     enum { LEN = 24 };
+    int64_t rows_top = 0, rows_read = 0; // (runs without log-probs: their rows' top logits)
     for (int c = -1; c < N_CONFIGS; c++) {
 #if defined(__SANITIZE_ADDRESS__)
         for (uint64_t seed = 2; seed <= 3; seed++) { // (ASan: one with top-k, one without)
@@ -410,12 +411,22 @@ static void test_top_logits_same_text(void **state) {
                     fail_msg("generate: %s", err.msg);
                 }
                 assert_int_equal(st.n_gen, LEN);
+                if (rows) {
+                    assert_true(st.rows_top == 0 && st.rows_read == 0); // (whole rows)
+                } else {
+                    assert_true(st.rows_top + st.rows_read > 0);
+                    if (p.top_k) assert_true(st.rows_read == 0); // (always decided)
+                    rows_top += st.rows_top, rows_read += st.rows_read;
+                }
             }
             assert_int_equal(got[1].n_lp, LEN);
             assert_int_equal(got[0].len, got[1].len);
             assert_memory_equal(got[0].buf, got[1].buf, got[0].len);
         }
     }
+    print_message("rows from their top logits %" PRId64 ", read back %" PRId64 "\n", rows_top,
+                  rows_read);
+    assert_true(rows_top > 0);
 }
 
 int main(void) {

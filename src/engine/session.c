@@ -462,6 +462,8 @@ static dspec_status plain_sample(dspec_session *s, dspec_err *err) {
         dspec_status st = ds_sample_token_top(r->smp, s->top_vals, s->top_ids, r->top_m,
                                               r->top_wide ? s->top_lse : NAN, &s->probs, &r->tok,
                                               &decided, err);
+        if (st == DSPEC_OK && decided) r->stats.rows_top++;
+        if (st == DSPEC_OK && !decided) r->stats.rows_read++;
         if (st != DSPEC_OK || decided) return st;
         // the top logits did not decide it: the row, still in backend memory
         if ((st = ds_model_read_logits(m, s->st, 0, s->logits, err)) != DSPEC_OK) return st;
@@ -562,6 +564,8 @@ void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats) {
         r->stats.t_draft = ss->t_draft;
         r->stats.t_verify = ss->t_verify;
         r->stats.t_commit = ss->t_commit + ss->t_feed;
+        r->stats.rows_top = ss->rows_top;
+        r->stats.rows_read = ss->rows_read;
         for (int i = 0; i < 64 && i < DS_SPEC_MAX_SLOTS; i++) {
             r->stats.pos_tried[i] = ss->pos_tried[i];
             r->stats.pos_accepted[i] = ss->pos_accepted[i];
