@@ -369,10 +369,8 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
     if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, err);
     if (st == DSPEC_OK) { // a row's top logits where they decide the token (sample.h)
-        const int64_t need = ds_sample_top_need(r->smp);
-        r->top_wide = need == 0 && ds_sample_top_wide(r->smp) && !r->p.logprob_fn;
-        r->top_m = r->p.logprob_fn ? 0 : need && need <= DS_TOPK_MAX ? need
-                                       : r->top_wide ? DS_MIN((int64_t)DS_TOPK_MAX, V) : 0;
+        r->top_m = ds_sample_top_plan(r->smp, DS_TOPK_MAX, &r->top_wide);
+        if (r->p.logprob_fn) r->top_m = 0; // (the log-probs need the whole row)
     }
     for (int64_t i = 0; i < req->n && st == DSPEC_OK; i++) {
         st = ds_sample_accept(r->smp, req->ids[i], err);

@@ -129,6 +129,10 @@ dspec_status ds_sample_dist(ds_sampler *s, const float *logits, int64_t n_vocab,
 // not. Fixed for the sampler's life, as is ds_sample_top_wide.
 int64_t ds_sample_top_need(const ds_sampler *s);
 bool ds_sample_top_wide(const ds_sampler *s);
+// What to ask of a backend whose topk op gives at most max_m per row: m top logits per row (the
+// need, or max_m for wide parameters; 0: whole rows, also when the need exceeds max_m) and
+// whether the rows' log-sum-exps too (*lse: wide parameters).
+int64_t ds_sample_top_plan(const ds_sampler *s, int64_t max_m, bool *lse);
 
 // ds_sample_dist of a row given its m largest logits, vals[0..m) descending, equal values by
 // ascending id (ds_topk_f32's order; NaN ranked as -inf), with their ids, and (wide parameters

@@ -563,6 +563,28 @@ static dspec_status top_cands(ds_sampler *s, const float *vals, const int32_t *i
     return DSPEC_OK;
 }
 
+// The chain over a row of only these m logits (ds_sample_dist_list; validated by the caller):
+// penalties on the m, the penalised order, then greedy's argmax or top-k (the first top_k, as
+// ds_sample_dist's selection orders them) and steps 3-5.
+static dspec_status dist_list(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
+                              ds_sample_probs *out, dspec_err *err) {
+    cand *c = s->cands;
+    int64_t n_pen;
+    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
+    if (st != DSPEC_OK) {
+        return st;
+    }
+    if (s->prm.temperature <= 0.0f) {
+        if (c[0].l == -INFINITY) {
+            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all of the %" PRId64 " largest "
+                              "logits are -inf", m);
+        }
+        return one_hot(out, c[0].id);
+    }
+    const int64_t k = s->prm.top_k > 0 && s->prm.top_k < m ? s->prm.top_k : m;
+    return finish(s, c, k, true, NULL, c[0].l, out, err);
+}
+
 // Top-k off, top-p and / or min-p (ds_sample_top_wide) from the m largest raw logits and the
 // row's log-sum-exp: ds_sample_dist's result where the m decide it, else *decided = false.
 // The penalised order is known for the entries above vm, the m-th raw logit (every other token
@@ -652,23 +674,8 @@ dspec_status ds_sample_dist_top(ds_sampler *s, const float *vals, const int32_t 
     if (wide) {
         return dist_wide(s, vals, ids, m, lse, out, decided, err);
     }
-    // 1. penalties on the m (the others only move down), then the penalised order
-    cand *c = s->cands;
-    int64_t n_pen;
-    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
-    if (st != DSPEC_OK) {
-        return st;
-    }
-    *decided = true;
-    if (s->prm.temperature <= 0.0f) { // greedy: the penalised argmax
-        if (c[0].l == -INFINITY) {
-            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf",
-                              s->n_vocab);
-        }
-        return one_hot(out, c[0].id);
-    }
-    // 2. top-k: the first top_k, as ds_sample_dist's selection orders them
-    return finish(s, c, s->prm.top_k, true, NULL, c[0].l, out, err);
+    *decided = true; // (the m hold the penalised row's top_k: the list's chain is the row's)
+    return dist_list(s, vals, ids, m, out, err);
 }
 
 dspec_status ds_sample_dist_list(ds_sampler *s, const float *vals, const int32_t *ids, int64_t m,
@@ -678,20 +685,20 @@ dspec_status ds_sample_dist_list(ds_sampler *s, const float *vals, const int32_t
                           PRId64 "), output holds %" PRId64, m, s->n_vocab, out->cap);
     }
     out->n_vocab = s->n_vocab;
-    cand *c = s->cands;
-    int64_t n_pen;
-    dspec_status st = top_cands(s, vals, ids, m, c, &n_pen, err);
-    if (st != DSPEC_OK) {
-        return st;
+    return dist_list(s, vals, ids, m, out, err);
+}
+
+int64_t ds_sample_top_plan(const ds_sampler *s, int64_t max_m, bool *lse) {
+    const int64_t need = ds_sample_top_need(s);
+    *lse = false;
+    if (need > 0) {
+        return need <= max_m ? need : 0;
     }
-    if (s->prm.temperature <= 0.0f) {
-        if (c[0].l == -INFINITY) {
-            return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all %" PRId64 " logits are -inf", m);
-        }
-        return one_hot(out, c[0].id);
+    if (!ds_sample_top_wide(s)) {
+        return 0;
     }
-    const int64_t k = s->prm.top_k > 0 && s->prm.top_k < m ? s->prm.top_k : m;
-    return finish(s, c, k, true, NULL, c[0].l, out, err);
+    *lse = true;
+    return max_m < s->n_vocab ? max_m : s->n_vocab;
 }
 
 // ---- drawing -----------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ dspec_status ds_spec_sampled_init(ds_spec *s, int64_t rows, dspec_err *err) {
     // as many as the topk op gives, and the rows' log-sum-exps); q from the drafter's top logits
     // (a truncated q where they do not decide it: any q is exact, drafters-and-verification.md
     // §2.2)
-    const int64_t need = ds_sample_top_need(smp), q_need = ds_sample_top_need(s->qs);
-    const int64_t wide_m = DS_MIN((int64_t)DS_TOPK_MAX, V);
-    const bool wide = need == 0 && ds_sample_top_wide(smp) && !s->params.keep_logits;
-    s->top_m = s->params.keep_logits ? 0 : need && need <= DS_TOPK_MAX ? need : wide ? wide_m : 0;
-    s->q_top_m = !s->p.topk || s->p.cands ? 0 : q_need && q_need <= DS_TOPK_MAX ? q_need : wide_m;
+    bool wide, q_lse; // (q needs no log-sum-exp: ds_sample_dist_list)
+    const int64_t m = ds_sample_top_plan(smp, DS_TOPK_MAX, &wide);
+    const int64_t qm = ds_sample_top_plan(s->qs, DS_TOPK_MAX, &q_lse);
+    s->top_m = s->params.keep_logits ? 0 : m;
+    s->q_top_m = !s->p.topk || s->p.cands ? 0 : qm ? qm : DS_MIN((int64_t)DS_TOPK_MAX, V);
     if (s->top_m) {
         s->top_ids = malloc((size_t)(rows * s->top_m) * sizeof(int32_t));
         s->top_vals = malloc((size_t)(rows * s->top_m) * sizeof(float));
