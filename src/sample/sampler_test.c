@@ -672,6 +672,11 @@ static void test_top_path(void **state) {
         const bool wide = ds_sample_top_wide(top.s);
         assert_int_equal(need, cfgs[k].need);
         assert_int_equal(wide, cfgs[k].wide);
+        bool plan_lse = !wide; // the plan for a topk op of TOP_M, and of 100, per row
+        assert_int_equal(ds_sample_top_plan(top.s, TOP_M, &plan_lse), need ? need : wide ? TOP_M : 0);
+        assert_int_equal(plan_lse, wide);
+        assert_int_equal(ds_sample_top_plan(top.s, 100, &plan_lse), need > 100 ? 0 : need ? need
+                                                               : wide ? 100 : 0);
         dspec_err err = {0};
         for (int row = 0; row < ROWS && (need > 0 || wide); row++) {
             // quantised (ties), a few -inf; peaked like a language model's rows (the kept set
