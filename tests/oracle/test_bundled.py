@@ -72,6 +72,15 @@ def main():
                 *extra)
         check(f"refused: {d} {' '.join(extra)}", r.returncode != 0 and want in r.stderr,
               r.stderr.decode(errors="replace").strip()[-100:])
+    # sampling reports the rows its top logits did not decide (top-k off), and only then
+    for d in (), ("--draft", os.path.join(models, "tiny-dspark-g7-q8_0.gguf"), "--no-adaptive"):
+        for extra, read in ((("--top-p", "0.9"), True), (("--top-k", "40"), False)):
+            r = run("-p", PROMPTS[1], "-n", "48", "--temp", "0.9", "--seed", "1", *extra, *d)
+            m = re.search(r"sampling: (\d+) of (\d+) rows read back whole", r.stderr.decode())
+            ok = r.returncode == 0 and (bool(m) == read) and (
+                not m or 0 < int(m.group(1)) <= int(m.group(2)) <= 48)
+            check(f"sampling {' '.join(extra)}{' spec' if d else ''}: rows read back "
+                  f"{'reported' if read else 'none'}", ok, m.group(0) if m else "no line")
     r = run("--chat", "--no-think", "-p", "Write a Python function is_prime(n).", "-n", "24",
             "--draft", os.path.join(models, "tiny-dspark-g7-q8_0.gguf"))
     check("chat with a drafter", r.returncode == 0 and len(r.stdout) > 0,
