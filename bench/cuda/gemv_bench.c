@@ -2,11 +2,13 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
-// Usage: gemv_bench [iters] [small|mmv|mmqs]   ("small": only the small-op table: launch floor,
+// Usage: gemv_bench [iters] [small|mmv|mmqs|all] [TYPE]   (TYPE, e.g. q6_K: only that weight type;
+// "all": every mode's N = 1..32 table, the default; "small": only the small-op table: launch floor,
 // fused residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types
 // at N = 1, the decode GEMV with its activations staged in shared memory and read from global
 // memory, side by side; "mmqs": the quantized types at N = 16 and 32 on the staged mma kernel,
-// with its default pipeline depth, then forced to 2 and to 3 stages).
+// with its default pipeline depth, then forced to 2 and to 3 stages, then its weights staged by
+// every thread's cp.async instead of the tensor copies).
 //
 // Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
 // each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
@@ -199,7 +201,7 @@ int main(int argc, char **argv) {
     const size_t n_ns = mmv    ? DS_ARRAY_LEN(ns_mmv)
                         : mmqs ? DS_ARRAY_LEN(ns_mmqs)
                                : DS_ARRAY_LEN(ns_all);
-    const int reps = mmv ? 2 : mmqs ? 3 : 1; // variants per N
+    const int reps = mmv ? 2 : mmqs ? 4 : 1; // variants per N
     enum { COPIES = 4, NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
            "t(N)/t(1)");
@@ -208,6 +210,7 @@ int main(int argc, char **argv) {
             ds_type t = types[ti];
             const shape *s = &shapes[si];
             if ((mmv || mmqs) && !ds_type_traits_get(t)->is_quantized) continue; // (no dp4a GEMV)
+            if (argc > 3 && strcmp(argv[3], ds_type_name(t)) != 0) continue;
             if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
             size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
             uint8_t *h = malloc(bytes);
@@ -234,8 +237,11 @@ int main(int argc, char **argv) {
                 const bool global_x = mmv && (ni & 1);
                 if (mmv && !global_x && t == DS_TYPE_IQ4_XS) continue; // (never staged)
                 ds_cuda_set_mmv_staged(be, !global_x);
-                const int stages = mmqs ? (int)(ni % 3 == 0 ? 0 : ni % 3 + 1) : 0; // 0, 2, 3
+                // mmqs: the default, 2 stages, 3 stages, the default without the tensor copies
+                const int var = mmqs ? (int)(ni % 4) : 0;
+                const int stages = var == 1 ? 2 : var == 2 ? 3 : 0;
                 ds_cuda_set_mmqs_stages(be, stages);
+                ds_cuda_set_mmqs_tma(be, var != 3);
                 ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
                 ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
                 for (int i = 0; i < 3; i++) {
@@ -255,7 +261,10 @@ int main(int argc, char **argv) {
                 printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s%s\n", ds_type_name(t), s->name,
                        n, dt * 1e6, gbs, copy > 0 ? 100.0 * gbs / copy : 0.0, dt / t1,
                        global_x ? "  (activations from global memory)" : "",
-                       stages == 2 ? "  (2 stages)" : stages == 3 ? "  (3 stages)" : "");
+                       stages == 2   ? "  (2 stages)"
+                       : stages == 3 ? "  (3 stages)"
+                       : var == 3    ? "  (cp.async weights)"
+                                     : "");
             }
             fflush(stdout);
             for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);

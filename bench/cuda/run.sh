@@ -41,7 +41,7 @@ log "gemv benchmark"
 CUDA_INC=$(dirname "$(dirname "$CUDACXX")")/include
 if gcc -std=c17 -O2 -D_GNU_SOURCE -Iinclude -Isrc -I"$CUDA_INC" -c bench/cuda/gemv_bench.c -o $B/gemv_bench.o \
    && "$CUDACXX" -o $B/gemv_bench $B/gemv_bench.o $B/libds_cuda.a $B/libds_backend.a $B/libds_dtype.a \
-      $B/libds_core.a -lpthread -lm; then
+      $B/libds_core.a -lcublas -lpthread -lm; then
   if [ -n "${SMALL_ONLY:-}" ]; then
     timeout 120 $B/gemv_bench 200 small 2>&1 | tee "$OUT/bench_small.txt"
   else

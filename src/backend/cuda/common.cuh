@@ -94,7 +94,13 @@ typedef struct ds_cuda_ctx {
                                            // shared memory on this device, or refused it
     int mmqs_stages;     // matmul.cu's staged kernel depth forced to 2 or 3 (0: its choice)
     uint64_t mmqs_opted; // matmul.cu's staged kernels (bit 8*type + 2*(NT-1) + stages - 2) given
-                         // their shared memory
+                         // their shared memory; mmqs_opted_tma: the same for its TMA kernels
+    uint64_t mmqs_opted_tma;
+    // Staged kernel weights through the tensor memory accelerator (matmul.cu; sm_90 and the kernels
+    // built for it): mmqs_tma on (ds_cuda_set_mmqs_tma), tma_able, tma_encode the driver's
+    // cuTensorMapEncodeTiled.
+    bool mmqs_tma, tma_able;
+    void *tma_encode;
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
     // pointer). NULL: the one-block-per-row kernel runs.

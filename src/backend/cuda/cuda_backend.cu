@@ -444,6 +444,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     be->name = "cuda";
     be->ctx = c;
     ds_cuda_set_pdl(be, true);
+    ds_cuda_set_mmqs_tma(be, true);
     c->pdl_graphs = true;
     c->kv_bucket = DS_CUDA_KV_BUCKET;
     be->weights_in_host_memory = false;

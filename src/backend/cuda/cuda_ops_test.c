@@ -303,6 +303,15 @@ static void run_matmul(env *e, const mm_case *c) {
                      ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
             expect_bitwise(what, got, single, c->n_out * n);
         }
+        if (n >= 2 && !exact) { // the staged kernel's weights by cp.async, not the tensor copies
+            ds_cuda_set_mmqs_tma(e->gpu, false);
+            e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+            ds_cuda_set_mmqs_tma(e->gpu, true);
+            down(e, got, yd, (size_t)(c->n_out * n) * 4);
+            snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld cp.async weights vs N=1",
+                     ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
+            expect_bitwise(what, got, single, c->n_out * n);
+        }
     }
     dfree(e, wd), dfree(e, xd), dfree(e, yd);
     free(w), free(x), free(ref), free(single), free(got);

@@ -34,6 +34,7 @@
 // (bench/cuda/run.sh).
 #include "backend/cuda/mma_unit.cuh"
 
+#include <cudaTypedefs.h>
 #include <stdio.h>
 
 extern "C" {
@@ -168,18 +169,23 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 
 // ---- staged int8 tensor-core GEMM for MMQS_MIN_COLS..32 columns -------------------------------
 // For dense N >= MMQS_MIN_COLS (faster there, bench/RESULTS.md): 8 warps x 16 rows = 128 rows
-// per block; the weight rows and the activations of each unit go to shared memory through a
-// cp.async pipeline of 2-3 stages; blocks are persistent (one wave) and walk (row block, K split)
+// per block; the weight rows (by the tensor memory accelerator where it can: "TMA" below, else
+// cp.async) and the activations (cp.async) of each unit go to shared memory through a pipeline
+// of 2-3 stages; blocks are persistent (one wave) and walk (row block, K split)
 // items; split partials in scratch, mmq_staged_reduce_kernel adds them in split order (or the op
 // that reads the outputs does: "held-back reduce" below). Same terms, same order as mmq_kernel.
 
 // Per-type staging constants: activation scales per 256 (q8_0: one per 32); bytes per staged
-// column (bank-conflict-free LDS). (No per-32 sums: the mins term is an mma, k4_mins4.)
+// column (bank-conflict-free LDS); whether the activation sums per 32 are staged (Q4_K / Q5_K's
+// mins term: unit_k_s).
 static constexpr int qt_xd_per_unit(int qt) {
     return qt == QT_Q8_0 ? 8 : 1;
 }
 static constexpr int qt_xq_ld(int qt) {
     return qt == QT_Q6_K ? 272 : 288;
+}
+static constexpr bool qt_xb_staged(int qt) {
+    return qt == QT_Q4_K || qt == QT_Q5_K;
 }
 
 // Shared-memory views of one staged unit.
@@ -187,108 +193,87 @@ template <int QT, int NT> struct stage_layout {
     static constexpr int NC = NT * 8;
     static constexpr int XQ = NC * qt_xq_ld(QT);
     static constexpr int XD = qt_xd_per_unit(QT) * NC * 4;
-    static constexpr int BUF = XQ + XD;
+    static constexpr int XB = qt_xb_staged(QT) ? NC * 32 : 0; // 8 int32 sums per column
+    static constexpr int BUF = XQ + XD + XB;
+    static_assert((XQ + XD) % 16 == 0, "the staged sums are copied in 16-byte chunks");
 };
 
-// One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
-// float term per (row, column) as the CPU computes it.
+// One unit of Q4_K / Q5_K from its two staged rows (A: row g, B: row g + 8): per 32-group int8
+// mma, integer scale accumulation, one float term per (row, column) as the CPU computes it. The
+// quant words are read from shared memory where they are used (holding both rows' words for the
+// whole unit left the mmas too few registers at 3 blocks per SM).
 template <int QT, int NT>
-__device__ __forceinline__ void unit_k_s(float (&acc)[NT][4], const typename raw_of<QT>::type &A,
-                                       const typename raw_of<QT>::type &B, const uint8_t *buf,
-                                       int g, int t) {
+__device__ __forceinline__ void unit_k45_s(float (&acc)[NT][4], const uint8_t *pA,
+                                           const uint8_t *pB, const uint8_t *buf, int g, int t) {
     typedef stage_layout<QT, NT> L;
-    constexpr int LD = qt_xq_ld(QT);
+    constexpr int LD = qt_xq_ld(QT), QS = QT == QT_Q5_K ? 48 : 16; // where qs starts
     const float *xd = (const float *)(buf + L::XQ);
     int isum[NT][4], msum[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) isum[nt][e] = msum[nt][e] = 0;
+        for (int e = 0; e < 4; e++) isum[nt][e] = 0;
     }
-    float dA, dB, dmA = 0.0f, dmB = 0.0f;
-    if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
-        uint32_t scmA[2], mnA[2], scmB[2], mnB[2];
-        k4_unpack(A.h, scmA, mnA);
-        k4_unpack(B.h, scmB, mnB);
+    const uint4 hA = *(const uint4 *)pA, hB = *(const uint4 *)pB;
+    uint2 qhA = {0u, 0u}, qhB = {0u, 0u};
+    if constexpr (QT == QT_Q5_K) {
+        qhA = *(const uint2 *)(pA + 16 + 8 * t);
+        qhB = *(const uint2 *)(pB + 16 + 8 * t);
+    }
+    uint32_t scmA[2], mnA[2], scmB[2], mnB[2];
+    k4_unpack(hA, scmA, mnA);
+    k4_unpack(hB, scmB, mnB);
 #pragma unroll
-        for (int sb = 0; sb < 8; sb++) {
-            const int j = sb >> 1, h = (sb & 1) * 4;
-            uint32_t a0 = (A.q[j].x >> h) & 0x0F0F0F0Fu, a2 = (A.q[j].y >> h) & 0x0F0F0F0Fu;
-            uint32_t a1 = (B.q[j].x >> h) & 0x0F0F0F0Fu, a3 = (B.q[j].y >> h) & 0x0F0F0F0Fu;
+    for (int j = 0; j < 4; j++) { // qs bytes 32j + 8t .. +7: group 2j (low nibbles), 2j+1 (high)
+        const uint2 qA = *(const uint2 *)(pA + QS + 32 * j + 8 * t);
+        const uint2 qB = *(const uint2 *)(pB + QS + 32 * j + 8 * t);
+#pragma unroll
+        for (int hs = 0; hs < 2; hs++) {
+            const int sb = 2 * j + hs, h = 4 * hs;
+            uint32_t a0 = (qA.x >> h) & 0x0F0F0F0Fu, a2 = (qA.y >> h) & 0x0F0F0F0Fu;
+            uint32_t a1 = (qB.x >> h) & 0x0F0F0F0Fu, a3 = (qB.y >> h) & 0x0F0F0F0Fu;
             if constexpr (QT == QT_Q5_K) {
-                a0 |= ((A.qh.x >> sb) & 0x01010101u) << 4;
-                a2 |= ((A.qh.y >> sb) & 0x01010101u) << 4;
-                a1 |= ((B.qh.x >> sb) & 0x01010101u) << 4;
-                a3 |= ((B.qh.y >> sb) & 0x01010101u) << 4;
+                a0 |= ((qhA.x >> sb) & 0x01010101u) << 4;
+                a2 |= ((qhA.y >> sb) & 0x01010101u) << 4;
+                a1 |= ((qhB.x >> sb) & 0x01010101u) << 4;
+                a3 |= ((qhB.y >> sb) & 0x01010101u) << 4;
             }
-            const int scA = k4_pick(scmA, sb), scB = k4_pick(scmB, sb);
-            const uint32_t mA = k4_mins4(mnA, sb), mB = k4_mins4(mnB, sb);
+            const int scA = sbyte(scmA[sb >> 2], sb & 3), scB = sbyte(scmB[sb >> 2], sb & 3);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                mma_k32(msum[nt], mA, mB, mA, mB, bq.x, bq.y); // (mins: see k4_mins4)
                 isum[nt][0] += scA * c[0];
                 isum[nt][1] += scA * c[1];
                 isum[nt][2] += scB * c[2];
                 isum[nt][3] += scB * c[3];
             }
         }
-        dA = ds_cu_h2f(A.h.x), dmA = ds_cu_h2f(A.h.x >> 16);
-        dB = ds_cu_h2f(B.h.x), dmB = ds_cu_h2f(B.h.x >> 16);
-    } else if constexpr (QT == QT_Q6_K) {
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    uint32_t a0 = q6_vals(A, n, q, s), a1 = q6_vals(B, n, q, s);
-                    const int si = 8 * n + 2 * q + s;
-                    int scA = (int)(int8_t)((A.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
-                    int scB = (int)(int8_t)((B.sc[si >> 2] >> (8 * (si & 3))) & 0xffu);
-                    const int off = 128 * n + 32 * q + 16 * s + 4 * t;
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
-                        uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k16(c, a0, a1, bq);
-                        isum[nt][0] += scA * c[0];
-                        isum[nt][1] += scA * c[1];
-                        isum[nt][2] += scB * c[2];
-                        isum[nt][3] += scB * c[3];
-                    }
-                }
-            }
-        }
-        dA = ds_cu_h2f(A.d);
-        dB = ds_cu_h2f(B.d);
-    } else { // IQ4_XS
-        const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
-#pragma unroll
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
-            uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
-            const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
-            int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
-            int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
-            lsA -= 32;
-            lsB -= 32;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
-                int c[4] = {0, 0, 0, 0};
-                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                isum[nt][0] += lsA * c[0];
-                isum[nt][1] += lsA * c[1];
-                isum[nt][2] += lsB * c[2];
-                isum[nt][3] += lsB * c[3];
-            }
-        }
-        dA = ds_cu_h2f(A.h.x);
-        dB = ds_cu_h2f(B.h.x);
     }
+    // The mins term sum_g min_g * (sum of group g's activations) over the unit's 8 groups, as
+    // two mmas over k-slots 0..7 (lanes t = 0, 1: groups 4t..4t+3; the other slots zero): A
+    // the mins, B bits 6-13 of the staged sums (as int8: floor(sum / 64), |sum| <= 32 * 127),
+    // then bits 0-5; msum = 64 * hi + lo exactly (what an mma over the activations themselves
+    // with each min repeated over its group gives, at 2 mmas per unit instead of 8).
+    const uint32_t mA = t == 0 ? mnA[0] : t == 1 ? mnA[1] : 0u;
+    const uint32_t mB = t == 0 ? mnB[0] : t == 1 ? mnB[1] : 0u;
+    const int32_t *xb = (const int32_t *)(buf + L::XQ + L::XD);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int4 bs = *(const int4 *)(xb + (nt * 8 + g) * 8 + 4 * (t & 1));
+        const uint32_t w01 = __byte_perm((uint32_t)bs.x, (uint32_t)bs.y, 0x5410u);
+        const uint32_t w23 = __byte_perm((uint32_t)bs.z, (uint32_t)bs.w, 0x5410u);
+        const uint32_t hi = __byte_perm(w01 >> 6, w23 >> 6, 0x6420u);
+        const uint32_t lo = __byte_perm(w01, w23, 0x6420u) & 0x3F3F3F3Fu;
+        int ch[4] = {0, 0, 0, 0}, cl[4] = {0, 0, 0, 0};
+        mma_k32(ch, mA, mB, 0u, 0u, hi, 0u);
+        mma_k32(cl, mA, mB, 0u, 0u, lo, 0u);
+#pragma unroll
+        for (int e = 0; e < 4; e++) msum[nt][e] = ch[e] * 64 + cl[e];
+    }
+    const float dA = ds_cu_h2f(hA.x), dmA = ds_cu_h2f(hA.x >> 16);
+    const float dB = ds_cu_h2f(hB.x), dmB = ds_cu_h2f(hB.x >> 16);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
@@ -296,6 +281,115 @@ __device__ __forceinline__ void unit_k_s(float (&acc)[NT][4], const typename raw
         acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, da.y, isum[nt][1], msum[nt][1]));
         acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, da.x, isum[nt][2], msum[nt][2]));
         acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, da.y, isum[nt][3], msum[nt][3]));
+    }
+}
+
+// One unit of IQ4_XS: per 32-group int8 mma, integer scale accumulation, one float term per
+// (row, column) as the CPU computes it.
+template <int NT>
+__device__ __forceinline__ void unit_iq4_s(float (&acc)[NT][4], const raw_iq4_xs &A,
+                                           const raw_iq4_xs &B, const uint8_t *buf, int g, int t) {
+    typedef stage_layout<QT_IQ4_XS, NT> L;
+    constexpr int LD = qt_xq_ld(QT_IQ4_XS);
+    const float *xd = (const float *)(buf + L::XQ);
+    int isum[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) isum[nt][e] = 0;
+    }
+    const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
+#pragma unroll
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
+        uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
+        const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
+        int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
+        int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
+        lsA -= 32;
+        lsB -= 32;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
+            isum[nt][0] += lsA * c[0];
+            isum[nt][1] += lsA * c[1];
+            isum[nt][2] += lsB * c[2];
+            isum[nt][3] += lsB * c[3];
+        }
+    }
+    const float dA = ds_cu_h2f(A.h.x), dB = ds_cu_h2f(B.h.x);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, 0.0f, da.x, isum[nt][0], 0));
+        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, 0.0f, da.y, isum[nt][1], 0));
+        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, 0.0f, da.x, isum[nt][2], 0));
+        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, 0.0f, da.y, isum[nt][3], 0));
+    }
+}
+
+// One unit of Q6_K from its two staged rows (A: row g, B: row g + 8; 2-byte aligned): 16 int8
+// mmas of 16 elements per column tile, each sub-block's integer scale applied to its sum, one
+// float term per (row, column). The words are read from shared memory where they are used (two
+// aligned words and a funnel shift each; holding the 34 words of both rows spilled at the 80
+// registers of 3 blocks per SM) and decoded 4x (q6_vals4: isum is 4x the CPU's until the shift).
+template <int NT>
+__device__ __forceinline__ void unit_q6_k_s(float (&acc)[NT][4], const uint8_t *pA,
+                                          const uint8_t *pB, const uint8_t *buf, int g, int t) {
+    typedef stage_layout<QT_Q6_K, NT> L;
+    constexpr int LD = qt_xq_ld(QT_Q6_K);
+    const uint32_t *bA = (const uint32_t *)((uintptr_t)pA & ~(uintptr_t)3);
+    const uint32_t *bB = (const uint32_t *)((uintptr_t)pB & ~(uintptr_t)3);
+    const uint32_t shA = (uint32_t)((uintptr_t)pA & 2) * 8, shB = (uint32_t)((uintptr_t)pB & 2) * 8;
+    auto wA = [&](int off) { return __funnelshift_r(bA[off / 4], bA[off / 4 + 1], shA); };
+    auto wB = [&](int off) { return __funnelshift_r(bB[off / 4], bB[off / 4 + 1], shB); };
+    int isum[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) isum[nt][e] = 0;
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        const uint32_t scA[2] = {wA(192 + 8 * n), wA(196 + 8 * n)};
+        const uint32_t scB[2] = {wB(192 + 8 * n), wB(196 + 8 * n)};
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int o = 64 * n + 16 * s + 4 * t, oh = 128 + 32 * n + 16 * s + 4 * t;
+            const uint32_t lA[2] = {wA(o), wA(o + 32)}, hA = wA(oh);
+            const uint32_t lB[2] = {wB(o), wB(o + 32)}, hB = wB(oh);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint32_t a0 = q6_x4(lA[q & 1], 4 * (q >> 1), hA, 2 * q);
+                const uint32_t a1 = q6_x4(lB[q & 1], 4 * (q >> 1), hB, 2 * q);
+                const int j = 2 * q + s; // sub-block 8n + j
+                const int sA = sbyte(scA[j >> 2], j & 3), sB = sbyte(scB[j >> 2], j & 3);
+                const int off = 128 * n + 32 * q + 16 * s + 4 * t;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k16(c, a0, a1, bq);
+                    isum[nt][0] += sA * c[0];
+                    isum[nt][1] += sA * c[1];
+                    isum[nt][2] += sB * c[2];
+                    isum[nt][3] += sB * c[3];
+                }
+            }
+        }
+    }
+    const float dA = ds_cu_h2f(ld_u16(pA + 208)), dB = ds_cu_h2f(ld_u16(pB + 208));
+    const float *xd = (const float *)(buf + L::XQ);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        // (>> 2: exact, every term is a multiple of 4)
+        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, 0.0f, da.x, isum[nt][0] >> 2, 0));
+        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, 0.0f, da.y, isum[nt][1] >> 2, 0));
+        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, 0.0f, da.x, isum[nt][2] >> 2, 0));
+        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, 0.0f, da.y, isum[nt][3] >> 2, 0));
     }
 }
 
@@ -330,9 +424,12 @@ static constexpr int qt_wrow(int qt) {
     return qt == QT_Q6_K ? 224 : qt == QT_IQ4_XS ? 144 : qt_unit_bytes(qt);
 }
 // One pipeline stage: the block's MMQ_ROWS weight rows of one unit, then its staged activations.
+// (Stages start 128-byte aligned: the tensor copies' destinations. MBAR: bytes after the stages
+// for their mbarriers.)
 template <int QT, int NT> struct pipe_stage {
     static constexpr int W = MMQ_ROWS * qt_wrow(QT);
-    static constexpr int BYTES = W + stage_layout<QT, NT>::BUF;
+    static constexpr int BYTES = (W + stage_layout<QT, NT>::BUF + 127) / 128 * 128;
+    static constexpr int MBAR = 64;
 };
 
 // n / d by a multiply and a shift, exact for n < 2^24 (m = ceil(2^k / d), k = 24 + ceil(log2 d):
@@ -353,10 +450,56 @@ __device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
     return (uint32_t)(((uint64_t)n * v.m) >> v.k);
 }
 
+// Weights staged by the tensor memory accelerator (sm_90): one thread's cp.async.bulk.tensor per
+// unit (two for Q6_K) instead of every thread's cp.async of its 16-byte chunks, completion on a
+// per-stage mbarrier. A box starts 16-byte aligned (the copies fault otherwise): Q6_K and IQ4_XS
+// units sit at an offset in their staged rows, the same for all rows of a box. Q6_K rows
+// (2-byte multiples) are described in pairs (a row pair is a multiple of 16 bytes where n_in is a
+// multiple of 1024): even rows then odd rows, 64 each, per stage.
+static constexpr bool qt_tma(int qt) {
+    return qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K || qt == QT_IQ4_XS;
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define DS_NO_TMA_ARCH 1 // (built for an older target: the TMA kernels trap, mmqs_tma_able says no)
+#endif
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+#ifndef DS_NO_TMA_ARCH
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+#ifndef DS_NO_TMA_ARCH
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#ifdef DS_NO_TMA_ARCH
+    __trap();
+#else
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+#endif
+}
+__device__ __forceinline__ void tma_load2(uint32_t dst, const CUtensorMap *tm, int x, int y,
+                                          uint32_t bar) {
+#ifndef DS_NO_TMA_ARCH
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // (after generic reads of dst)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((uint64_t)(uintptr_t)tm), "r"(x), "r"(y), "r"(bar) : "memory");
+#endif
+}
+
 // The matrices of one staged launch: one input (mm_args: n_in, n_units, ncols, xq, xd, xb) and
 // one weight type; matmul_multi puts up to MMV_MAX_MATS matrices into one launch, whose items then
 // fill the waves together (the 48-row DeltaNet gate projections alone were 10 us launches).
 struct mmqs_mat {
+    CUtensorMap tm;    // (TMA launches) the weights as a 2D byte tensor (mmqs_tma_map)
     const uint8_t *w;
     int64_t w_nb1, n_out, y_nb1;
     float *y;
@@ -370,6 +513,11 @@ struct mmqs_group {
     mmqs_mat m[MMV_MAX_MATS];
     int n, n_items, n_red;
 };
+// Where local row r (0..127) of a staged unit sits: its own row, or for Q6_K staged by the tensor
+// copies the even rows first.
+template <int QT, bool TMA> __device__ __forceinline__ int mmqs_srow(int r) {
+    return QT == QT_Q6_K && TMA ? (r & 1) * 64 + (r >> 1) : r;
+}
 
 // A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk of
 // one matrix (items numbered matrix by matrix, row block fastest, then split, then chunk), walked
@@ -416,6 +564,7 @@ template <int QT, int NT> struct mmqs_src {
                        // 16-byte multiples) from w, rows past n_out clamped to the last
     int q[NQ];         // xq element offsets (unit 0)
     int d;             // xd offset (unit 0)
+    int b;             // xb offset (unit 0) of 16-byte chunk tid (tid < 2 NC; qt_xb_staged)
     uint32_t zq;       // bit k: xq slot k is a padding column
     bool zd;           // the scale slot is a padding column
 
@@ -440,6 +589,9 @@ template <int QT, int NT> struct mmqs_src {
         const int jd = tid / NC, cd = tid % NC;
         d = (p.c0 + min(cd, p.nvalid - 1)) * n_xd + jd;
         zd = cd >= p.nvalid;
+        if constexpr (qt_xb_staged(QT)) { // (padding columns read the last valid one: unused)
+            b = (p.c0 + min(tid >> 1, p.nvalid - 1)) * (int)(a.n_in / 32) + 4 * (tid & 1);
+        }
     }
 };
 
@@ -485,34 +637,67 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
         cp_async4(smem_addr(buf + L::XQ + 4 * tid), a.xd + (uint32_t)(src.d + u * XDU),
                   src.zd ? 0 : 4);
     }
+    if constexpr (qt_xb_staged(QT)) {
+        if (tid < 2 * NC) {
+            cp_async16(smem_addr(buf + L::XQ + L::XD + 16 * tid), a.xb + (src.b + u * 8));
+        }
+    }
 }
 
 // Persistent blocks (about one wave): block b runs items b, b + grid, ... of MMQ_ROWS rows (8 warps
-// x 16) x NT*8 columns, unit after unit through one ST-stage cp.async pipeline of weights and
-// activations that runs on across items (and matrices): ST - 1 units are in flight while one is
-// computed, one barrier per unit. Each item's sum (one K split) is written to the matrix's
-// partials, or y when ks == 1, so the terms and their order are those of mmq_kernel and the GEMV.
-// Dense weights only (no ids).
+// x 16) x NT*8 columns, unit after unit through one ST-stage pipeline of weights and activations
+// that runs on across items (and matrices): ST - 1 units are in flight while one is computed, one
+// barrier per unit (TMA: thread 0 issues a unit's weights, everyone waits for its stage's
+// mbarrier, phase = the stage's use count, before the barrier). Each item's sum (one K split) is
+// written to the matrix's partials, or y when ks == 1, so the terms and their order are those of
+// mmq_kernel and the GEMV. Dense weights only (no ids).
 // (min blocks: 3 per SM for up to 16 columns where their shared memory fits (Hopper: 228 KiB per
 // SM), which caps the registers at 85: a helper measured the 16-row verify step 19.35-19.5 ->
 // 18.1-18.2 ms when Q4_K's fell from 100 to 73; else 2)
 template <int QT, int NT, int ST> static constexpr int mmqs_min_blocks() {
-    return NT <= 2 && 3 * (ST * pipe_stage<QT, NT>::BYTES + 1024) <= 228 * 1024 ? 3 : 2;
+    typedef pipe_stage<QT, NT> P;
+    return NT <= 2 && 3 * (ST * P::BYTES + P::MBAR + 1024) <= 228 * 1024 ? 3 : 2;
 }
-template <int QT, int NT, int ST>
+// The tensor copies of unit p.u of p's row block into stage st (one thread; TMA launches).
+template <int QT, int NT>
+__device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const mmqs_group &g,
+                                               const mmqs_cursor &p) {
+    constexpr int RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
+    const mmqs_mat &M = g.m[p.m];
+    const uint32_t dst = smem_addr(st);
+    // (a box starts 16-byte aligned: at the boundary below the unit, as the cp.async chunks do)
+    if constexpr (QT == QT_Q6_K) { // even rows, then odd rows: row pairs (mmqs_tma_map)
+        mbar_expect(bar, MMQ_ROWS * RS);
+        tma_load2(dst, &M.tm, (p.u * UB) & ~15, p.row0 / 2, bar);
+        tma_load2(dst + MMQ_ROWS / 2 * RS, &M.tm, ((int)M.w_nb1 + p.u * UB) & ~15, p.row0 / 2,
+                  bar);
+    } else {
+        mbar_expect(bar, MMQ_ROWS * RS);
+        tma_load2(dst, &M.tm, (p.u * UB) & ~15, p.row0, bar);
+    }
+}
+template <int QT, int NT, int ST, bool TMA>
 static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>())) void mmq_staged_kernel(
     const __grid_constant__ mmqs_group g) {
     typedef pipe_stage<QT, NT> P;
     typedef typename raw_of<QT>::type raw_t;
     constexpr int NC = stage_layout<QT, NT>::NC, RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
-    extern __shared__ __align__(16) uint8_t smem[];
+    extern __shared__ __align__(128) uint8_t smem[];
     const mm_args &a = g.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t = lane & 3;
+    const uint32_t bars = smem_addr(smem + ST * P::BYTES); // (TMA: one mbarrier per stage)
     mmqs_cursor is, cc; // the unit to issue next, the unit to compute next
     mmqs_set<NC>(cc, g, blockIdx.x);
     is = cc;
     mmqs_src<QT, NT> src;
     src.set(g, is, tid);
+    if constexpr (TMA) {
+        if (tid == 0) {
+#pragma unroll
+            for (int i = 0; i < ST; i++) mbar_init(bars + 8 * i);
+        }
+        __syncthreads();
+    }
     // weights are never written by a kernel (backend.h): the first units start before the wait
     {
         mmqs_cursor p = is;
@@ -520,8 +705,13 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
 #pragma unroll
         for (int i = 0; i < ST - 1; i++) {
             if (p.item < g.n_items) {
-                mmqs_issue_w<QT, NT>(smem + i * P::BYTES, ps, p.u, tid);
-                if (mmqs_next<NC>(p, g) && p.item < g.n_items) ps.set(g, p, tid);
+                if constexpr (TMA) {
+                    if (tid == 0) mmqs_issue_tma<QT, NT>(smem + i * P::BYTES, bars + 8 * i, g, p);
+                    mmqs_next<NC>(p, g);
+                } else {
+                    mmqs_issue_w<QT, NT>(smem + i * P::BYTES, ps, p.u, tid);
+                    if (mmqs_next<NC>(p, g) && p.item < g.n_items) ps.set(g, p, tid);
+                }
             }
         }
     }
@@ -541,10 +731,16 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
     const int lA = warp * 16 + g8, lB = lA + 8;
     for (int k = 0; cc.item < g.n_items; k++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
+        if constexpr (TMA) mbar_wait(bars + 8 * (k % ST), (uint32_t)(k / ST) & 1u);
         __syncthreads(); // unit k is in every thread's view; unit k - 1's stage is free
         if (is.item < g.n_items) {
-            uint8_t *nx = smem + ((k + ST - 1) % ST) * P::BYTES;
-            mmqs_issue_w<QT, NT>(nx, src, is.u, tid);
+            const int sn = (k + ST - 1) % ST;
+            uint8_t *nx = smem + sn * P::BYTES;
+            if constexpr (TMA) {
+                if (tid == 0) mmqs_issue_tma<QT, NT>(nx, bars + 8 * sn, g, is);
+            } else {
+                mmqs_issue_w<QT, NT>(nx, src, is.u, tid);
+            }
             mmqs_issue_act<QT, NT>(nx, a, src, is.u, tid);
             if (mmqs_next<NC>(is, g) && is.item < g.n_items) src.set(g, is, tid);
         }
@@ -552,20 +748,27 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
         const mmqs_mat &M = g.m[cc.m];
         const uint8_t *st = smem + (k % ST) * P::BYTES;
         int oA = 0, oB = 0; // where the unit starts in its first 16-byte chunk
-        if constexpr (UB % 16 != 0) {
+        if constexpr (UB % 16 != 0 && TMA) { // (the offset of the unit in the row or row pair)
+            oA = oB = ((QT == QT_Q6_K && (lA & 1) ? (int)M.w_nb1 : 0) + cc.u * UB) & 15;
+        } else if constexpr (UB % 16 != 0) {
             const int rA = min(cc.row0 + lA, (int)M.n_out - 1);
             const int rB = min(cc.row0 + lB, (int)M.n_out - 1);
             oA = (int)((uintptr_t)(M.w + (size_t)rA * M.w_nb1 + (size_t)cc.u * UB) & 15);
             oB = (int)((uintptr_t)(M.w + (size_t)rB * M.w_nb1 + (size_t)cc.u * UB) & 15);
         }
-        raw_t A, B;
-        load_raw<true>(A, st + lA * RS + oA, t);
-        load_raw<true>(B, st + lB * RS + oB, t);
         const uint8_t *buf = st + P::W;
-        if constexpr (QT == QT_Q8_0) {
-            unit_q8_0_s<NT>(acc, A, B, buf, g8, t);
+        const uint8_t *pA = st + mmqs_srow<QT, TMA>(lA) * RS + oA;
+        const uint8_t *pB = st + mmqs_srow<QT, TMA>(lB) * RS + oB;
+        if constexpr (QT == QT_Q6_K) {
+            unit_q6_k_s<NT>(acc, pA, pB, buf, g8, t);
+        } else if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
+            unit_k45_s<QT, NT>(acc, pA, pB, buf, g8, t);
         } else {
-            unit_k_s<QT, NT>(acc, A, B, buf, g8, t);
+            raw_t A, B;
+            load_raw<true>(A, pA, t);
+            load_raw<true>(B, pB, t);
+            if constexpr (QT == QT_Q8_0) unit_q8_0_s<NT>(acc, A, B, buf, g8, t);
+            else unit_iq4_s<NT>(acc, A, B, buf, g8, t);
         }
         if (cc.u + 1 == cc.uend) { // the item's split sum is complete
             float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
@@ -818,27 +1021,30 @@ extern "C" uint64_t ds_cuda_part_takes(ds_backend *be) {
 // The staged kernel's pipeline depth: 3 stages where the device's shared memory holds two such
 // blocks per SM, else 2. Its grid: one block per resident slot (shared memory and the registers
 // of __launch_bounds__ decide), at most one per item.
-template <int QT, int NT, int ST>
+template <int QT, int NT, int ST, bool TMA>
 static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
-    const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES;
+    const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES + pipe_stage<QT, NT>::MBAR;
     const uint64_t bit = 1ull << (QT * 8 + (NT - 1) * 2 + ST - 2); // (NT 1..4, ST 2..3)
-    if (!(c->mmqs_opted & bit)) {
-        if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_staged_kernel<QT, NT, ST>,
+    uint64_t &opted = TMA ? c->mmqs_opted_tma : c->mmqs_opted;
+    if (!(opted & bit)) {
+        if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(mmq_staged_kernel<QT, NT, ST, TMA>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)smem))) {
             return;
         }
-        c->mmqs_opted |= bit;
+        opted |= bit;
     }
     constexpr int64_t min_blocks = mmqs_min_blocks<QT, NT, ST>();
     const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN(min_blocks,
                                                      (int64_t)(c->smem_per_sm / (smem + 1024))));
     const int64_t blocks = DS_MIN((int64_t)g.n_items, (int64_t)c->n_sm * per_sm);
     ds_cuda_part_flush(c); // (this launch writes the partials scratch)
-    ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST>, (unsigned)blocks, MMQS_THREADS, smem, g);
+    ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST, TMA>, (unsigned)blocks, MMQS_THREADS, smem, g);
     if (g.n_red == 0) return;
     if (c->part_defer && !c->prof) { // held back for the next op ("held-back reduce" below)
-        if (!c->part_buf) c->part_buf = (mmqs_group *)malloc(sizeof(mmqs_group));
+        if (!c->part_buf) { // (64-byte aligned: the tensor maps)
+            c->part_buf = (mmqs_group *)aligned_alloc(64, (sizeof(mmqs_group) + 63) / 64 * 64);
+        }
         if (c->part_buf) {
             *c->part_buf = g;
             c->part_pend = c->part_buf;
@@ -848,17 +1054,19 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     part_reduce(c, g);
 }
 
-template <int QT, int NT>
+template <int QT, int NT, bool TMA>
 static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
     // Q6_K up to 16 columns: 2 stages (3 blocks per SM instead of 2: 4-7% faster per matmul,
-    // gemv_bench mmqs, session 11)
-    const bool two = c->mmqs_stages == 2 || (c->mmqs_stages == 0 && QT == QT_Q6_K && NT <= 2);
+    // gemv_bench mmqs, session 11); so too every type whose weights the tensor copies stage
+    // (Q4_K / Q5_K 16 columns 3-6% faster than at 3 stages, session 17)
+    const bool two =
+        c->mmqs_stages == 2 || (c->mmqs_stages == 0 && NT <= 2 && (QT == QT_Q6_K || TMA));
     if (!two && st3 <= c->smem_optin &&
         (c->mmqs_stages == 3 || 2 * (st3 + 1024) <= c->smem_per_sm)) {
-        mmq_staged_go<QT, NT, 3>(c, g);
+        mmq_staged_go<QT, NT, 3, TMA>(c, g);
     } else {
-        mmq_staged_go<QT, NT, 2>(c, g);
+        mmq_staged_go<QT, NT, 2, TMA>(c, g);
     }
 }
 
@@ -905,13 +1113,44 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
     g.n_red += M.n_red;
 }
 
-static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g) {
+// The tensor map of matrix M for the staged kernel's tensor copies (pipe stage rows of qt_wrow
+// bytes, boxes of 128 rows; Q6_K: row pairs, boxes of 64 pairs), false where the shape does not
+// allow one (row bytes -- Q6_K: pair bytes -- not a multiple of 16) or the driver refused it.
+static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
+    const bool q6 = qt == QT_Q6_K;
+    const int64_t pitch = q6 ? 2 * M.w_nb1 : M.w_nb1, rows = q6 ? M.n_out / 2 : M.n_out;
+    if (pitch % 16 != 0 || (q6 && M.n_out % 2 != 0) || (uintptr_t)M.w % 16 != 0) return false;
+    const cuuint64_t dim[2] = {(cuuint64_t)pitch, (cuuint64_t)rows};
+    const cuuint64_t stride[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {(cuuint32_t)qt_wrow(qt), (cuuint32_t)(q6 ? MMQ_ROWS / 2 : MMQ_ROWS)};
+    const cuuint32_t estride[2] = {1, 1};
+    PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
+    return enc(&M.tm, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)M.w, dim, stride, box, estride,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+           CUDA_SUCCESS;
+}
+
+static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
+    mmqs_group g = g0;
+    bool tma = qt_tma(qt) && c->mmqs_tma && c->tma_encode;
+    for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_map(c, qt, g.m[i]);
     qt_switch(qt, [&](auto q) {
+        constexpr int QT = decltype(q)::value;
         const int nt = mmqs_nt(g.a.ncols);
-        if (nt == 1) mmq_staged_launch<decltype(q)::value, 1>(c, g);
-        else if (nt == 2) mmq_staged_launch<decltype(q)::value, 2>(c, g);
-        else if (nt == 3) mmq_staged_launch<decltype(q)::value, 3>(c, g);
-        else mmq_staged_launch<decltype(q)::value, 4>(c, g);
+        if constexpr (qt_tma(QT)) {
+            if (tma) {
+                if (nt == 1) mmq_staged_launch<QT, 1, true>(c, g);
+                else if (nt == 2) mmq_staged_launch<QT, 2, true>(c, g);
+                else if (nt == 3) mmq_staged_launch<QT, 3, true>(c, g);
+                else mmq_staged_launch<QT, 4, true>(c, g);
+                return;
+            }
+        }
+        if (nt == 1) mmq_staged_launch<QT, 1, false>(c, g);
+        else if (nt == 2) mmq_staged_launch<QT, 2, false>(c, g);
+        else if (nt == 3) mmq_staged_launch<QT, 3, false>(c, g);
+        else mmq_staged_launch<QT, 4, false>(c, g);
     });
 }
 
@@ -1238,6 +1477,28 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
     a.ids = ids, a.k = (int)k, a.per_slot = per_slot;
     const xsrc xs = xsrc_of(x);
     mm_run(c, "matmul_id", w->type, a, xs, per_slot ? n * k : n);
+}
+
+// A kernel of this file built for the device's target, asked whether it is sm_90 code (the tensor
+// copies), and the driver's tensor-map encoder; done once per backend.
+static __global__ void tma_probe_kernel() {}
+extern "C" void ds_cuda_set_mmqs_tma(ds_backend *be, bool on) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!c->tma_encode && !c->tma_able) {
+        cudaDeviceProp prop;
+        cudaFuncAttributes fa;
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        c->tma_able = cudaGetDeviceProperties(&prop, c->device) == cudaSuccess && prop.major >= 9 &&
+                      cudaFuncGetAttributes(&fa, (const void *)tma_probe_kernel) == cudaSuccess &&
+                      fa.binaryVersion >= 90 &&
+                      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                       cudaEnableDefault, &q) == cudaSuccess &&
+                      q == cudaDriverEntryPointSuccess && fn;
+        cudaGetLastError();
+        c->tma_encode = c->tma_able ? fn : NULL;
+    }
+    c->mmqs_tma = on && c->tma_able;
 }
 
 extern "C" void ds_cuda_set_mmqs_stages(ds_backend *be, int stages) {

@@ -131,6 +131,14 @@ __device__ __forceinline__ uint32_t q6_vals(const raw_q6_k &r, int n, int q, int
     return x | ((x & 0x20202020u) * 6u); // ... then | 0xC0 makes it v - 32 (mod 256)
 }
 
+// Byte j (0..3, a compile-time constant) of w as a sign-extended int: one prmt whose selector
+// nibbles 1-3 replicate the byte's sign (__byte_perm masks that bit off).
+__device__ __forceinline__ int sbyte(uint32_t w, int j) {
+    int r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"((uint32_t)(j | (8 | j) * 0x1110)));
+    return r;
+}
+
 // Per-thread activation pointers of one block's columns (all N <= 32 columns of one chunk):
 // B-fragment column nt*8 + g (where the mma reads int8 activations) and the two epilogue
 // columns nt*8 + 2t, +1 (scales, group sums). Columns past the valid ones are clamped to the
@@ -158,16 +166,6 @@ __device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c
     }
 }
 
-// Group sb's 6-bit min (k4_unpack's mins words) in all four bytes: the A operand of an mma whose
-// product with the group's activations is min * (their sum), so the groups' mins terms
-// (sum over groups of min * activation sum, the CPU's msum) accumulate on the tensor cores,
-// exactly (integers: |msum| <= 256 * 63 * 127), without the per-32 activation sums or one
-// multiply-add per group, row and column (matmul.cu's staged kernel, then run for N > 8: 27B
-// verify N = 32 22.9 -> 21.9 ms on the H200, N = 16 ~1% faster).
-__device__ __forceinline__ uint32_t k4_mins4(const uint32_t (&mn)[2], int sb) {
-    return (uint32_t)k4_pick(mn, sb) * 0x01010101u;
-}
-
 // One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
 // float term per (row, column) as the CPU computes it. Fragment element (e): row g + 8*(e/2),
 // column nt*8 + 2t + e%2.
@@ -188,9 +186,9 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
         k4_unpack(A.h, scmA, mnA);
         k4_unpack(B.h, scmB, mnB);
         // the epilogue columns' activation sums per 32 of this unit (in registers for one column
-        // tile; wider tiles load them per group, as registers are short there). (Not the mins
-        // mma of the staged kernel, k4_mins4: its chain of 8 dependent mmas per unit made this
-        // kernel slower, 27B verify N = 4 / 8 14.5 / 16.2 -> 15.8 / 17.1 ms on the H200.)
+        // tile; wider tiles load them per group, as registers are short there). (Not a mins mma
+        // per group as the staged kernel ran until session 17: its chain of 8 dependent mmas per
+        // unit made this kernel slower, 27B verify N = 4 / 8 14.5 / 16.2 -> 15.8 / 17.1 ms.)
         int bs[NT][2][8];
 #pragma unroll
         for (int nt = 0; nt < NT && NT == 1; nt++) {

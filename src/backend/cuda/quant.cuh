@@ -184,6 +184,16 @@ __device__ __forceinline__ int k4_pick(const uint32_t (&v)[2], int j) {
     return (int)((v[j >> 2] >> (8 * (j & 3))) & 0xffu);
 }
 
+// Q6_K: 4 x (q - 32) as int8 bytes from the 4 low bits (src >> ls, bits 0-3 of each byte) and
+// the 2 high bits (qh >> hs, bits 0-1): 4q lands in bits 2-7 and flipping bit 7 subtracts 128.
+// The dot of such words is exactly 4 x the dot of (q - 32).
+// (ls, hs: compile-time constants once the callers' loops are unrolled)
+__device__ __forceinline__ uint32_t q6_x4(uint32_t src, int ls, uint32_t qh, int hs) {
+    const uint32_t lo = ls >= 2 ? src >> (ls - 2) : src << (2 - ls); // nibble at bits 2-5
+    const uint32_t hi = hs <= 6 ? qh << (6 - hs) : qh >> (hs - 6);   // 2 bits at bits 6-7
+    return ((lo & 0x3C3C3C3Cu) | (hi & 0xC0C0C0C0u)) ^ 0x80808080u;
+}
+
 // IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.
 __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
     const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu; // -127 -104 -83 -65 | -49 -35 -22 -10
