@@ -177,7 +177,7 @@ static __global__ __launch_bounds__(32 * MMQ_MAX_WARPS) void mmq_kernel(mm_args 
 
 // Per-type staging constants: activation scales per 256 (q8_0: one per 32); bytes per staged
 // column (bank-conflict-free LDS); whether the activation sums per 32 are staged (Q4_K / Q5_K's
-// mins term: unit_k_s).
+// mins term: unit_k45_s).
 static constexpr int qt_xd_per_unit(int qt) {
     return qt == QT_Q8_0 ? 8 : 1;
 }
@@ -200,8 +200,8 @@ template <int QT, int NT> struct stage_layout {
 
 // One unit of Q4_K / Q5_K from its two staged rows (A: row g, B: row g + 8): per 32-group int8
 // mma, integer scale accumulation, one float term per (row, column) as the CPU computes it. The
-// quant words are read from shared memory where they are used (holding both rows' words for the
-// whole unit left the mmas too few registers at 3 blocks per SM).
+// quant words are read from shared memory where they are used, as in unit_q6_k_s (whether that
+// beats loading both rows' words up front was not measured on its own).
 template <int QT, int NT>
 __device__ __forceinline__ void unit_k45_s(float (&acc)[NT][4], const uint8_t *pA,
                                            const uint8_t *pB, const uint8_t *buf, int g, int t) {
@@ -333,8 +333,9 @@ __device__ __forceinline__ void unit_iq4_s(float (&acc)[NT][4], const raw_iq4_xs
 // One unit of Q6_K from its two staged rows (A: row g, B: row g + 8; 2-byte aligned): 16 int8
 // mmas of 16 elements per column tile, each sub-block's integer scale applied to its sum, one
 // float term per (row, column). The words are read from shared memory where they are used (two
-// aligned words and a funnel shift each; holding the 34 words of both rows spilled at the 80
-// registers of 3 blocks per SM) and decoded 4x (q6_vals4: isum is 4x the CPU's until the shift).
+// aligned words and a funnel shift each, instead of load_raw's 2-byte loads and permutes) and
+// decoded 4x (quant.cuh q6_x4: isum is 4x the CPU's until the shift). (ptxas, 16 columns, 2
+// stages, 80 registers: 54 bytes spilled with cp.async weights -- 50 before -- none with TMA.)
 template <int NT>
 __device__ __forceinline__ void unit_q6_k_s(float (&acc)[NT][4], const uint8_t *pA,
                                           const uint8_t *pB, const uint8_t *buf, int g, int t) {
