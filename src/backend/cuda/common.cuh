@@ -97,9 +97,9 @@ typedef struct ds_cuda_ctx {
                          // their shared memory; mmqs_opted_tma: the same for its TMA kernels
     uint64_t mmqs_opted_tma;
     // Staged kernel weights through the tensor memory accelerator (matmul.cu; sm_90 and the kernels
-    // built for it): mmqs_tma on (ds_cuda_set_mmqs_tma), tma_able, tma_encode the driver's
-    // cuTensorMapEncodeTiled.
-    bool mmqs_tma, tma_able;
+    // built for it): mmqs_tma on (ds_cuda_set_mmqs_tma; only where tma_encode, the driver's
+    // cuTensorMapEncodeTiled, was found: tma_probed once).
+    bool mmqs_tma, tma_probed;
     void *tma_encode;
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the

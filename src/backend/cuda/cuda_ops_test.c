@@ -246,6 +246,22 @@ typedef struct mm_case {
     bool strided_x;
 } mm_case;
 
+// The matmul yg = wg . xg again with a backend switch off (then back on): bitwise `single`, the
+// rows computed alone.
+static void matmul_switched_off(env *e, const mm_case *c, void (*set)(ds_backend *, bool),
+                                const char *label, ds_tensor *yg, ds_tensor *wg, ds_tensor *xg,
+                                float *got, const float *single) {
+    const int64_t n = xg->ne[1];
+    char what[160];
+    set(e->gpu, false);
+    e->gpu->ops.matmul(e->gpu, yg, wg, xg);
+    set(e->gpu, true);
+    down(e, got, yg->data, (size_t)(c->n_out * n) * 4);
+    snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld %s vs N=1", ds_type_name(c->t),
+             (long long)c->n_in, (long long)c->n_out, (long long)n, label);
+    expect_bitwise(what, got, single, c->n_out * n);
+}
+
 // CUDA vs CPU for each N, and every CUDA row of every N bitwise == the same row computed alone.
 static void run_matmul(env *e, const mm_case *c) {
     int64_t n_max = 0;
@@ -294,23 +310,15 @@ static void run_matmul(env *e, const mm_case *c) {
         snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld vs N=1 (batch invariance)",
                  ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
         expect_bitwise(what, got, single, c->n_out * n);
-        if (n <= 3 && !exact) { // the decode GEMV reading its activations from global memory
-            ds_cuda_set_mmv_staged(e->gpu, false);
-            e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
-            ds_cuda_set_mmv_staged(e->gpu, true);
-            down(e, got, yd, (size_t)(c->n_out * n) * 4);
-            snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld unstaged vs staged GEMV",
-                     ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
-            expect_bitwise(what, got, single, c->n_out * n);
+        // the decode GEMV reading its activations from global memory; the staged kernel's weights
+        // by cp.async instead of the tensor copies: rows bitwise those computed alone
+        if (n <= 3 && !exact) {
+            matmul_switched_off(e, c, ds_cuda_set_mmv_staged, "unstaged GEMV", &yg, &wg, &xg, got,
+                                single);
         }
-        if (n >= 2 && !exact) { // the staged kernel's weights by cp.async, not the tensor copies
-            ds_cuda_set_mmqs_tma(e->gpu, false);
-            e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
-            ds_cuda_set_mmqs_tma(e->gpu, true);
-            down(e, got, yd, (size_t)(c->n_out * n) * 4);
-            snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld cp.async weights vs N=1",
-                     ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
-            expect_bitwise(what, got, single, c->n_out * n);
+        if (n >= 2 && !exact) {
+            matmul_switched_off(e, c, ds_cuda_set_mmqs_tma, "cp.async weights", &yg, &wg, &xg, got,
+                                single);
         }
     }
     dfree(e, wd), dfree(e, xd), dfree(e, yd);

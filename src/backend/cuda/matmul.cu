@@ -244,10 +244,7 @@ __device__ __forceinline__ void unit_k45_s(float (&acc)[NT][4], const uint8_t *p
                 uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + sb * 32 + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                isum[nt][0] += scA * c[0];
-                isum[nt][1] += scA * c[1];
-                isum[nt][2] += scB * c[2];
-                isum[nt][3] += scB * c[3];
+                isum_add(isum[nt], scA, scB, c);
             }
         }
     }
@@ -276,11 +273,8 @@ __device__ __forceinline__ void unit_k45_s(float (&acc)[NT][4], const uint8_t *p
     const float dB = ds_cu_h2f(hB.x), dmB = ds_cu_h2f(hB.x >> 16);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
-        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, da.x, isum[nt][0], msum[nt][0]));
-        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, da.y, isum[nt][1], msum[nt][1]));
-        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, da.x, isum[nt][2], msum[nt][2]));
-        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, da.y, isum[nt][3], msum[nt][3]));
+        const float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        ksum_add(acc[nt], dA, dmA, dB, dmB, da.x, da.y, isum[nt], msum[nt]);
     }
 }
 
@@ -298,35 +292,25 @@ __device__ __forceinline__ void unit_iq4_s(float (&acc)[NT][4], const raw_iq4_xs
 #pragma unroll
         for (int e = 0; e < 4; e++) isum[nt][e] = 0;
     }
-    const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
 #pragma unroll
     for (int ib = 0; ib < 8; ib++) {
-        uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
-        uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
-        const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
-        int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
-        int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
-        lsA -= 32;
-        lsB -= 32;
+        uint32_t a[4];
+        int lsA, lsB;
+        iq4_group(A, B, ib, a, lsA, lsB);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             uint2 bq = *(const uint2 *)(buf + (nt * 8 + g) * LD + ib * 32 + 8 * t);
             int c[4] = {0, 0, 0, 0};
-            mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-            isum[nt][0] += lsA * c[0];
-            isum[nt][1] += lsA * c[1];
-            isum[nt][2] += lsB * c[2];
-            isum[nt][3] += lsB * c[3];
+            mma_k32(c, a[0], a[1], a[2], a[3], bq.x, bq.y);
+            isum_add(isum[nt], lsA, lsB, c);
         }
     }
     const float dA = ds_cu_h2f(A.h.x), dB = ds_cu_h2f(B.h.x);
+    const int none[4] = {0, 0, 0, 0}; // (no mins term)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
-        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, 0.0f, da.x, isum[nt][0], 0));
-        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, 0.0f, da.y, isum[nt][1], 0));
-        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, 0.0f, da.x, isum[nt][2], 0));
-        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, 0.0f, da.y, isum[nt][3], 0));
+        const float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+        ksum_add(acc[nt], dA, 0.0f, dB, 0.0f, da.x, da.y, isum[nt], none);
     }
 }
 
@@ -373,24 +357,20 @@ __device__ __forceinline__ void unit_q6_k_s(float (&acc)[NT][4], const uint8_t *
                     uint32_t bq = *(const uint32_t *)(buf + (nt * 8 + g) * LD + off);
                     int c[4] = {0, 0, 0, 0};
                     mma_k16(c, a0, a1, bq);
-                    isum[nt][0] += sA * c[0];
-                    isum[nt][1] += sA * c[1];
-                    isum[nt][2] += sB * c[2];
-                    isum[nt][3] += sB * c[3];
+                    isum_add(isum[nt], sA, sB, c);
                 }
             }
         }
     }
     const float dA = ds_cu_h2f(ld_u16(pA + 208)), dB = ds_cu_h2f(ld_u16(pB + 208));
     const float *xd = (const float *)(buf + L::XQ);
+    const int none[4] = {0, 0, 0, 0}; // (no mins term)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
-        // (>> 2: exact, every term is a multiple of 4)
-        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, 0.0f, da.x, isum[nt][0] >> 2, 0));
-        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, 0.0f, da.y, isum[nt][1] >> 2, 0));
-        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, 0.0f, da.x, isum[nt][2] >> 2, 0));
-        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, 0.0f, da.y, isum[nt][3] >> 2, 0));
+        const float2 da = *(const float2 *)(xd + nt * 8 + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) isum[nt][e] >>= 2; // exact: every term is a multiple of 4
+        ksum_add(acc[nt], dA, 0.0f, dB, 0.0f, da.x, da.y, isum[nt], none);
     }
 }
 
@@ -461,7 +441,7 @@ static constexpr bool qt_tma(int qt) {
     return qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K || qt == QT_IQ4_XS;
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define DS_NO_TMA_ARCH 1 // (built for an older target: the TMA kernels trap, mmqs_tma_able says no)
+#define DS_NO_TMA_ARCH 1 // (built for an older target: the TMA kernels trap; never launched there)
 #endif
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
 #ifndef DS_NO_TMA_ARCH
@@ -1134,7 +1114,7 @@ static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
 
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
-    bool tma = qt_tma(qt) && c->mmqs_tma && c->tma_encode;
+    bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_map(c, qt, g.m[i]);
     qt_switch(qt, [&](auto q) {
         constexpr int QT = decltype(q)::value;
@@ -1485,21 +1465,23 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
 static __global__ void tma_probe_kernel() {}
 extern "C" void ds_cuda_set_mmqs_tma(ds_backend *be, bool on) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!c->tma_encode && !c->tma_able) {
+    if (!c->tma_probed) {
+        c->tma_probed = true;
         cudaDeviceProp prop;
         cudaFuncAttributes fa;
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        c->tma_able = cudaGetDeviceProperties(&prop, c->device) == cudaSuccess && prop.major >= 9 &&
-                      cudaFuncGetAttributes(&fa, (const void *)tma_probe_kernel) == cudaSuccess &&
-                      fa.binaryVersion >= 90 &&
-                      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                       cudaEnableDefault, &q) == cudaSuccess &&
-                      q == cudaDriverEntryPointSuccess && fn;
+        const bool able =
+            cudaGetDeviceProperties(&prop, c->device) == cudaSuccess && prop.major >= 9 &&
+            cudaFuncGetAttributes(&fa, (const void *)tma_probe_kernel) == cudaSuccess &&
+            fa.binaryVersion >= 90 &&
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess;
         cudaGetLastError();
-        c->tma_encode = c->tma_able ? fn : NULL;
+        c->tma_encode = able ? fn : NULL;
     }
-    c->mmqs_tma = on && c->tma_able;
+    c->mmqs_tma = on && c->tma_encode;
 }
 
 extern "C" void ds_cuda_set_mmqs_stages(ds_backend *be, int stages) {

@@ -166,6 +166,37 @@ __device__ __forceinline__ void xcols_init(xcols<NT> &x, const mm_args &a, int c
     }
 }
 
+// isum += each row's scale x an mma's sums (fragment element e: row A for e < 2, else row B).
+__device__ __forceinline__ void isum_add(int (&s)[4], int sA, int sB, const int (&c)[4]) {
+    s[0] += sA * c[0];
+    s[1] += sA * c[1];
+    s[2] += sB * c[2];
+    s[3] += sB * c[3];
+}
+
+// acc += the unit's float terms (quant.cuh ksum) of rows A, B and the epilogue columns whose
+// activation scales are d0, d1.
+__device__ __forceinline__ void ksum_add(float (&acc)[4], float dA, float dmA, float dB, float dmB,
+                                         float d0, float d1, const int (&is)[4],
+                                         const int (&ms)[4]) {
+    acc[0] = __fadd_rn(acc[0], ksum(dA, dmA, d0, is[0], ms[0]));
+    acc[1] = __fadd_rn(acc[1], ksum(dA, dmA, d1, is[1], ms[1]));
+    acc[2] = __fadd_rn(acc[2], ksum(dB, dmB, d0, is[2], ms[2]));
+    acc[3] = __fadd_rn(acc[3], ksum(dB, dmB, d1, is[3], ms[3]));
+}
+
+// IQ4_XS group ib of rows A and B: the mma's A operand words (code book values) and each row's
+// 6-bit scale minus 32.
+__device__ __forceinline__ void iq4_group(const raw_iq4_xs &A, const raw_iq4_xs &B, int ib,
+                                          uint32_t (&a)[4], int &lsA, int &lsB) {
+    a[0] = iq4_lut(A.q[ib]), a[2] = iq4_lut(A.q[ib] >> 16);
+    a[1] = iq4_lut(B.q[ib]), a[3] = iq4_lut(B.q[ib] >> 16);
+    const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
+    const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16; // (scales_h)
+    lsA = ((int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4)) - 32;
+    lsB = ((int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4)) - 32;
+}
+
 // One unit of the K-quants (and IQ4_XS): per 32-group int8 mma, integer scale accumulation, one
 // float term per (row, column) as the CPU computes it. Fragment element (e): row g + 8*(e/2),
 // column nt*8 + 2t + e%2.
@@ -220,10 +251,7 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
                 mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
                 const int b0 = NT == 1 ? bs[nt][0][sb] : __ldg(x.b[nt][0] + u * 8 + sb);
                 const int b1 = NT == 1 ? bs[nt][1][sb] : __ldg(x.b[nt][1] + u * 8 + sb);
-                isum[nt][0] += scA * c[0];
-                isum[nt][1] += scA * c[1];
-                isum[nt][2] += scB * c[2];
-                isum[nt][3] += scB * c[3];
+                isum_add(isum[nt], scA, scB, c);
                 msum[nt][0] += mA * b0;
                 msum[nt][1] += mA * b1;
                 msum[nt][2] += mB * b0;
@@ -249,10 +277,7 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
                         const uint32_t bq = __ldg((const uint32_t *)(x.q[nt] + uo + off));
                         int c[4] = {0, 0, 0, 0};
                         mma_k16(c, a0, a1, bq);
-                        isum[nt][0] += scA * c[0];
-                        isum[nt][1] += scA * c[1];
-                        isum[nt][2] += scB * c[2];
-                        isum[nt][3] += scB * c[3];
+                        isum_add(isum[nt], scA, scB, c);
                     }
                 }
             }
@@ -260,25 +285,17 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
         dA = ds_cu_h2f(A.d);
         dB = ds_cu_h2f(B.d);
     } else { // IQ4_XS
-        const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16;
 #pragma unroll
         for (int ib = 0; ib < 8; ib++) {
-            uint32_t a0 = iq4_lut(A.q[ib]), a2 = iq4_lut(A.q[ib] >> 16);
-            uint32_t a1 = iq4_lut(B.q[ib]), a3 = iq4_lut(B.q[ib] >> 16);
-            const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
-            int lsA = (int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4);
-            int lsB = (int)(((B.h.y >> sl) >> sh) & 0xfu) | (int)(((shB >> (2 * ib)) & 3u) << 4);
-            lsA -= 32;
-            lsB -= 32;
+            uint32_t a[4];
+            int lsA, lsB;
+            iq4_group(A, B, ib, a, lsA, lsB);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 bq = __ldg((const uint2 *)(x.q[nt] + uo + ib * 32 + 8 * t));
                 int c[4] = {0, 0, 0, 0};
-                mma_k32(c, a0, a1, a2, a3, bq.x, bq.y);
-                isum[nt][0] += lsA * c[0];
-                isum[nt][1] += lsA * c[1];
-                isum[nt][2] += lsB * c[2];
-                isum[nt][3] += lsB * c[3];
+                mma_k32(c, a[0], a[1], a[2], a[3], bq.x, bq.y);
+                isum_add(isum[nt], lsA, lsB, c);
             }
         }
         dA = ds_cu_h2f(A.h.x);
@@ -287,10 +304,7 @@ __device__ __forceinline__ void unit_k(float (&acc)[NT][4], const typename raw_o
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         const float d0 = __ldg(x.d[nt][0] + u), d1 = __ldg(x.d[nt][1] + u);
-        acc[nt][0] = __fadd_rn(acc[nt][0], ksum(dA, dmA, d0, isum[nt][0], msum[nt][0]));
-        acc[nt][1] = __fadd_rn(acc[nt][1], ksum(dA, dmA, d1, isum[nt][1], msum[nt][1]));
-        acc[nt][2] = __fadd_rn(acc[nt][2], ksum(dB, dmB, d0, isum[nt][2], msum[nt][2]));
-        acc[nt][3] = __fadd_rn(acc[nt][3], ksum(dB, dmB, d1, isum[nt][3], msum[nt][3]));
+        ksum_add(acc[nt], dA, dmA, dB, dmB, d0, d1, isum[nt], msum[nt]);
     }
 }
 
