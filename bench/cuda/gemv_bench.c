@@ -189,7 +189,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     static const shape shapes[] = {{"ffn_up", 5120, 17408}, {"ffn_down", 17408, 5120},
-                                   {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320}};
+                                   {"attn_qkv", 5120, 10240}, {"lm_head", 5120, 248320},
+                                   {"ssm_out", 6144, 5120}};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,
                                     DS_TYPE_Q8_0, DS_TYPE_BF16, DS_TYPE_F16, DS_TYPE_F32};
     static const int ns_all[] = {1, 2, 4, 8, 16, 32}, ns_mmv[] = {1};
