@@ -37,7 +37,7 @@ void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
 // matmul.cu: the staged mma kernel's pipeline depth, 2 or 3 stages where it fits (0: the default
 // choice; for A/B timing, gemv_bench mmqs: fewer stages fit more blocks per SM; bitwise the same).
 void ds_cuda_set_mmqs_stages(ds_backend *be, int stages);
-// matmul.cu: whether the staged kernel stages Q4_K / Q5_K / Q6_K / IQ4_XS weights with the tensor
+// matmul.cu: whether the staged kernel stages its quantized weights with the tensor
 // memory accelerator (the default where the device and the build have it) or with every thread's
 // cp.async (for tests and A/B timing; bitwise the same).
 void ds_cuda_set_mmqs_tma(ds_backend *be, bool on);

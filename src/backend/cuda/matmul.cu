@@ -438,8 +438,11 @@ __device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
 // (2-byte multiples) are described in pairs (a row pair is a multiple of 16 bytes where n_in is a
 // multiple of 1024): even rows then odd rows, 64 each, per stage.
 static constexpr bool qt_tma(int qt) {
-    return qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K || qt == QT_IQ4_XS;
+    return qt == QT_Q8_0 || qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K || qt == QT_IQ4_XS;
 }
+// Elements of the weights' tensor map: bytes, or 2-byte words for Q8_0, whose 272-byte unit rows
+// are wider than a box's 256 elements can be in bytes.
+static constexpr int qt_tma_esize(int qt) { return qt == QT_Q8_0 ? 2 : 1; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define DS_NO_TMA_ARCH 1 // (built for an older target: the TMA kernels trap; never launched there)
 #endif
@@ -654,7 +657,7 @@ __device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const 
                   bar);
     } else {
         mbar_expect(bar, MMQ_ROWS * RS);
-        tma_load2(dst, &M.tm, (p.u * UB) & ~15, p.row0, bar);
+        tma_load2(dst, &M.tm, ((p.u * UB) & ~15) / qt_tma_esize(QT), p.row0, bar);
     }
 }
 template <int QT, int NT, int ST, bool TMA>
@@ -1101,12 +1104,15 @@ static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
     const bool q6 = qt == QT_Q6_K;
     const int64_t pitch = q6 ? 2 * M.w_nb1 : M.w_nb1, rows = q6 ? M.n_out / 2 : M.n_out;
     if (pitch % 16 != 0 || (q6 && M.n_out % 2 != 0) || (uintptr_t)M.w % 16 != 0) return false;
-    const cuuint64_t dim[2] = {(cuuint64_t)pitch, (cuuint64_t)rows};
+    const int es = qt_tma_esize(qt);
+    const cuuint64_t dim[2] = {(cuuint64_t)(pitch / es), (cuuint64_t)rows};
     const cuuint64_t stride[1] = {(cuuint64_t)pitch};
-    const cuuint32_t box[2] = {(cuuint32_t)qt_wrow(qt), (cuuint32_t)(q6 ? MMQ_ROWS / 2 : MMQ_ROWS)};
+    const cuuint32_t box[2] = {(cuuint32_t)(qt_wrow(qt) / es),
+                               (cuuint32_t)(q6 ? MMQ_ROWS / 2 : MMQ_ROWS)};
     const cuuint32_t estride[2] = {1, 1};
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
-    return enc(&M.tm, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)M.w, dim, stride, box, estride,
+    return enc(&M.tm, es == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+               (void *)M.w, dim, stride, box, estride,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
            CUDA_SUCCESS;
