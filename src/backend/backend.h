@@ -257,6 +257,10 @@ void ds_backend_free(ds_backend *be);
 // run; plainly where the backend has no steps.
 void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(void *arg),
                      void *arg);
+// y[i] = W[i] · x for i < n (1..4): ops.matmul_multi where the backend has it, else one matmul
+// per weight (the same bits either way: backend.h matmul_multi).
+void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
+                             const ds_tensor *x);
 
 // ---- CUDA backend (backend/cuda; linked only when CMake found nvcc: callers test DSPEC_HAVE_CUDA)
 // One device, one stream, device memory via cudaMalloc; weights_in_host_memory is false (the

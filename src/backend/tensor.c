@@ -55,6 +55,15 @@ void ds_backend_free(ds_backend *be) {
     }
 }
 
+void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
+                             const ds_tensor *x) {
+    if (be->ops.matmul_multi) {
+        be->ops.matmul_multi(be, n, y, w, x);
+        return;
+    }
+    for (int i = 0; i < n; i++) be->ops.matmul(be, y[i], w[i], x);
+}
+
 void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(void *arg),
                      void *arg) {
     if (!be->ops.step_begin) {

@@ -142,17 +142,6 @@ static void norm_rope(ds_draft_ctx *c, ds_tensor *x, int n_heads, const ds_tenso
     c->be->ops.rope_neox_freq(c->be, &heads, c->pos, (int)hd, d->inv_freq, d->rope_mscale);
 }
 
-// y[i] = W[i] · x for i < n (2..3): one fused call where the backend has one (backend.h
-// matmul_multi: bitwise the separate matmuls; CUDA prepares x once and launches once).
-static void mm_group(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
-                     const ds_tensor *x) {
-    if (be->ops.matmul_multi) {
-        be->ops.matmul_multi(be, n, y, w, x);
-        return;
-    }
-    for (int i = 0; i < n; i++) be->ops.matmul(be, y[i], w[i], x);
-}
-
 // Context K/V of m fused rows at positions c->len .. c->len + m - 1 (spec §1.3, §1.7).
 // dev: feats are in the backend's memory already (read in place), else host memory (written to
 // the context's staging rows first).
@@ -176,8 +165,8 @@ static void append_chunk(ds_draft_ctx *c, const float *feats, int64_t m, bool de
         const ds_draft_layer *L = &d->layers[il];
         ds_tensor k = ds_tensor_rows(&c->kc[il], c->len, m);
         ds_tensor v = ds_tensor_rows(&c->vc[il], c->len, m);
-        mm_group(be, 2, (ds_tensor *[]){&k, &v}, (const ds_tensor *[]){&L->attn_k, &L->attn_v},
-                 &u);
+        ds_backend_matmul_multi(be, 2, (ds_tensor *[]){&k, &v},
+                                (const ds_tensor *[]){&L->attn_k, &L->attn_v}, &u);
         norm_rope(c, &k, hp->n_head_kv, &L->attn_k_norm);
     }
     c->len += m;
@@ -241,8 +230,9 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
         src = &t;
     }
     ds_tensor k = ds_tensor_rows(&c->kc[il], L0, nb), v = ds_tensor_rows(&c->vc[il], L0, nb);
-    mm_group(be, 3, (ds_tensor *[]){&q, &k, &v},
-             (const ds_tensor *[]){&Ly->attn_q, &Ly->attn_k, &Ly->attn_v}, src);
+    // (one prepared input and one launch per weight type where the backend fuses them)
+    ds_backend_matmul_multi(be, 3, (ds_tensor *[]){&q, &k, &v},
+                            (const ds_tensor *[]){&Ly->attn_q, &Ly->attn_k, &Ly->attn_v}, src);
     norm_rope(c, &q, hp->n_head, &Ly->attn_q_norm);
     norm_rope(c, &k, hp->n_head_kv, &Ly->attn_k_norm);
     const int64_t W = hp->window[il];
@@ -277,8 +267,8 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
     }
     ds_tensor fa = ds_tensor_rows(&c->ffa, 0, nb), fb = ds_tensor_rows(&c->ffb, 0, nb);
     ds_tensor fc = ds_tensor_rows(&c->ffc, 0, nb);
-    mm_group(be, 2, (ds_tensor *[]){&fa, &fb}, (const ds_tensor *[]){&Ly->ffn_gate, &Ly->ffn_up},
-             src);
+    ds_backend_matmul_multi(be, 2, (ds_tensor *[]){&fa, &fb},
+                            (const ds_tensor *[]){&Ly->ffn_gate, &Ly->ffn_up}, src);
     be->ops.swiglu(be, &fc, &fa, &fb);
     be->ops.matmul(be, &a, &Ly->ffn_down, &fc);
     if (conv) {

@@ -584,9 +584,45 @@ static void test_backend_step(void **state) {
     assert_int_equal(g_begins * 1000 + g_ends * 100 + g_runs * 10 + g_runs_in_step, 1121);
 }
 
+// ds_backend_matmul_multi: one ops.matmul_multi call with every output where the backend has it,
+// else one ops.matmul per weight, in order, with the same input.
+static int g_mm_calls, g_mmm_calls;
+static const ds_tensor *g_mm_w[4];
+static void stub_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x) {
+    (void)be, (void)x;
+    assert_true(g_mm_calls < 4);
+    g_mm_w[g_mm_calls++] = w;
+    ((float *)y->data)[0] = (float)g_mm_calls;
+}
+static void stub_matmul_multi(ds_backend *be, int n, ds_tensor *const *y,
+                              const ds_tensor *const *w, const ds_tensor *x) {
+    (void)be, (void)x;
+    g_mmm_calls++;
+    for (int i = 0; i < n; i++) g_mm_w[i] = w[i], ((float *)y[i]->data)[0] = -1.0f;
+}
+
+static void test_backend_matmul_multi(void **state) {
+    (void)state;
+    float yd[3] = {0}, xd = 0;
+    ds_tensor y[3], w[3], x = ds_tensor_1d(&xd, DS_TYPE_F32, 1);
+    for (int i = 0; i < 3; i++) y[i] = ds_tensor_1d(&yd[i], DS_TYPE_F32, 1), w[i] = x;
+    ds_tensor *ys[3] = {&y[0], &y[1], &y[2]};
+    const ds_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+    ds_backend be = {.name = "stub"};
+    be.ops.matmul = stub_matmul;
+    ds_backend_matmul_multi(&be, 3, ys, ws, &x);
+    assert_int_equal(g_mm_calls, 3);
+    for (int i = 0; i < 3; i++) assert_ptr_equal(g_mm_w[i], ws[i]), assert_true(yd[i] == i + 1);
+    be.ops.matmul_multi = stub_matmul_multi;
+    g_mm_calls = 0;
+    ds_backend_matmul_multi(&be, 3, ys, ws, &x);
+    assert_int_equal(g_mm_calls * 10 + g_mmm_calls, 1);
+    for (int i = 0; i < 3; i++) assert_ptr_equal(g_mm_w[i], ws[i]), assert_true(yd[i] == -1.0f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_synth_tokenizer),
+        cmocka_unit_test(test_synth_tokenizer), cmocka_unit_test(test_backend_matmul_multi),
         cmocka_unit_test(test_dense_f32),  cmocka_unit_test(test_dense_q8_0),
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),

@@ -26,15 +26,15 @@ void ds_qwen35_mm(ds_backend *be, ds_tensor *y, const ds_weight *w, const ds_ten
 // y[i] = W[i] · x for i < n (1..4): one fused call where the backend has one.
 static void mm_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_weight *const *w,
                      const ds_tensor *x) {
-    bool fused = be->ops.matmul_multi != NULL;
-    for (int i = 0; i < n; i++) fused = fused && !w[i]->scale;
-    if (!fused) {
+    bool scaled = false;
+    for (int i = 0; i < n; i++) scaled = scaled || w[i]->scale;
+    if (scaled) {
         for (int i = 0; i < n; i++) ds_qwen35_mm(be, y[i], w[i], x);
         return;
     }
     const ds_tensor *wt[4];
     for (int i = 0; i < n; i++) wt[i] = &w[i]->t;
-    be->ops.matmul_multi(be, n, y, wt, x);
+    ds_backend_matmul_multi(be, n, y, wt, x);
 }
 
 typedef struct chunk {
