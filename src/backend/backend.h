@@ -224,9 +224,10 @@ typedef struct ds_backend_ops {
     void (*step_begin)(ds_backend *be, uint64_t key, int64_t kv_len);
     bool (*step_end)(ds_backend *be);
     // (optional; NULL: no effect) On while the model runs a prompt chunk of more than 64 rows
-    // (never a decode or speculative verify step). The backend may then run its matmuls with
-    // kernels whose rows are not bitwise those of single-row steps but stay within its quantized
-    // matmul tolerance (CUDA: bf16 tensor-core GEMM, docs/cuda.md "Prefill").
+    // (never a decode or speculative verify step). The backend may then run its matmuls,
+    // attention and gated delta rule with kernels whose rows are not bitwise those of single-row
+    // steps but stay within their tolerances (CUDA: bf16 tensor-core GEMM, flash attention, the
+    // chunked gated delta rule: docs/cuda.md "Prefill").
     void (*prefill_mode)(ds_backend *be, bool on);
 } ds_backend_ops;
 
