@@ -189,10 +189,13 @@ template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel
 }
 
 // Prompt chunks (prefill mode, >= DS_CUDA_PREFILL_MIN_ROWS rows of a chain that updates the
-// state): the chunked form, GD_PREFILL_ROWS rows per launch.
+// state): the chunked form, GD_PREFILL_ROWS rows per launch -- where the device lets a block
+// have its shared memory (d_k 256: 129 KiB, more than sm_86 / sm_89 allow; those prompts run the
+// kernel below, exact).
 static bool gd_prompt_chunk(const ds_cuda_ctx *c, int64_t n, const ds_tensor *state_out,
-                            const ds_gdn_params *p) {
-    return ds_cuda_prefill_rows(c, n) && !p->parent && state_out;
+                            const ds_gdn_params *p, int64_t dk, int64_t r) {
+    return ds_cuda_prefill_rows(c, n) && !p->parent && state_out &&
+           gdc_smem((int)dk, (int)r) <= c->smem_optin;
 }
 
 template <int DK> static void gd_launch(ds_cuda_ctx *c, const gd_args &a) {
@@ -247,7 +250,7 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     a.dv = (int)dv, a.hk = (int)hk, a.hv = (int)hv, a.q_scale = p->q_scale, a.eps = p->eps;
     a.async16 = ((uintptr_t)qkv->data % 16 == 0 && qkv->nb[1] % 16 == 0) ? 1 : 0;
-    if (gd_prompt_chunk(c, n, state_out, p)) {
+    if (gd_prompt_chunk(c, n, state_out, p, dk, hv / hk)) {
         const int64_t rows = DS_MIN(n, (int64_t)GD_PREFILL_ROWS);
         const size_t qk = (size_t)rows * (size_t)hk * (size_t)dk * 2; // floats of qn and kn
         const size_t tmf = (size_t)((rows + GDC_C - 1) / GDC_C) * (size_t)hv * GDC_TM;

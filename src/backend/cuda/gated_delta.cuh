@@ -60,3 +60,5 @@ enum { GDC_C = 32, GDC_TM = 2 * GDC_C * GDC_C + GDC_C };
 // of n * hk * dk floats each, filled with the normalised q / k), d_k = dk; tm: scratch of
 // ceil(n / GDC_C) * hv * GDC_TM floats. False on a CUDA error (logged).
 bool gdc_run(ds_cuda_ctx *c, const gd_args &a, int dk, float *tm);
+// The most dynamic shared memory one of its blocks needs (r: v heads per k head).
+size_t gdc_smem(int dk, int r);

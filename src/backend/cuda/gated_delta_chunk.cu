@@ -458,10 +458,13 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     }
 }
 
+template <int DK> static constexpr size_t gdc_prep_smem(int r) {
+    return 4 * (2 * (size_t)GDC_C * DK + (size_t)r * GDC_C * (GDC_C + 3));
+}
+
 template <int DK> static bool gdc_launch(ds_cuda_ctx *c, const gd_args &a, float *tm) {
-    const int nc = (a.n + GDC_C - 1) / GDC_C, r = a.hv / a.hk;
-    const size_t prep_smem = 4 * (2 * (size_t)GDC_C * DK + (size_t)r * GDC_C * (GDC_C + 3));
-    const size_t state_smem = gdc_state_smem<DK>();
+    const int nc = (a.n + GDC_C - 1) / GDC_C;
+    const size_t prep_smem = gdc_prep_smem<DK>(a.hv / a.hk), state_smem = gdc_state_smem<DK>();
     // (per-device kernel attributes: set at every launch, cheap host calls next to the kernels)
     if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(gdc_prep_kernel<DK>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -477,6 +480,19 @@ template <int DK> static bool gdc_launch(ds_cuda_ctx *c, const gd_args &a, float
     ds_cu_launch(c, gdc_state_kernel<DK>, dim3((unsigned)(a.dv / GDC_BV), (unsigned)a.hv),
                  GDC_THREADS, state_smem, a, nc, (const float *)tm);
     return true;
+}
+
+template <int DK> static size_t gdc_smem_of(int r) {
+    return DS_MAX(gdc_prep_smem<DK>(r), gdc_state_smem<DK>());
+}
+
+size_t gdc_smem(int dk, int r) {
+    switch (dk) {
+    case 32: return gdc_smem_of<32>(r);
+    case 64: return gdc_smem_of<64>(r);
+    case 128: return gdc_smem_of<128>(r);
+    default: return gdc_smem_of<256>(r);
+    }
 }
 
 bool gdc_run(ds_cuda_ctx *c, const gd_args &a, int dk, float *tm) {
