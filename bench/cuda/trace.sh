@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trace.sh: the in-graph kernel timeline of a 27B Q4_K_M decode, a DFlash chain (verify 16) and
-# a DDTree (budget 16), with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH),
+# a DDTree (budget 16), or a prompt's kernels (prefill), with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH),
 # summarised by trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds
 # dspec and libkernel_trace.so (and libcupti.so.13 where the GPU machine lacks it). Build the
 # library on the development machine:
@@ -9,7 +9,9 @@
 # Usage (repo root, on the GPU machine):
 #   [BIN=build-carry-b] [TRACE_WHAT=chain] [TRACE_ARGS="--temp 0.8 --top-k 40"] \
 #     bash bench/cuda/trace.sh
-#   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16); default "decode chain";
+#   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16), prefill (`dspec bench` of a
+#   TRACE_PROMPT-token prompt, default 8192, in one chunk, and of its 512-token warm-up: the
+#   kernels outside graphs, trace_table.py --eager); default "decode chain";
 #   TRACE_ARGS: more `dspec run` options, e.g. a sampler)
 set -u
 cd "$(dirname "$0")/../.."
@@ -29,12 +31,18 @@ for what in ${TRACE_WHAT:-decode chain}; do
     -n 32 --no-adaptive)
   [ $what = tree ] && ARGS=(run -m /tmp/tr.gguf --draft /tmp/trd.gguf --device cuda -p hello \
     -n 32 --no-adaptive --ddtree-budget 16)
+  TABLE=(--graph-kernels 300)
+  if [ $what = prefill ]; then
+    ARGS=(bench --model /tmp/tr.gguf --device cuda --prompt "${TRACE_PROMPT:-8192}" --decode 2 \
+      --reps 1 --verify 1)
+    TABLE=(--eager)
+  fi
   # shellcheck disable=SC2206
   ARGS+=(${TRACE_ARGS:-})
   (cd "$W" && CUDA_INJECTION64_PATH=$B/libkernel_trace.so "$B/dspec" "${ARGS[@]}" 2>&1 \
-    | grep -E "tok/s|speculative:")
+    | grep -E "tok/s|speculative:|^prefill")
   echo "== $what"
-  python3 bench/cuda/trace_table.py "$W/kernel_trace.csv" --graph-kernels 300 \
+  python3 bench/cuda/trace_table.py "$W/kernel_trace.csv" "${TABLE[@]}" \
     | tee "$OUT/trace_$what.txt"
   xz -T4 -c "$W/kernel_trace.csv" >"$OUT/trace_$what.csv.xz"
 done
