@@ -10,7 +10,7 @@
 #   [BIN=build-carry-b] [TRACE_WHAT=chain] [TRACE_ARGS="--temp 0.8 --top-k 40"] \
 #     bash bench/cuda/trace.sh
 #   (TRACE_WHAT: any of decode, chain, tree (DDTree budget 16), prefill (`dspec bench` of a
-#   TRACE_PROMPT-token prompt, default 8192, in one chunk, and of its 512-token warm-up: the
+#   TRACE_PROMPT-token prompt, default 8192, in one chunk, and of its 256-token warm-up: the
 #   kernels outside graphs, trace_table.py --eager); default "decode chain";
 #   TRACE_ARGS: more `dspec run` options, e.g. a sampler)
 set -u
