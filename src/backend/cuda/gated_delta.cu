@@ -203,17 +203,13 @@ template <int DK> static void gd_launch(ds_cuda_ctx *c, const gd_args &a) {
     ds_cu_launch(c, gd_kernel<DK>, grid, GD_THREADS, 0, a);
 }
 
-static bool gd_run(ds_cuda_ctx *c, const gd_args &a, int64_t dk, float *tm) {
-    if (!tm) {
-        switch (dk) {
-        case 32: gd_launch<32>(c, a); break;
-        case 64: gd_launch<64>(c, a); break;
-        case 128: gd_launch<128>(c, a); break;
-        default: gd_launch<256>(c, a); break;
-        }
-        return true;
+static void gd_run(ds_cuda_ctx *c, const gd_args &a, int64_t dk) {
+    switch (dk) {
+    case 32: gd_launch<32>(c, a); break;
+    case 64: gd_launch<64>(c, a); break;
+    case 128: gd_launch<128>(c, a); break;
+    default: gd_launch<256>(c, a); break;
     }
-    return gdc_run(c, a, (int)dk, tm);
 }
 
 extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
@@ -260,7 +256,7 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
         for (int64_t t0 = 0; t0 < n; t0 += rows) { // the state carries over in state_out
             a.t0 = t0, a.n = (int)DS_MIN(rows, n - t0);
             a.s_in = t0 == 0 ? (const float *)state->data : a.s_out;
-            if (!gd_run(c, a, dk, qn + qk)) return;
+            if (!gdc_run(c, a, (int)dk, qn + qk)) return;
         }
         ds_cuda_launched(c, "gated_delta");
         return;
@@ -297,6 +293,6 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
             if (!a.saved) return;
         }
     }
-    gd_run(c, a, dk, NULL);
+    gd_run(c, a, dk);
     ds_cuda_launched(c, "gated_delta");
 }
