@@ -24,13 +24,19 @@ void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const d
                        const int32_t *ids, int64_t k);
 // Whether matmul supports weight type t (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS).
 bool ds_cuda_matmul_supports(ds_type t);
-// Activation-preparation launches so far (matmuls that quantized their input themselves, rather
-// than reusing it from the previous matmul or from the op that produced it): for tests.
+// Activation-preparation launches so far (matmuls that quantized their input themselves, or
+// prefill GEMMs that converted it to bf16, rather than reusing it from the previous matmul or
+// from the op that produced it): for tests.
 uint64_t ds_cuda_prep_launches(ds_backend *be);
 // gemm.cu (backend.h prefill_mode: prompt chunks of >= 65 rows on the bf16 tensor-core GEMM)
 void ds_cuda_prefill_mode(ds_backend *be, bool on);
 // For tests: weight elements per dequantized GEMM tile (0: the default, 96 Mi).
 void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
+// For tests: rows [r0, r0 + rows) of the quantized (or F16) weight matrix w dequantized into
+// out (device memory, rows x ne0 bf16) as the prefill GEMM's weight tiles are. False: a type or
+// range it does not take.
+bool ds_cuda_gemm_dequant(ds_backend *be, const ds_tensor *w, int64_t r0, int64_t rows,
+                          void *out);
 // matmul_vec.cu: whether the decode GEMV reads its activations from a shared-memory copy (the
 // default) or from global memory (for tests and A/B timing; the results are bitwise the same).
 void ds_cuda_set_mmv_staged(ds_backend *be, bool on);

@@ -450,8 +450,9 @@ static void test_matmul_split_repeat(void **state) {
 // on the exact kernels (rows bitwise those computed alone).
 #define TOL_GEMM_L2 8e-3
 #define TOL_GEMM_COL 4e-2
-static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, bool strided) {
-    const int64_t ld = n_in + (strided ? 32 : 0);
+// pad: floats between columns (2: columns not 16-byte aligned, the 2-element bf16 conversion)
+static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, int64_t pad) {
+    const int64_t ld = n_in + pad;
     size_t wbytes = ds_type_row_size(t, n_in) * (size_t)n_out;
     uint8_t *w = xmalloc(wbytes);
     fill_weights(e, t, w, n_out, n_in);
@@ -545,10 +546,11 @@ static void test_matmul_gemm(void **state) {
     static const ds_type types[] = {DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0, DS_TYPE_Q4_K,
                                     DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS};
     for (size_t i = 0; i < DS_ARRAY_LEN(types); i++) {
-        run_gemm(e, types[i], 512, 600, 65, false);
-        run_gemm(e, types[i], 1280, 300, 130, true);
+        run_gemm(e, types[i], 512, 600, 65, 0);
+        run_gemm(e, types[i], 1280, 300, 130, 32);
     }
-    run_gemm(e, DS_TYPE_Q4_K, 5120, 1024, 300, false); // 27B row length, a wider chunk
+    run_gemm(e, DS_TYPE_Q4_K, 5120, 1024, 300, 0); // 27B row length, a wider chunk
+    run_gemm(e, DS_TYPE_Q6_K, 512, 300, 70, 2);
     ds_cuda_prefill_mode(e->gpu, true);
     expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 64);   // below the GEMM's width
     ds_cuda_set_exact_prefill(e->gpu, true);
@@ -556,6 +558,43 @@ static void test_matmul_gemm(void **state) {
     ds_cuda_set_exact_prefill(e->gpu, false);
     ds_cuda_prefill_mode(e->gpu, false);
     expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 100);  // not in a prompt chunk
+}
+
+// The prefill GEMM's weight tiles (gemm.cu gemm_w_kernel, dequant.cuh deq8): every element
+// bitwise the CPU backend's dequantized weight rounded to bf16 (nearest even), rows from an
+// offset into the matrix, for every type the GEMM dequantizes.
+static void test_gemm_dequant(void **state) {
+    ENV(state);
+    static const ds_type types[] = {DS_TYPE_F16, DS_TYPE_Q8_0, DS_TYPE_Q4_K, DS_TYPE_Q5_K,
+                                    DS_TYPE_Q6_K, DS_TYPE_IQ4_XS};
+    const int64_t n_in = 1280, n_out = 37, r0 = 3, rows = 33;
+    float *f = xmalloc((size_t)n_in * 4);
+    ds_bf16 *want = xmalloc((size_t)(rows * n_in) * 2), *got = xmalloc((size_t)(rows * n_in) * 2);
+    for (size_t i = 0; i < DS_ARRAY_LEN(types); i++) {
+        const ds_type t = types[i];
+        const size_t rb = ds_type_row_size(t, n_in);
+        uint8_t *w = xmalloc(rb * (size_t)n_out);
+        fill_weights(e, t, w, n_out, n_in);
+        for (int64_t r = 0; r < rows; r++) {
+            ds_dequantize_row(t, f, w + (size_t)(r0 + r) * rb, n_in);
+            for (int64_t k = 0; k < n_in; k++) want[r * n_in + k] = ds_f32_to_bf16(f[k]);
+        }
+        void *wd = up(e, w, rb * (size_t)n_out);
+        void *od = e->gpu->ops.alloc(e->gpu, (size_t)(rows * n_in) * 2);
+        ds_tensor wt = ds_tensor_2d(w, t, n_in, n_out);
+        ds_tensor wg = with_data(&wt, wd);
+        assert_true(ds_cuda_gemm_dequant(e->gpu, &wg, r0, rows, od));
+        down(e, got, od, (size_t)(rows * n_in) * 2);
+        for (int64_t k = 0; k < rows * n_in; k++) {
+            if (memcmp(&got[k], &want[k], 2) != 0) {
+                fail_msg("gemm dequant %s: row %lld element %lld differs", ds_type_name(t),
+                         (long long)(r0 + k / n_in), (long long)(k % n_in));
+            }
+        }
+        dfree(e, wd), dfree(e, od);
+        free(w);
+    }
+    free(f), free(want), free(got);
 }
 
 // Consecutive matmuls of one input share its quantized activations; any other op in between
@@ -1045,6 +1084,64 @@ static void test_fused_prep(void **state) {
         }
         dfree(e, wed), dfree(e, wfd);
     }
+}
+
+// In a prompt chunk the prefill GEMM takes (prefill mode, 65+ rows), the ops that produce a
+// matmul input (add_rmsnorm, rmsnorm, SwiGLU, the sigmoid gate, the gated norm of {d, H, n})
+// write its bf16 copy: the GEMM after them converts nothing (no preparation counted) and gives
+// the bits it gives converting the same values itself (after a plain write).
+static void test_fused_prep_bf16(void **state) {
+    ENV(state);
+    const int64_t E = 5120, F = 1024, n_out = 300, n = 100, d = 128, H = 8;
+    ds_tensor we, wf, wh;
+    void *wed = up_weights(e, DS_TYPE_Q4_K, E, n_out, &we);
+    void *wfd = up_weights(e, DS_TYPE_Q6_K, F, n_out, &wf);
+    void *whd = up_weights(e, DS_TYPE_Q4_K, d * H, n_out, &wh);
+    float *x = xmalloc((size_t)(E * n) * 4), *b = xmalloc((size_t)(E * n) * 4);
+    float *w = xmalloc((size_t)E * 4), *g = xmalloc((size_t)(2 * F * n) * 4);
+    fill_u(e, x, E * n, 3.0f), fill_u(e, b, E * n, 2.0f), fill_u(e, w, E, 1.0f);
+    fill_u(e, g, 2 * F * n, 4.0f);
+    void *xd = up(e, x, (size_t)(E * n) * 4), *bd = up(e, b, (size_t)(E * n) * 4);
+    void *wd = up(e, w, (size_t)E * 4), *gd = up(e, g, (size_t)(2 * F * n) * 4);
+    void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
+    void *hd = e->gpu->ops.alloc(e->gpu, (size_t)(F * n) * 4);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, E, n), bg = ds_tensor_2d(bd, DS_TYPE_F32, E, n);
+    ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, E, n), wg = ds_tensor_1d(wd, DS_TYPE_F32, E);
+    ds_tensor hg = ds_tensor_2d(hd, DS_TYPE_F32, F, n);
+    ds_tensor gg = ds_tensor_2d(gd, DS_TYPE_F32, F, n), ug = gg;
+    gg.nb[1] = ug.nb[1] = (size_t)(2 * F) * 4;
+    gg.nb[2] = ug.nb[2] = gg.nb[1] * (size_t)n;
+    ug.data = (float *)gd + F;
+    ds_cuda_prefill_mode(e->gpu, true);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
+    fused_prep_check(e, "add_rmsnorm (prompt chunk)", &yg, &we, n_out, n);
+    e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
+    fused_prep_check(e, "rmsnorm (prompt chunk)", &yg, &we, n_out, n);
+    e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
+    fused_prep_check(e, "swiglu (prompt chunk)", &hg, &wf, n_out, n);
+    e->gpu->ops.mul_sigmoid(e->gpu, &hg, &hg, &ug);
+    fused_prep_check(e, "mul_sigmoid (prompt chunk)", &hg, &wf, n_out, n);
+    // the gated norm in place on {d, H, n} (x's first d H n floats), the matmul of its 2D view
+    ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, d, H, n);
+    ds_tensor z3 = ds_tensor_3d(bd, DS_TYPE_F32, d, H, n);
+    ds_tensor x2 = ds_tensor_2d(xd, DS_TYPE_F32, d * H, n), w1 = ds_tensor_1d(wd, DS_TYPE_F32, d);
+    e->gpu->ops.gated_rmsnorm(e->gpu, &x3, &x3, &w1, &z3, 1e-6f);
+    fused_prep_check(e, "gated_rmsnorm (prompt chunk)", &x2, &wh, n_out, n);
+    // the attention's sigmoid gate on {256, 8, n} (its gate interleaved with q, as the forward
+    // has it; rows of 256: the flat elementwise kernel), the matmul of its 2D view
+    ds_tensor wo;
+    void *wod = up_weights(e, DS_TYPE_Q4_K, 2048, n_out, &wo);
+    ds_tensor o3 = ds_tensor_3d(yd, DS_TYPE_F32, 256, 8, n);
+    ds_tensor gate = ds_tensor_3d(xd, DS_TYPE_F32, 256, 8, n);
+    gate.data = (float *)xd + 256;
+    gate.nb[1] = 512 * 4, gate.nb[2] = 8 * 512 * 4, gate.nb[3] = gate.nb[2] * (size_t)n;
+    ds_tensor o2 = ds_tensor_2d(yd, DS_TYPE_F32, 2048, n);
+    e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
+    fused_prep_check(e, "mul_sigmoid {256, 8, n} (prompt chunk)", &o2, &wo, n_out, n);
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, gd), dfree(e, yd), dfree(e, hd);
+    dfree(e, wed), dfree(e, wfd), dfree(e, whd), dfree(e, wod);
+    free(x), free(b), free(w), free(g);
 }
 
 // One call of the unit-norm test (norm.cu rmsnorm_unit_kernel up to 8 rows, rmsnorm_kernel
@@ -2182,9 +2279,11 @@ int main(void) {
         cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
+        cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
-        cmocka_unit_test(test_fused_prep),    cmocka_unit_test(test_norm_units), cmocka_unit_test(test_gated_norm_prep),
+        cmocka_unit_test(test_fused_prep),     cmocka_unit_test(test_fused_prep_bf16),
+        cmocka_unit_test(test_norm_units),     cmocka_unit_test(test_gated_norm_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
         cmocka_unit_test(test_logsumexp),

@@ -67,6 +67,39 @@ static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows
             const float v = ew_one<OP>(av[k], bv[k], p0, p1);
             yr[i] = v;
             if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
+            if (qo.bf) qo.bf[r * a.ne0 + i] = __float2bfloat16_rn(v); // (prefill: the GEMM's)
+        }
+    }
+}
+
+// Prompt-sized calls of narrow rows (ne0 < 1024: the attention's sigmoid gate runs on {256, 24,
+// n} views, 196,608 rows for an 8K prompt): the block's 1,024 elements follow each other across
+// rows (flat index f = r ne0 + i, 32-bit: the launcher checks rows x ne0 < 2^31), loaded first,
+// as ew_kernel does. One block per 256-element row left three quarters of the threads idle and
+// ran the 8K prompt's gate at ~11% of the bandwidth. qo.bf as in ew_kernel (at f).
+template <int OP>
+static __global__ __launch_bounds__(256) void ew_flat_kernel(ds_cu_rows y, ds_cu_rows a,
+                                                             ds_cu_rows b, float p0, float p1,
+                                                             q8k_out qo, uint32_t total) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int EPT = 4;
+    const uint32_t n = (uint32_t)a.ne0, f0 = blockIdx.x * 256u * EPT + threadIdx.x;
+    float av[EPT], bv[EPT];
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const uint32_t f = f0 + 256u * k, r = f / n, i = f - r * n;
+        if (f < total) {
+            av[k] = ds_cu_row(a, r)[i];
+            bv[k] = OP == EW_SOFTCAP ? 0.0f : ds_cu_row(b, r)[i];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const uint32_t f = f0 + 256u * k, r = f / n, i = f - r * n;
+        if (f < total) {
+            const float v = ew_one<OP>(av[k], bv[k], p0, p1);
+            ds_cu_row(y, r)[i] = v;
+            if (qo.bf) qo.bf[f] = __float2bfloat16_rn(v); // (prefill: the GEMM's)
         }
     }
 }
@@ -136,6 +169,24 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
         }
     }
     if (rows >= 64) { // (prompt-sized calls: 4 elements per thread)
+        // (the gated products of a prompt chunk: their bf16 copy for the GEMM; a 3D y, the
+        // sigmoid gate's {256, 24, n}, seen as the matmul's 2D input where its rows are packed)
+        const bool gemm_in = OP == EW_SWIGLU || OP == EW_MUL_SIGMOID;
+        ds_tensor y2 = *y;
+        bool packed = true;
+        if (y->ne[2] > 1) {
+            packed = y->ne[3] == 1 && y->nb[1] == (size_t)n * 4 &&
+                     y->nb[2] == (size_t)(n * y->ne[1]) * 4;
+            y2 = ds_tensor_2d(y->data, DS_TYPE_F32, n * y->ne[1], y->ne[2]);
+        }
+        if (!gemm_in || !packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
+        if (n < 1024 && rows * n < 0x7fffffff) {
+            const int64_t total = rows * n;
+            ds_cu_launch(c, ew_flat_kernel<OP>, (unsigned)((total + 1023) / 1024), 256, 0,
+                         ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1, qo, (uint32_t)total);
+            ds_cuda_launched(c, op);
+            return;
+        }
         grid.y = (unsigned)((n + 1023) / 1024);
         ds_cu_launch(c, ew_kernel<OP, false, 4>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a),
                      bv, p0, p1, qo);

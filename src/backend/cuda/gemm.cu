@@ -1,6 +1,6 @@
 // gemm.cu: the prefill GEMM. y{n_out, N} = W · x for the matmuls of a prompt chunk of
 // N >= DS_CUDA_PREFILL_MIN_ROWS rows (backend.h prefill_mode): the activations are rounded to bf16,
-// the weights dequantized with the CPU's float operations (dequant.cuh deq32) and rounded to
+// the weights dequantized with the CPU's float operations (dequant.cuh deq8) and rounded to
 // bf16, a tile of rows at a time, into scratch (BF16 weights are used in place), then cuBLAS
 // multiplies them on the tensor cores with f32 accumulation (cublasGemmEx, bf16 x bf16 -> f32).
 // Calls common.cuh, dequant.cuh, cuBLAS. Called by matmul.cu (mm_run). Spec: docs/cuda.md
@@ -39,29 +39,43 @@ static __global__ __launch_bounds__(256) void gemm_x_kernel(xsrc src, int64_t n_
     xb[(c * n_in + i) / 2] = __floats2bfloat162_rn(x[i], x[i + 1]);
 }
 
-// Rows [r0, r0 + rows) of W -> wt [rows][n_in] bf16: one thread per 32-element sub-block.
+// The same, 8 elements per thread (two 16-byte loads, one 16-byte store) where n_in % 8 == 0 and
+// the columns are 16-byte aligned: the 8K prompt's conversions at ~50% of the bandwidth with 2.
+static __global__ __launch_bounds__(256) void gemm_x8_kernel(xsrc src, int64_t n_in, uint4 *xb) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t c = blockIdx.y;
+    const int64_t i = ((int64_t)blockIdx.x * 256 + threadIdx.x) * 8;
+    if (i >= n_in) return;
+    const float4 *x = (const float4 *)(xcol_ptr(src, c) + i);
+    const float4 a = x[0], b = x[1];
+    const __nv_bfloat162 p[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
+                                 __floats2bfloat162_rn(b.x, b.y), __floats2bfloat162_rn(b.z, b.w)};
+    uint4 u;
+    memcpy(&u, p, 16);
+    xb[(c * n_in + i) / 8] = u;
+}
+
+// Rows [r0, r0 + rows) of W -> wt [rows][n_in] bf16: one thread per 8 elements (a quarter of a
+// 32-element sub-block), so each warp store is 512 contiguous bytes. (Until session 20 a thread
+// dequantized a whole sub-block and stored 64 bytes in four 16-byte stores, 64 bytes apart across
+// the warp: the 8K prompt's weight tiles ran at ~30% of the copy bandwidth.)
 template <int T>
 static __global__ __launch_bounds__(256) void gemm_w_kernel(const uint8_t *w, size_t w_nb1,
-                                                            int64_t r0, int64_t rows,
-                                                            int64_t n_in, uint4 *wt) {
+                                                            int64_t r0, uint32_t n8,
+                                                            uint32_t per_row, uint4 *wt) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int64_t subs = n_in / 32;
-    const int64_t g = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (g >= rows * subs) return;
-    const int64_t r = g / subs, s = g % subs;
-    float v[32];
-    deq32<T>(w + (size_t)(r0 + r) * w_nb1, s, v);
-    uint4 *o = wt + g * 4;
+    const uint32_t g = blockIdx.x * 256u + threadIdx.x; // (n8 < 2^31: 32-bit index arithmetic)
+    if (g >= n8) return;
+    const uint32_t r = g / per_row, e = g - r * per_row;
+    float v[8];
+    deq8<T>(w + (size_t)(r0 + r) * w_nb1, (int)(e / 4), (int)(e % 4), v);
+    uint32_t u[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        uint32_t u[4];
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            __nv_bfloat162 p = __floats2bfloat162_rn(v[8 * k + 2 * h], v[8 * k + 2 * h + 1]);
-            memcpy(&u[h], &p, 4);
-        }
-        o[k] = make_uint4(u[0], u[1], u[2], u[3]);
+    for (int h = 0; h < 4; h++) {
+        __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * h], v[2 * h + 1]);
+        memcpy(&u[h], &p, 4);
     }
+    wt[g] = make_uint4(u[0], u[1], u[2], u[3]);
 }
 
 static bool gemm_type_ok(ds_type t) {
@@ -96,10 +110,13 @@ static cublasHandle_t gemm_handle(ds_cuda_ctx *c) {
 
 static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb1, int64_t r0,
                           int64_t rows, int64_t n_in, uint4 *wt) {
-    const dim3 grid((unsigned)((rows * (n_in / 32) + 255) / 256));
+    const int64_t n8 = rows * (n_in / 8);
+    DS_ASSERT(n8 < 0x7fffffff);
+    const dim3 grid((unsigned)((n8 + 255) / 256));
+    const uint32_t n8u = (uint32_t)n8, per = (uint32_t)(n_in / 8);
     switch (t) {
 #define GW(T)                                                                                      \
-    case T: ds_cu_launch(c, gemm_w_kernel<T>, grid, 256, 0, w, nb1, r0, rows, n_in, wt); break;
+    case T: ds_cu_launch(c, gemm_w_kernel<T>, grid, 256, 0, w, nb1, r0, n8u, per, wt); break;
         GW(DS_TYPE_F16)
         GW(DS_TYPE_Q8_0)
         GW(DS_TYPE_Q4_K)
@@ -126,8 +143,15 @@ void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, 
     uint4 *wtile = (uint4 *)(s + sz_x);
     c->prep_last = -1; // the ops before the next matmuls need not prepare int8 activations
     if (!ds_cuda_prep_reuse(c, s, xs, n_in, ncx, DS_CUDA_PREP_BF16)) {
-        dim3 g((unsigned)((n_in / 2 + 255) / 256), (unsigned)ncx);
-        ds_cu_launch(c, gemm_x_kernel, g, 256, 0, xs, n_in, xb);
+        c->n_prep++;
+        if (n_in % 8 == 0 && (uintptr_t)xs.data % 16 == 0 && xs.nb1 % 16 == 0 &&
+            xs.nb2 % 16 == 0) {
+            dim3 g((unsigned)((n_in / 8 + 255) / 256), (unsigned)ncx);
+            ds_cu_launch(c, gemm_x8_kernel, g, 256, 0, xs, n_in, (uint4 *)xb);
+        } else {
+            dim3 g((unsigned)((n_in / 2 + 255) / 256), (unsigned)ncx);
+            ds_cu_launch(c, gemm_x_kernel, g, 256, 0, xs, n_in, xb);
+        }
     }
     const float one = 1.0f, zero = 0.0f;
     for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
@@ -203,6 +227,19 @@ extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
     cudaFree(a), cudaFree(b), cudaFree(y);
     cudaGetLastError(); // leave no error behind for the next op's check
     return best;
+}
+
+extern "C" bool ds_cuda_gemm_dequant(ds_backend *be, const ds_tensor *w, int64_t r0,
+                                     int64_t rows, void *out) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    const int64_t n_in = w->ne[0];
+    if (!gemm_type_ok(w->type) || w->type == DS_TYPE_BF16 || n_in % 32 != 0 || r0 < 0 ||
+        rows < 1 || r0 + rows > w->ne[1] || !ds_cuda_alive(c, "gemm_dequant")) {
+        return false;
+    }
+    gemm_w_launch(c, w->type, (const uint8_t *)w->data, w->nb[1], r0, rows, n_in, (uint4 *)out);
+    ds_cuda_launched(c, "gemm_dequant");
+    return true;
 }
 
 extern "C" void ds_cuda_prefill_mode(ds_backend *be, bool on) {

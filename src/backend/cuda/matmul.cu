@@ -1201,6 +1201,22 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     return true;
 }
 
+bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
+    const int64_t n_in = y->ne[0], ncx = y->ne[1];
+    if (!ds_cuda_prefill_rows(c, ncx) || c->prof || y->type != DS_TYPE_F32 || y->nb[0] != 4 ||
+        n_in % 32 != 0 || y->ne[2] != 1 || y->ne[3] != 1 || c->part_held) {
+        return false;
+    }
+    // (gemm.cu's layout: the bf16 columns first in the scratch, then its weight tile)
+    const size_t sz_x = ds_cuda_align((size_t)ncx * (size_t)n_in * 2, 256);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_x);
+    if (!s) return false;
+    *o = q8k_out{};
+    o->bf = (__nv_bfloat16 *)s;
+    ds_cuda_prep_reuse(c, s, xsrc_of(y), n_in, ncx, DS_CUDA_PREP_BF16); // (records it)
+    return true;
+}
+
 // Scratch xq | xd | xb (| `extra` bytes, at a.part) for ncx columns of xs, and the activations
 // quantized into it for weight type qt, unless the previous matmul already did (prep_reuse).
 // Sets a.xq, a.xd, a.xb, a.part; a.n_in must be set. False when the scratch cannot be had.

@@ -73,6 +73,7 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
                 if (GATED) o = __fmul_rn(o, ds_cu_silu(zv[k]));
                 yr[i] = o;
                 if constexpr (Q) q8k_group_out(qo, o, r, i / 256, n);
+                if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(o); // (prefill: the GEMM's)
             }
         }
     } else {
@@ -93,6 +94,7 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
             if (GATED) v = __fmul_rn(v, ds_cu_silu(zr[i]));
             yr[i] = v;
             if constexpr (Q) q8k_group_out(qo, v, r, i / 256, n);
+            if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(v);
         }
     }
 }
@@ -307,6 +309,76 @@ static __global__ __launch_bounds__(256) void gated_unit_kernel(ds_cu_rows y, ds
     q8k_group_out(qo, o, t, u, (int64_t)d * heads);
 }
 
+// The gated norm with one warp per row, 8 rows per block, for rows of d <= 511 (norm_threads
+// 64 or 128: 2 or 4 warps in rmsnorm_kernel): the warp plays the row block's NW warps lane for
+// lane (virtual thread 32 vw + l adds the squares of elements 32 vw + l + k NT in order, each
+// virtual warp sums by ds_cu_warp_sum_d, the sums are added in warp order from 0.0, as
+// block_sum_d does) and writes the row with rmsnorm_kernel's products: bitwise its rows. A
+// prompt's DeltaNet output norm has 48 rows of 128 per token: one 64-thread block per row (393,216
+// for an 8K prompt) ran at ~10% of the bandwidth. qo.bf: the rows' bf16 copy for the prefill
+// GEMM (row r at qo.bf + r d), else nothing is prepared.
+template <int NW, int EPT>
+static __global__ __launch_bounds__(256) void gated_warp_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                                const float *w, ds_cu_rows z,
+                                                                float eps, q8k_out qo,
+                                                                int64_t rows) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int NT = NW * 32;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), n = x.ne0;
+    if (r >= rows) return;
+    const float *xr = ds_cu_row(x, r), *zr = ds_cu_row(z, r);
+    float v[NW][EPT], zv[NW][EPT], wv[NW][EPT];
+#pragma unroll
+    for (int vw = 0; vw < NW; vw++) {
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t i = vw * 32 + lane + (int64_t)k * NT;
+            if (i < n) v[vw][k] = xr[i], zv[vw][k] = zr[i], wv[vw][k] = w[i];
+        }
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int vw = 0; vw < NW; vw++) {
+        double t = 0.0;
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            if (vw * 32 + lane + (int64_t)k * NT < n) t = sq_acc(t, v[vw][k]);
+        }
+        s += ds_cu_warp_sum_d(t);
+    }
+    const float scale = norm_scale(s, n, eps);
+    float *yr = ds_cu_row(y, r);
+#pragma unroll
+    for (int vw = 0; vw < NW; vw++) {
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t i = vw * 32 + lane + (int64_t)k * NT;
+            if (i < n) {
+                float o = __fmul_rn(v[vw][k], scale);
+                o = __fmul_rn(o, wv[vw][k]);
+                o = __fmul_rn(o, ds_cu_silu(zv[vw][k]));
+                yr[i] = o;
+                if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(o);
+            }
+        }
+    }
+}
+
+// gated_warp_kernel for rows of d (NULL: d above its 511).
+static void (*gated_warp_of(int64_t d))(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float,
+                                         q8k_out, int64_t) {
+    const int nt = norm_threads(d);
+    const int64_t ept = (d + nt - 1) / nt;
+    if (nt == 64) {
+        return ept <= 1 ? gated_warp_kernel<2, 1>
+               : ept <= 2 ? gated_warp_kernel<2, 2>
+                          : gated_warp_kernel<2, 4>;
+    }
+    if (nt == 128 && ept <= 4) return ept <= 2 ? gated_warp_kernel<4, 2> : gated_warp_kernel<4, 4>;
+    return NULL;
+}
+
 // Launches rmsnorm_kernel<GATED, ADD, Q> with 2, 4 or 8 elements per thread in registers when
 // the row fits (the 27B decode row: 5120 over 1024 threads), else the strided loop.
 template <bool GATED, bool ADD, bool Q>
@@ -377,6 +449,7 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
         norm_launch<false, false, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
                                         eps, qo);
     } else {
+        if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{}; // (a prompt chunk's GEMM input)
         norm_launch<false, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
                                          eps, qo);
     }
@@ -404,8 +477,19 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
         ds_cu_launch(c, gated_unit_kernel, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
                      (const float *)w->data, ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
     } else {
-        norm_launch<true, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                                        (const float *)w->data, ds_cu_rows_of(z), eps, q8k_out{});
+        // (a prompt chunk: the bf16 copy of the {d H, n} rows for the GEMM, where y is contiguous)
+        const bool packed = y->ne[3] == 1 && y->nb[1] == (size_t)d * 4 &&
+                            y->nb[2] == (size_t)(d * heads) * 4;
+        if (!packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
+        auto k = gated_warp_of(d);
+        if (k) {
+            ds_cu_launch(c, k, (unsigned)((rows + 7) / 8), 256, 0, ds_cu_rows_of(y),
+                         ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps, qo,
+                         rows);
+        } else {
+            norm_launch<true, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
+                                            (const float *)w->data, ds_cu_rows_of(z), eps, qo);
+        }
     }
     ds_cuda_launched(c, "gated_rmsnorm");
 }
@@ -455,6 +539,7 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
         norm_launch<false, true, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
                                        (const float *)w->data, ds_cu_rows_of(b), eps, qo);
     } else {
+        if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{}; // (a prompt chunk's GEMM input)
         norm_launch<false, true, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
                                         (const float *)w->data, ds_cu_rows_of(b), eps, qo);
     }

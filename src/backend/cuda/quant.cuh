@@ -155,12 +155,16 @@ __device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t
 }
 
 // Where an op that produces a matmul's input also writes its prepared q8_K activations
-// (matmul.cu ds_cuda_prep_fused): xq, xd, xb in the prepared layout, perm: IQ4_XS order.
+// (matmul.cu ds_cuda_prep_fused): xq, xd, xb in the prepared layout, perm: IQ4_XS order; or, in
+// a prompt chunk that the prefill GEMM takes, its bf16 copy (bf: [rows][ne0], element i of row
+// r at bf[r * ne0 + i], rounded to nearest even as gemm.cu's conversion does;
+// ds_cuda_prep_fused_bf16).
 struct q8k_out {
     int8_t *xq;
     float *xd;
     int32_t *xb;
     int perm;
+    __nv_bfloat16 *bf;
 };
 __device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t c, int64_t u,
                                               int64_t n_in) {
@@ -235,6 +239,10 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
 // op's kernel writes them (q8k_group_out), and the next matmul of y reuses them (a wrong guess
 // only costs that matmul its own preparation). False: no fusion (the op runs alone).
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
+// The same for a prompt chunk's matmul input y (rows the prefill GEMM takes): true: o->bf is where
+// the op's kernel writes y's bf16 copy, which the next GEMM of y reuses instead of converting y
+// (a next matmul that is not a GEMM, F32 weights say, only wastes those writes).
+bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
 
 // A staged matmul output whose split-K reduce was held back (matmul.cu "held-back reduce"):
 // element i of row c (the matmul's column c) is the sum over splits s = 0 .. ks - 1 of
