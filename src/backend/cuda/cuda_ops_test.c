@@ -1043,8 +1043,9 @@ static void test_fused_prep(void **state) {
     static const int ns[] = {1, 3, 16, 64};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K};
     for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
-        ds_tensor we, wf;
+        ds_tensor we, wf, wo;
         void *wed = up_weights(e, types[ti], E, n_out, &we), *wfd = up_weights(e, types[ti], F, n_out, &wf);
+        void *wod = up_weights(e, types[ti], 2048, n_out, &wo);
         for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
             const int64_t n = ns[ni];
             float *x = xmalloc((size_t)(E * n) * 4), *b = xmalloc((size_t)(E * n) * 4);
@@ -1077,12 +1078,20 @@ static void test_fused_prep(void **state) {
             }
             e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
             fused_prep_check(e, "swiglu", &hg, &wf, n_out, n);
-            e->gpu->ops.mul_sigmoid(e->gpu, &hg, &hg, &ug);
-            fused_prep_check(e, "mul_sigmoid", &hg, &wf, n_out, n);
+            // the attention's gate on {256, 8, n} (interleaved with q, as the forward has it):
+            // 8 rows per matmul column, each a unit (n = 1: {256, 8, 1} still prepared as
+            // {2048, 1}; the op always merges its dims 0 and 1)
+            ds_tensor o3 = ds_tensor_3d(yd, DS_TYPE_F32, 256, 8, n);
+            ds_tensor gate = ds_tensor_3d(xd, DS_TYPE_F32, 256, 8, n);
+            gate.data = (float *)xd + 256;
+            gate.nb[1] = 512 * 4, gate.nb[2] = 8 * 512 * 4, gate.nb[3] = gate.nb[2] * (size_t)n;
+            ds_tensor o2 = ds_tensor_2d(yd, DS_TYPE_F32, 2048, n);
+            e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
+            fused_prep_check(e, "mul_sigmoid {256, 8, n}", &o2, &wo, n_out, n);
             dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, gd), dfree(e, yd), dfree(e, hd);
             free(x), free(b), free(w), free(g);
         }
-        dfree(e, wed), dfree(e, wfd);
+        dfree(e, wed), dfree(e, wfd), dfree(e, wod);
     }
 }
 
@@ -1119,8 +1128,6 @@ static void test_fused_prep_bf16(void **state) {
     fused_prep_check(e, "rmsnorm (prompt chunk)", &yg, &we, n_out, n);
     e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
     fused_prep_check(e, "swiglu (prompt chunk)", &hg, &wf, n_out, n);
-    e->gpu->ops.mul_sigmoid(e->gpu, &hg, &hg, &ug);
-    fused_prep_check(e, "mul_sigmoid (prompt chunk)", &hg, &wf, n_out, n);
     // the gated norm in place on {d, H, n} (x's first d H n floats), the matmul of its 2D view
     ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, d, H, n);
     ds_tensor z3 = ds_tensor_3d(bd, DS_TYPE_F32, d, H, n);

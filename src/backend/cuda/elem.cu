@@ -37,13 +37,16 @@ __device__ __forceinline__ float ew_one(float av, float bv, float p0, float p1) 
 }
 
 // Q: the row is a matmul input: the block's 256 outputs are also quantized as one unit of its
-// prepared activations (quant.cuh q8k_group; every thread of the grid is in range then), EPT 1.
+// prepared activations (quant.cuh q8k_group; every thread of the grid is in range then), EPT 1;
+// rpc rows of y make one matmul column (a packed {ne0, rpc, n} y seen as {ne0 rpc, n}: the
+// attention's sigmoid gate), so block (r, u) prepares unit (r % rpc) ne0 / 256 + u of column
+// r / rpc.
 // EPT > 1 (calls without Q): a thread takes elements i, i + 256, ... of its block's 256 EPT,
 // loading all of them before any arithmetic, so a thread has EPT loads in flight (prompt-sized
 // calls: one element per thread ran the 8K prompt's SwiGLU at ~60% of the bandwidth).
 template <int OP, bool Q = false, int EPT = 1>
 static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows a, ds_cu_rows b,
-                                                        float p0, float p1, q8k_out qo) {
+                                                        float p0, float p1, q8k_out qo, int rpc) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     static_assert(!Q || EPT == 1, "ew_kernel: one unit per block when quantizing");
     const int64_t r = blockIdx.x;
@@ -66,17 +69,21 @@ static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows
         if (Q || i < a.ne0) {
             const float v = ew_one<OP>(av[k], bv[k], p0, p1);
             yr[i] = v;
-            if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
+            if constexpr (Q) {
+                const int64_t col = r / rpc, u = (r - col * rpc) * gridDim.y + blockIdx.y;
+                q8k_group_out(qo, v, col, u, a.ne0 * rpc);
+            }
             if (qo.bf) qo.bf[r * a.ne0 + i] = __float2bfloat16_rn(v); // (prefill: the GEMM's)
         }
     }
 }
 
-// Prompt-sized calls of narrow rows (ne0 < 1024: the attention's sigmoid gate runs on {256, 24,
-// n} views, 196,608 rows for an 8K prompt): the block's 1,024 elements follow each other across
-// rows (flat index f = r ne0 + i, 32-bit: the launcher checks rows x ne0 < 2^31), loaded first,
-// as ew_kernel does. One block per 256-element row left three quarters of the threads idle and
-// ran the 8K prompt's gate at ~11% of the bandwidth. qo.bf as in ew_kernel (at f).
+// Prompt-sized calls (2^20 elements or more) of narrow rows (ne0 < 1024: the attention's sigmoid
+// gate runs on {256, 24, n} views, 196,608 rows for an 8K prompt): the block's 1,024 elements
+// follow each other across rows (flat index f = r ne0 + i, 32-bit: the launcher checks rows x
+// ne0 < 2^31), loaded first, as ew_kernel does. One block per 256-element row left three
+// quarters of the threads idle and ran the 8K prompt's gate at ~11% of the bandwidth (at a verify's
+// 384 rows of 256 it took 7 us: smaller calls keep ew_kernel). qo.bf as in ew_kernel (at f).
 template <int OP>
 static __global__ __launch_bounds__(256) void ew_flat_kernel(ds_cu_rows y, ds_cu_rows a,
                                                              ds_cu_rows b, float p0, float p1,
@@ -159,28 +166,31 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
         ds_cuda_launched(c, op);
         return;
     }
-    // the gated products feed a matmul (FFN down, attention output): prepare its input here
-    if constexpr (OP == EW_SWIGLU || OP == EW_MUL_SIGMOID) {
-        if (ds_cuda_prep_fused(c, y, &qo)) {
-            ds_cu_launch(c, ew_kernel<OP, true>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a),
-                         bv, p0, p1, qo);
-            ds_cuda_launched(c, op);
-            return;
-        }
+    // The gated products feed a matmul (FFN down, attention output): prepare its input here. The
+    // sigmoid gate's y {256, 24, n} is the matmul's 2D input {256 x 24, n} where its rows are
+    // packed, rpc = 24 of them per column; its dims 0 and 1 are always merged (also at n = 1,
+    // where {256, 24, 1} looks like a matrix of 24 rows: the forward's only use of the op is
+    // that gate; a caller whose matmul reads y's rows as columns only pays its own preparation).
+    const bool gemm_in = OP == EW_SWIGLU || OP == EW_MUL_SIGMOID;
+    ds_tensor y2 = *y;
+    bool packed = true;
+    int rpc = 1;
+    if (y->ne[2] > 1 || (OP == EW_MUL_SIGMOID && y->ne[1] > 1)) {
+        packed = y->ne[3] == 1 && y->nb[1] == (size_t)n * 4 &&
+                 y->nb[2] == (size_t)(n * y->ne[1]) * 4 && y->ne[1] <= 0x7fffffff;
+        y2 = ds_tensor_2d(y->data, DS_TYPE_F32, n * y->ne[1], y->ne[2]);
+        rpc = (int)y->ne[1];
+    }
+    if (gemm_in && packed && n % 256 == 0 && ds_cuda_prep_fused(c, &y2, &qo)) {
+        ds_cu_launch(c, ew_kernel<OP, true>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv,
+                     p0, p1, qo, rpc);
+        ds_cuda_launched(c, op);
+        return;
     }
     if (rows >= 64) { // (prompt-sized calls: 4 elements per thread)
-        // (the gated products of a prompt chunk: their bf16 copy for the GEMM; a 3D y, the
-        // sigmoid gate's {256, 24, n}, seen as the matmul's 2D input where its rows are packed)
-        const bool gemm_in = OP == EW_SWIGLU || OP == EW_MUL_SIGMOID;
-        ds_tensor y2 = *y;
-        bool packed = true;
-        if (y->ne[2] > 1) {
-            packed = y->ne[3] == 1 && y->nb[1] == (size_t)n * 4 &&
-                     y->nb[2] == (size_t)(n * y->ne[1]) * 4;
-            y2 = ds_tensor_2d(y->data, DS_TYPE_F32, n * y->ne[1], y->ne[2]);
-        }
+        // (the gated products of a prompt chunk: their bf16 copy for the GEMM)
         if (!gemm_in || !packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
-        if (n < 1024 && rows * n < 0x7fffffff) {
+        if (n < 1024 && rows * n >= (1 << 20) && rows * n < 0x7fffffff) {
             const int64_t total = rows * n;
             ds_cu_launch(c, ew_flat_kernel<OP>, (unsigned)((total + 1023) / 1024), 256, 0,
                          ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1, qo, (uint32_t)total);
@@ -189,10 +199,10 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
         }
         grid.y = (unsigned)((n + 1023) / 1024);
         ds_cu_launch(c, ew_kernel<OP, false, 4>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a),
-                     bv, p0, p1, qo);
+                     bv, p0, p1, qo, 1);
     } else {
         ds_cu_launch(c, ew_kernel<OP>, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0,
-                     p1, qo);
+                     p1, qo, 1);
     }
     ds_cuda_launched(c, op);
 }
