@@ -1892,6 +1892,28 @@ static void run_conv_silu(env *e, int64_t K) {
         expect_close(tr ? "conv_silu tree" : "conv_silu chain", got, ref, C * n, TOL_ULPS_REL,
                      TOL_ULPS_ABS);
     }
+    if (K == 4) { // a prompt-sized chain (deltanet.cu conv_rows_kernel, 8 rows per thread, 70:
+        // a partial last block) against the per-row kernel on the same chain given as parents,
+        // bitwise, and against the CPU
+        const int64_t np = 70;
+        float *xp = xmalloc((size_t)(C * np) * 4), *rp = xmalloc((size_t)(C * np) * 4);
+        float *gp = xmalloc((size_t)(C * np) * 4), *gq = xmalloc((size_t)(C * np) * 4);
+        int32_t chain[70];
+        for (int i = 0; i < np; i++) chain[i] = i - 1;
+        fill_u(e, xp, C * np, 2.0f);
+        void *xpd = up(e, xp, (size_t)(C * np) * 4), *opd = e->gpu->ops.alloc(e->gpu, (size_t)(C * np) * 4);
+        ds_tensor xpt = ds_tensor_2d(xp, DS_TYPE_F32, C, np), opt = ds_tensor_2d(rp, DS_TYPE_F32, C, np);
+        ds_tensor xpg = with_data(&xpt, xpd), opg = with_data(&opt, opd);
+        e->cpu->ops.conv_silu(e->cpu, &opt, &xpt, &wt, &wint, NULL, false);
+        e->gpu->ops.conv_silu(e->gpu, &opg, &xpg, &wg, &wing, NULL, false);
+        down(e, gp, opd, (size_t)(C * np) * 4);
+        e->gpu->ops.conv_silu(e->gpu, &opg, &xpg, &wg, &wing, chain, false);
+        down(e, gq, opd, (size_t)(C * np) * 4);
+        expect_bitwise("conv_silu 70-row chain vs per-row kernel", gp, gq, C * np);
+        expect_close("conv_silu 70-row chain", gp, rp, C * np, TOL_ULPS_REL, TOL_ULPS_ABS);
+        dfree(e, xpd), dfree(e, opd);
+        free(xp), free(rp), free(gp), free(gq);
+    }
     // window update (chain): 1 row (in the kernel), 2 rows (< K-1: shifted), 7 rows; the window
     // must equal the CPU's bitwise and the outputs must match the non-updating call
     const int64_t ns[] = {1, 2, 7};
@@ -1929,11 +1951,11 @@ static void test_conv_silu(void **state) {
 }
 
 // conv_silu_gates against gdn_gates then conv_silu on the GPU, bitwise: chain rows (1 row: the
-// window updated in the kernel; 5 rows: after it), tree rows (window untouched), outputs, gates
-// and window.
+// window updated in the kernel; 5 rows: after it; 70: a prompt chunk's kernel, 8 rows per
+// thread), tree rows (window untouched), outputs, gates and window.
 static void test_conv_silu_gates(void **state) {
     ENV(state);
-    const int64_t C = 10240, K = 4, H = 48, nmax = 7;
+    const int64_t C = 10240, K = 4, H = 48, nmax = 70;
     static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
     const size_t xb = (size_t)(C * nmax) * 4, wb = (size_t)(C * K) * 4, winb = (size_t)(C * (K - 1)) * 4;
     const size_t hb = (size_t)(H * nmax) * 4;
@@ -1947,7 +1969,8 @@ static void test_conv_silu_gates(void **state) {
     static const struct {
         int64_t n;
         bool tree, upd;
-    } cs[] = {{1, false, true}, {5, false, true}, {7, true, false}, {3, false, false}};
+    } cs[] = {{1, false, true}, {5, false, true}, {7, true, false}, {3, false, false},
+              {70, false, true}};
     float *got[2][4];
     for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
         const int64_t n = cs[ci].n;

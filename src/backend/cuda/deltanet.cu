@@ -78,6 +78,48 @@ static __global__ __launch_bounds__(256) void conv_silu_kernel(
     }
 }
 
+// Prompt-sized chains (no parents, K = 4, the window updated after the launch if at all): a
+// thread takes one channel of CONV_ROWS consecutive rows, loading the CONV_ROWS + 3 inputs and
+// its 4 taps once, so each input is read once instead of by 4 rows' threads; the same products
+// and sums in the same order as conv_silu_kernel: bitwise its rows. Input s of the chain is x's
+// row s, or window row K - 1 + s for s < 0. GATES: blocks blockIdx.y >= cb compute the gates of
+// their CONV_ROWS rows. (One thread per channel and row ran the 8K prompt's conv at ~30% of
+// the bandwidth.)
+enum { CONV_ROWS = 8 };
+template <bool GATES>
+static __global__ __launch_bounds__(256) void conv_rows_kernel(
+    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, const char *win,
+    int64_t win_nb1, int64_t n, int64_t C, int cb, gates_args ga) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int K = 4, R = CONV_ROWS;
+    const int64_t t0 = (int64_t)blockIdx.x * R;
+    if (GATES && (int)blockIdx.y >= cb) {
+        const int64_t h = (int64_t)(blockIdx.y - cb) * 256 + threadIdx.x;
+        for (int k = 0; k < R && t0 + k < n; k++) gates_one(ga, t0 + k, h);
+        return;
+    }
+    const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
+    if (ch >= C) return;
+    float v[R + K - 1], wt[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) wt[j] = w[ch * K + j];
+#pragma unroll
+    for (int m = 0; m < R + K - 1; m++) { // input s = t0 - (K - 1) + m
+        const int64_t s = t0 - (K - 1) + m;
+        v[m] = s < 0 ? ((const float *)(win + (K - 1 + s) * win_nb1))[ch]
+               : s < n ? ((const float *)(x + s * x_nb1))[ch]
+                       : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        if (t0 + k >= n) break;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) s = __fadd_rn(s, __fmul_rn(wt[j], v[k + j]));
+        out[(t0 + k) * o_nb1 + ch] = ds_cu_silu(s);
+    }
+}
+
 // conv_silu, and with ga the gates in the same launch (conv_silu_gates).
 static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_tensor *x,
                      const ds_tensor *w, ds_tensor *window, const int32_t *parent,
@@ -100,18 +142,30 @@ static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_te
     dim3 grid((unsigned)n, (unsigned)(cb + gb));
     const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
     const gates_args gv = ga ? *ga : gates_args{};
-    void (*k)(float *, int64_t, const char *, int64_t, const float *, char *, int64_t,
-              const int32_t *, int64_t, int, int, gates_args);
-    if (K == 4) {
-        k = in_kernel ? (ga ? conv_silu_kernel<true, true, 4> : conv_silu_kernel<true, false, 4>)
-                      : (ga ? conv_silu_kernel<false, true, 4> : conv_silu_kernel<false, false, 4>);
+    if (!parent && K == 4 && n >= 64) { // (a prompt chunk: CONV_ROWS rows per thread)
+        grid.x = (unsigned)((n + CONV_ROWS - 1) / CONV_ROWS);
+        ds_cu_launch(c, ga ? conv_rows_kernel<true> : conv_rows_kernel<false>, grid, 256, 0,
+                     (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
+                     (int64_t)x->nb[1], (const float *)w->data, (const char *)window->data,
+                     (int64_t)window->nb[1], n, C, cb, gv);
     } else {
-        k = in_kernel ? (ga ? conv_silu_kernel<true, true, 0> : conv_silu_kernel<true, false, 0>)
-                      : (ga ? conv_silu_kernel<false, true, 0> : conv_silu_kernel<false, false, 0>);
+        void (*k)(float *, int64_t, const char *, int64_t, const float *, char *, int64_t,
+                  const int32_t *, int64_t, int, int, gates_args);
+        if (K == 4) {
+            k = in_kernel ? (ga ? conv_silu_kernel<true, true, 4>
+                                : conv_silu_kernel<true, false, 4>)
+                          : (ga ? conv_silu_kernel<false, true, 4>
+                                : conv_silu_kernel<false, false, 4>);
+        } else {
+            k = in_kernel ? (ga ? conv_silu_kernel<true, true, 0>
+                                : conv_silu_kernel<true, false, 0>)
+                          : (ga ? conv_silu_kernel<false, true, 0>
+                                : conv_silu_kernel<false, false, 0>);
+        }
+        ds_cu_launch(c, k, grid, 256, 0, (float *)out->data, (int64_t)(out->nb[1] / 4),
+                     (const char *)x->data, (int64_t)x->nb[1], (const float *)w->data,
+                     (char *)window->data, (int64_t)window->nb[1], par_d, C, (int)K, cb, gv);
     }
-    ds_cu_launch(c, k, grid, 256, 0, (float *)out->data, (int64_t)(out->nb[1] / 4),
-                 (const char *)x->data, (int64_t)x->nb[1], (const float *)w->data,
-                 (char *)window->data, (int64_t)window->nb[1], par_d, C, (int)K, cb, gv);
     ds_cuda_launched(c, op);
     if (update_window && !in_kernel && K > 1) { // rows: after the conv read the old window
         const int64_t K1 = K - 1;
