@@ -1408,10 +1408,51 @@ static void run_elementwise(env *e, int64_t n) {
     free(a), free(b), free(got);
 }
 
+// Prompt-sized calls of narrow rows (elem.cu ew_flat_kernel, from 2^20 elements): the attention's
+// sigmoid gate on {256, 24, 200} with its gate interleaved with q (as the forward has it), in
+// prefill mode (so it also writes the GEMM's bf16 copy, which the GEMM after it reuses, with the
+// bits of its own conversion), and add on {256, 4100} (a partial last block), against the CPU.
+static void run_elementwise_flat(env *e) {
+    const int64_t hd = 256, nh = 24, n = 200, na = 4100;
+    const size_t ob = (size_t)(hd * nh * n) * 4, qb = 2 * ob, ab = (size_t)(hd * na) * 4;
+    float *o = xmalloc(ob), *qg = xmalloc(qb), *got = xmalloc(ab > ob ? ab : ob);
+    float *a = xmalloc(ab), *b = xmalloc(ab);
+    fill_u(e, o, hd * nh * n, 4.0f), fill_u(e, qg, 2 * hd * nh * n, 8.0f);
+    fill_u(e, a, hd * na, 8.0f), fill_u(e, b, hd * na, 8.0f);
+    void *od = up(e, o, ob), *qgd = up(e, qg, qb), *ad = up(e, a, ab), *bd = up(e, b, ab);
+    ds_tensor ot = ds_tensor_3d(o, DS_TYPE_F32, hd, nh, n), gt = ot;
+    gt.data = qg + hd;
+    gt.nb[1] = (size_t)(2 * hd) * 4, gt.nb[2] = gt.nb[1] * (size_t)nh;
+    gt.nb[3] = gt.nb[2] * (size_t)n;
+    ds_tensor og = with_data(&ot, od), gg = with_data(&gt, (float *)qgd + hd);
+    e->cpu->ops.mul_sigmoid(e->cpu, &ot, &ot, &gt);
+    ds_cuda_prefill_mode(e->gpu, true);
+    ds_tensor wo, o2 = ds_tensor_2d(od, DS_TYPE_F32, hd * nh, n);
+    void *wod = up_weights(e, DS_TYPE_Q4_K, hd * nh, 64, &wo);
+    void *pd = e->gpu->ops.alloc(e->gpu, (size_t)(64 * n) * 4);
+    ds_tensor pg = ds_tensor_2d(pd, DS_TYPE_F32, 64, n);
+    e->gpu->ops.matmul(e->gpu, &pg, &wo, &o2); // (the GEMM's scratch grown first, as in a model)
+    e->gpu->ops.mul_sigmoid(e->gpu, &og, &og, &gg);
+    fused_prep_check(e, "mul_sigmoid {256, 24, 200} (prompt chunk)", &o2, &wo, 64, n);
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, wod), dfree(e, pd);
+    down(e, got, od, ob);
+    expect_close("mul_sigmoid {256, 24, 200}", got, o, hd * nh * n, TOL_ULPS_REL, TOL_ULPS_ABS);
+    ds_tensor at = ds_tensor_2d(a, DS_TYPE_F32, hd, na), bt = ds_tensor_2d(b, DS_TYPE_F32, hd, na);
+    ds_tensor ag = with_data(&at, ad), bg = with_data(&bt, bd);
+    e->cpu->ops.add(e->cpu, &at, &at, &bt);
+    e->gpu->ops.add(e->gpu, &ag, &ag, &bg);
+    down(e, got, ad, ab);
+    expect_bitwise("add {256, 4100}", got, a, hd * na);
+    dfree(e, od), dfree(e, qgd), dfree(e, ad), dfree(e, bd);
+    free(o), free(qg), free(got), free(a), free(b);
+}
+
 static void test_elementwise(void **state) {
     ENV(state);
     run_elementwise(e, 4);
     run_elementwise(e, 70);
+    run_elementwise_flat(e);
 }
 
 static void test_rope(void **state) {

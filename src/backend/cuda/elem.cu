@@ -79,34 +79,47 @@ static __global__ __launch_bounds__(256) void ew_kernel(ds_cu_rows y, ds_cu_rows
 }
 
 // Prompt-sized calls (2^20 elements or more) of narrow rows (ne0 < 1024: the attention's sigmoid
-// gate runs on {256, 24, n} views, 196,608 rows for an 8K prompt): the block's 1,024 elements
-// follow each other across rows (flat index f = r ne0 + i, 32-bit: the launcher checks rows x
-// ne0 < 2^31), loaded first, as ew_kernel does. One block per 256-element row left three
-// quarters of the threads idle and ran the 8K prompt's gate at ~11% of the bandwidth (at a verify's
-// 384 rows of 256 it took 7 us: smaller calls keep ew_kernel). qo.bf as in ew_kernel (at f).
+// gate runs on {256, 24, n} views, 196,608 rows for an 8K prompt) whose rows are 16-byte
+// aligned: a thread takes 4 consecutive elements of a row (flat index f = r ne0 + i, 32-bit: the
+// launcher checks rows x ne0 < 2^31; ne0 % 4 == 0) with 16-byte loads and stores, two such
+// quads per thread, both loaded first. One block per 256-element row left three quarters of the
+// threads idle and ran the 8K prompt's gate at ~11% of the bandwidth; one element per thread
+// with its own row lookups (a few 32-bit divisions each) at ~24%. (At a verify's 384 rows of
+// 256 the per-element version took 7 us: smaller calls keep ew_kernel.) qo.bf as in ew_kernel.
 template <int OP>
 static __global__ __launch_bounds__(256) void ew_flat_kernel(ds_cu_rows y, ds_cu_rows a,
                                                              ds_cu_rows b, float p0, float p1,
                                                              q8k_out qo, uint32_t total) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    constexpr int EPT = 4;
-    const uint32_t n = (uint32_t)a.ne0, f0 = blockIdx.x * 256u * EPT + threadIdx.x;
-    float av[EPT], bv[EPT];
+    constexpr int Q = 2;
+    const uint32_t n = (uint32_t)a.ne0;
+    float4 av[Q], bv[Q];
+    uint32_t fq[Q], rq[Q], iq[Q];
 #pragma unroll
-    for (int k = 0; k < EPT; k++) {
-        const uint32_t f = f0 + 256u * k, r = f / n, i = f - r * n;
-        if (f < total) {
-            av[k] = ds_cu_row(a, r)[i];
-            bv[k] = OP == EW_SOFTCAP ? 0.0f : ds_cu_row(b, r)[i];
+    for (int k = 0; k < Q; k++) {
+        fq[k] = ((blockIdx.x * Q + k) * 256u + threadIdx.x) * 4u;
+        rq[k] = fq[k] / n, iq[k] = fq[k] - rq[k] * n;
+        if (fq[k] < total) {
+            av[k] = *(const float4 *)(ds_cu_row(a, rq[k]) + iq[k]);
+            bv[k] = OP == EW_SOFTCAP ? make_float4(0.f, 0.f, 0.f, 0.f)
+                                     : *(const float4 *)(ds_cu_row(b, rq[k]) + iq[k]);
         }
     }
 #pragma unroll
-    for (int k = 0; k < EPT; k++) {
-        const uint32_t f = f0 + 256u * k, r = f / n, i = f - r * n;
-        if (f < total) {
-            const float v = ew_one<OP>(av[k], bv[k], p0, p1);
-            ds_cu_row(y, r)[i] = v;
-            if (qo.bf) qo.bf[f] = __float2bfloat16_rn(v); // (prefill: the GEMM's)
+    for (int k = 0; k < Q; k++) {
+        if (fq[k] >= total) continue;
+        float4 v;
+        v.x = ew_one<OP>(av[k].x, bv[k].x, p0, p1);
+        v.y = ew_one<OP>(av[k].y, bv[k].y, p0, p1);
+        v.z = ew_one<OP>(av[k].z, bv[k].z, p0, p1);
+        v.w = ew_one<OP>(av[k].w, bv[k].w, p0, p1);
+        *(float4 *)(ds_cu_row(y, rq[k]) + iq[k]) = v;
+        if (qo.bf) { // (prefill: the GEMM's)
+            const __nv_bfloat162 h[2] = {__floats2bfloat162_rn(v.x, v.y),
+                                         __floats2bfloat162_rn(v.z, v.w)};
+            uint2 u;
+            memcpy(&u, h, 8);
+            *(uint2 *)(qo.bf + fq[k]) = u;
         }
     }
 }
@@ -131,6 +144,12 @@ static __global__ __launch_bounds__(256) void swiglu_part_kernel(ds_cu_rows y, d
     const float v = ew_one<EW_SWIGLU>(av, bv, 0.0f, 0.0f);
     ds_cu_row(y, r)[i] = v;
     if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
+}
+
+// Whether every row of t starts 16-byte aligned (ew_flat_kernel's quads).
+static bool rows_a16(const ds_tensor *t) {
+    return (uintptr_t)t->data % 16 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
+           t->nb[3] % 16 == 0;
 }
 
 template <int OP>
@@ -190,9 +209,10 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     if (rows >= 64) { // (prompt-sized calls: 4 elements per thread)
         // (the gated products of a prompt chunk: their bf16 copy for the GEMM)
         if (!gemm_in || !packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
-        if (n < 1024 && rows * n >= (1 << 20) && rows * n < 0x7fffffff) {
+        if (n < 1024 && n % 4 == 0 && rows * n >= (1 << 20) && rows * n < 0x7fffffff &&
+            rows_a16(y) && rows_a16(a) && (!b || rows_a16(b))) {
             const int64_t total = rows * n;
-            ds_cu_launch(c, ew_flat_kernel<OP>, (unsigned)((total + 1023) / 1024), 256, 0,
+            ds_cu_launch(c, ew_flat_kernel<OP>, (unsigned)((total + 2047) / 2048), 256, 0,
                          ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1, qo, (uint32_t)total);
             ds_cuda_launched(c, op);
             return;
