@@ -4,7 +4,8 @@
 // host arrays). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
-// matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused); SwiGLU adds the split partials of
+// matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused; in a prompt chunk the prefill GEMM
+// takes, its bf16 copy: ds_cuda_prep_fused_bf16); SwiGLU adds the split partials of
 // gate and up itself when their reduce was held back (matmul.cu). Argmax: 64 slices per row, then
 // their winners; top-k: the same with k rounds per slice; logsumexp: per slice its max and its
 // sum of exponentials, then per row their combination. Calls common.cuh, quant.cuh. Called

@@ -5,10 +5,12 @@
 // call of at most 8 rows whose rows are whole 256-element units runs one block per unit
 // (rmsnorm_unit_kernel), which repeats the row's sum in the same order. rmsnorm and add_rmsnorm
 // also write their output's prepared (q8_K) activations for the next matmul (quant.cuh q8k_group,
-// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows. add_rmsnorm of a
+// matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows; in a prompt chunk the
+// prefill GEMM takes, its bf16 copy instead (ds_cuda_prep_fused_bf16). add_rmsnorm of a
 // matmul output whose split-K reduce was held back (matmul.cu) adds its partials itself:
-// part_sums_kernel, then sums_unit_kernel. Calls norm.cuh, quant.cuh. Called through the op
-// table. Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
+// part_sums_kernel, then sums_unit_kernel. The gated norm of narrow rows (d <= 511) runs one warp
+// per row (gated_warp_kernel), bitwise the row kernel. Calls norm.cuh, quant.cuh. Called through
+// the op table. Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
 //   flops: ~4*rows*ne0.
 #include "backend/cuda/norm.cuh"
