@@ -6,7 +6,6 @@
 #pragma once
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/quant.cuh"
 
 __device__ __forceinline__ void k4_sm(const uint8_t *q, int j, int &sc, int &m) {
     if (j < 4) {
@@ -63,66 +62,36 @@ __device__ float deq(const uint8_t *row, int64_t i) {
     return __fmul_rn(dl, (float)tab[nib]);
 }
 
-// 8 bytes from a 2-byte-aligned address, as the two words of the 12 aligned bytes around them
-// shifted into place (three word loads instead of eight byte loads; reads up to 2 bytes past the
-// 8: inside the block for Q6_K's fields, past a Q8_0 block's last quarter into the next block or
-// the 16 bytes of padding every backend allocation carries).
-__device__ __forceinline__ uint2 ld8_a2(const uint8_t *p) {
-    const uint32_t *b = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    const uint32_t sh = (uint32_t)((uintptr_t)p & 2) * 8;
-    const uint32_t w0 = b[0], w1 = b[1], w2 = sh ? b[2] : 0u;
-    return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
-}
-
-// Byte k (0..11) of the three words x, y, z.
-__device__ __forceinline__ int byte12(uint32_t x, uint32_t y, uint32_t z, int k) {
-    const uint32_t w = k < 4 ? x : k < 8 ? y : z;
-    return (int)((w >> (8 * (k & 3))) & 0xffu);
-}
-
 // Elements [32 s + 8 q, 32 s + 8 q + 8) of a row (s: the 32-element sub-block, q: its quarter;
 // for F16 the row needs 32 s + 32 elements), each equal to deq<T>(row, 32 s + 8 q + l), so four
 // threads of a warp cover a sub-block and a warp's outputs are 512 contiguous bytes of bf16.
-// Every field is read with as few loads as its alignment allows (Q4_K / Q5_K: the 16-byte header
-// in one). Q4_K / Q5_K rows must be 16-byte (IQ4_XS: 8-byte) aligned, as the GGUF block sizes
-// and cudaMalloc give; Q6_K and Q8_0 blocks are 2-byte aligned.
+// Q4_K / Q5_K / IQ4_XS rows must be 16-byte (IQ4_XS: 8-byte) aligned, as the GGUF block sizes
+// and cudaMalloc give; Q6_K and Q8_0 blocks are read byte by byte (2-byte aligned).
 template <int T>
-__device__ __forceinline__ void deq8(const uint8_t *__restrict__ row, int s, int q, float v[8]) {
+__device__ __forceinline__ void deq8(const uint8_t *__restrict__ row, int64_t s, int q,
+                                     float v[8]) {
     if (T == DS_TYPE_F16) {
-        const uint4 u = *(const uint4 *)(row + (size_t)s * 64 + 16 * q);
+        const uint4 u = *(const uint4 *)(row + s * 64 + 16 * q);
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int h = 0; h < 8; h++) v[h] = ds_cu_h2f((w[h / 2] >> (16 * (h & 1))) & 0xffffu);
         return;
     }
     if (T == DS_TYPE_Q8_0) {
-        const uint8_t *b = row + (size_t)s * 34;
-        const float d = ds_cu_h2f(*(const uint16_t *)b);
-        const uint2 u = ld8_a2(b + 2 + 8 * q);
-        const uint32_t w[2] = {u.x, u.y};
+        const uint8_t *b = row + s * 34;
+        const float d = h16(b);
 #pragma unroll
-        for (int l = 0; l < 8; l++) {
-            v[l] = __fmul_rn((float)(int8_t)((w[l / 4] >> (8 * (l % 4))) & 0xffu), d);
-        }
+        for (int l = 0; l < 8; l++) v[l] = __fmul_rn((float)(int8_t)b[2 + 8 * q + l], d);
         return;
     }
     if (T == DS_TYPE_Q4_K || T == DS_TYPE_Q5_K) {
         // element l of the sub-block: byte l of qs's 32-byte run j, nibble sb & 1 (Q5_K: bit sb
-        // of byte l of qh); scale and min as k4_sm, from the header's scale bytes 0..11
-        const int sb = s % 8, j = sb / 2, sh = 4 * (sb & 1);
-        const uint8_t *b = row + (size_t)(s / 8) * (T == DS_TYPE_Q4_K ? 144 : 176);
-        const uint4 h = *(const uint4 *)b;
+        // of byte l of qh)
+        const int sb = (int)(s % 8), j = sb / 2, sh = 4 * (sb & 1);
+        const uint8_t *b = row + (s / 8) * (T == DS_TYPE_Q4_K ? 144 : 176);
         int sc, m;
-        if (sb < 4) {
-            sc = byte12(h.y, h.z, h.w, sb) & 63;
-            m = byte12(h.y, h.z, h.w, sb + 4) & 63;
-        } else {
-            const int e = byte12(h.y, h.z, h.w, sb + 4);
-            sc = (e & 0xf) | ((byte12(h.y, h.z, h.w, sb - 4) >> 6) << 4);
-            m = (e >> 4) | ((byte12(h.y, h.z, h.w, sb) >> 6) << 4);
-        }
-        const float d1 = __fmul_rn(ds_cu_h2f(h.x & 0xffffu), (float)sc);
-        const float m1 = __fmul_rn(ds_cu_h2f(h.x >> 16), (float)m);
+        k4_sm(b + 4, sb, sc, m);
+        const float d1 = __fmul_rn(h16(b), (float)sc), m1 = __fmul_rn(h16(b + 2), (float)m);
         const uint2 u = *(const uint2 *)(b + (T == DS_TYPE_Q4_K ? 16 : 48) + 32 * j + 8 * q);
         uint2 hu = {0u, 0u};
         if (T == DS_TYPE_Q5_K) hu = *(const uint2 *)(b + 16 + 8 * q);
@@ -137,38 +106,30 @@ __device__ __forceinline__ void deq8(const uint8_t *__restrict__ row, int s, int
     }
     if (T == DS_TYPE_Q6_K) {
         // element l: low 4 bits from ql[l], high 2 from qh[l]; scale 2 qt (l < 16) or 2 qt + 1
-        const int sb = s % 8, n = sb / 4, qt = sb % 4;
-        const uint8_t *b = row + (size_t)(s / 8) * 210;
-        const float d = __fmul_rn(ds_cu_h2f(*(const uint16_t *)(b + 208)),
-                                  (float)(int8_t)b[192 + 8 * n + 2 * qt + q / 2]);
-        const uint2 lo = ld8_a2(b + 64 * n + 32 * (qt & 1) + 8 * q);
-        const uint2 hi = ld8_a2(b + 128 + 32 * n + 8 * q);
-        const uint32_t lw[2] = {lo.x, lo.y}, hw[2] = {hi.x, hi.y};
+        const int sb = (int)(s % 8), n = sb / 4, qt = sb % 4;
+        const uint8_t *b = row + (s / 8) * 210;
+        const float d = __fmul_rn(h16(b + 208), (float)(int8_t)b[192 + 8 * n + 2 * qt + q / 2]);
+        const uint8_t *ql = b + 64 * n + 32 * (qt & 1) + 8 * q, *qh = b + 128 + 32 * n + 8 * q;
 #pragma unroll
         for (int l = 0; l < 8; l++) {
-            const int sh = 8 * (l % 4);
-            const int ql = (int)((lw[l / 4] >> (sh + 4 * (qt >> 1))) & 0xf);
-            const int qh = (int)((hw[l / 4] >> (sh + 2 * qt)) & 3);
-            v[l] = __fmul_rn(d, (float)((ql | (qh << 4)) - 32));
+            const int lo = (ql[l] >> (4 * (qt >> 1))) & 0xf, hi = (qh[l] >> (2 * qt)) & 3;
+            v[l] = __fmul_rn(d, (float)((lo | (hi << 4)) - 32));
         }
         return;
     }
     // IQ4_XS: element j < 16 the low nibble of byte j of the sub-block's 16, j >= 16 the high
-    // nibble of byte j - 16; the header's 8 bytes (d, scales_h, scales_l) in one load; the code
-    // book by byte permutes (quant.cuh iq4_lut) rather than a table in local memory
-    const int ib = s % 8;
-    const uint8_t *b = row + (size_t)(s / 8) * 136;
-    const uint2 h = *(const uint2 *)b;
-    const int ls = (int)((h.y >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xf) |
-                   (int)(((h.x >> 16) >> (2 * ib)) & 3) << 4;
-    const float dl = __fmul_rn(ds_cu_h2f(h.x & 0xffffu), (float)(ls - 32));
+    // nibble of byte j - 16
+    const int8_t tab[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
+    const int ib = (int)(s % 8);
+    const uint8_t *b = row + (s / 8) * 136;
+    const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) |
+                   ((((b[2] | (b[3] << 8)) >> (2 * ib)) & 3) << 4);
+    const float dl = __fmul_rn(h16(b), (float)(ls - 32));
     const uint2 u = *(const uint2 *)(b + 8 + 16 * ib + 8 * (q & 1));
     const uint32_t w[2] = {u.x, u.y}, sh = 4 * (q >> 1);
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const uint32_t x = (w[k] >> sh) & 0x0F0F0F0Fu;  // the 4 nibbles, one per byte
-        const uint32_t vals = iq4_lut(__byte_perm(x | (x >> 4), 0u, 0x0020u) & 0xFFFFu);
-#pragma unroll
-        for (int l = 0; l < 4; l++) v[4 * k + l] = __fmul_rn(dl, (float)(int8_t)(vals >> (8 * l)));
+    for (int l = 0; l < 8; l++) {
+        v[l] = __fmul_rn(dl, (float)tab[(w[l / 4] >> (8 * (l % 4) + sh)) & 0xf]);
     }
 }
