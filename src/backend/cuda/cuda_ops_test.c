@@ -1009,8 +1009,10 @@ static void test_add_rmsnorm(void **state) {
 }
 
 // An op that produces a matmul input (swiglu, mul_sigmoid; add_rmsnorm and rmsnorm up to 8 and
-// from 64 rows) also prepares it for the next matmul when the rows allow it: that matmul launches no preparation of its own
-// and gives the same bits as a matmul of a copy of the input, which prepares it itself.
+// from 64 rows; in a prompt chunk the prefill GEMM takes, also the gated norm) also prepares it
+// for the next matmul when the rows allow it (in a prompt chunk: the GEMM's bf16 copy): that
+// matmul launches no preparation of its own and gives the same bits as a matmul of a copy of the
+// input, which prepares it itself.
 static void fused_prep_check(env *e, const char *what, ds_tensor *yg, const ds_tensor *wg,
                              int64_t n_out, int64_t n) {
     const int64_t E = yg->ne[0];
@@ -1040,7 +1042,8 @@ static void fused_prep_check(env *e, const char *what, ds_tensor *yg, const ds_t
 static void test_fused_prep(void **state) {
     ENV(state);
     const int64_t E = 5120, F = 1024, n_out = 300; // 5120: 1024-thread norm rows, 4 units a pass
-    static const int ns[] = {1, 3, 16, 64};
+    // (100: a prompt chunk in prefill mode, where the ops write the GEMM's bf16 copy instead)
+    static const int ns[] = {1, 3, 16, 64, 100};
     static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K};
     for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
         ds_tensor we, wf, wo;
@@ -1048,6 +1051,7 @@ static void test_fused_prep(void **state) {
         void *wod = up_weights(e, types[ti], 2048, n_out, &wo);
         for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
             const int64_t n = ns[ni];
+            ds_cuda_prefill_mode(e->gpu, n == 100);
             float *x = xmalloc((size_t)(E * n) * 4), *b = xmalloc((size_t)(E * n) * 4);
             float *w = xmalloc((size_t)E * 4), *g = xmalloc((size_t)(2 * F * n) * 4);
             fill_u(e, x, E * n, 3.0f);
@@ -1088,67 +1092,21 @@ static void test_fused_prep(void **state) {
             ds_tensor o2 = ds_tensor_2d(yd, DS_TYPE_F32, 2048, n);
             e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
             fused_prep_check(e, "mul_sigmoid {256, 8, n}", &o2, &wo, n_out, n);
+            if (n == 100) { // the gated norm in place on {128, 8, n} (x's first 1024 n floats:
+                // a warp per row), the GEMM of its 2D view (decode rows: test_gated_norm_prep)
+                ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, 128, 8, n);
+                ds_tensor z3 = ds_tensor_3d(bd, DS_TYPE_F32, 128, 8, n);
+                ds_tensor x2 = ds_tensor_2d(xd, DS_TYPE_F32, F, n);
+                ds_tensor w1 = ds_tensor_1d(wd, DS_TYPE_F32, 128);
+                e->gpu->ops.gated_rmsnorm(e->gpu, &x3, &x3, &w1, &z3, 1e-6f);
+                fused_prep_check(e, "gated_rmsnorm (prompt chunk)", &x2, &wf, n_out, n);
+            }
             dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, gd), dfree(e, yd), dfree(e, hd);
             free(x), free(b), free(w), free(g);
         }
+        ds_cuda_prefill_mode(e->gpu, false);
         dfree(e, wed), dfree(e, wfd), dfree(e, wod);
     }
-}
-
-// In a prompt chunk the prefill GEMM takes (prefill mode, 65+ rows), the ops that produce a
-// matmul input (add_rmsnorm, rmsnorm, SwiGLU, the sigmoid gate, the gated norm of {d, H, n})
-// write its bf16 copy: the GEMM after them converts nothing (no preparation counted) and gives
-// the bits it gives converting the same values itself (after a plain write).
-static void test_fused_prep_bf16(void **state) {
-    ENV(state);
-    const int64_t E = 5120, F = 1024, n_out = 300, n = 100, d = 128, H = 8;
-    ds_tensor we, wf, wh;
-    void *wed = up_weights(e, DS_TYPE_Q4_K, E, n_out, &we);
-    void *wfd = up_weights(e, DS_TYPE_Q6_K, F, n_out, &wf);
-    void *whd = up_weights(e, DS_TYPE_Q4_K, d * H, n_out, &wh);
-    float *x = xmalloc((size_t)(E * n) * 4), *b = xmalloc((size_t)(E * n) * 4);
-    float *w = xmalloc((size_t)E * 4), *g = xmalloc((size_t)(2 * F * n) * 4);
-    fill_u(e, x, E * n, 3.0f), fill_u(e, b, E * n, 2.0f), fill_u(e, w, E, 1.0f);
-    fill_u(e, g, 2 * F * n, 4.0f);
-    void *xd = up(e, x, (size_t)(E * n) * 4), *bd = up(e, b, (size_t)(E * n) * 4);
-    void *wd = up(e, w, (size_t)E * 4), *gd = up(e, g, (size_t)(2 * F * n) * 4);
-    void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
-    void *hd = e->gpu->ops.alloc(e->gpu, (size_t)(F * n) * 4);
-    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, E, n), bg = ds_tensor_2d(bd, DS_TYPE_F32, E, n);
-    ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, E, n), wg = ds_tensor_1d(wd, DS_TYPE_F32, E);
-    ds_tensor hg = ds_tensor_2d(hd, DS_TYPE_F32, F, n);
-    ds_tensor gg = ds_tensor_2d(gd, DS_TYPE_F32, F, n), ug = gg;
-    gg.nb[1] = ug.nb[1] = (size_t)(2 * F) * 4;
-    gg.nb[2] = ug.nb[2] = gg.nb[1] * (size_t)n;
-    ug.data = (float *)gd + F;
-    ds_cuda_prefill_mode(e->gpu, true);
-    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
-    fused_prep_check(e, "add_rmsnorm (prompt chunk)", &yg, &we, n_out, n);
-    e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
-    fused_prep_check(e, "rmsnorm (prompt chunk)", &yg, &we, n_out, n);
-    e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
-    fused_prep_check(e, "swiglu (prompt chunk)", &hg, &wf, n_out, n);
-    // the gated norm in place on {d, H, n} (x's first d H n floats), the matmul of its 2D view
-    ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, d, H, n);
-    ds_tensor z3 = ds_tensor_3d(bd, DS_TYPE_F32, d, H, n);
-    ds_tensor x2 = ds_tensor_2d(xd, DS_TYPE_F32, d * H, n), w1 = ds_tensor_1d(wd, DS_TYPE_F32, d);
-    e->gpu->ops.gated_rmsnorm(e->gpu, &x3, &x3, &w1, &z3, 1e-6f);
-    fused_prep_check(e, "gated_rmsnorm (prompt chunk)", &x2, &wh, n_out, n);
-    // the attention's sigmoid gate on {256, 8, n} (its gate interleaved with q, as the forward
-    // has it; rows of 256: the flat elementwise kernel), the matmul of its 2D view
-    ds_tensor wo;
-    void *wod = up_weights(e, DS_TYPE_Q4_K, 2048, n_out, &wo);
-    ds_tensor o3 = ds_tensor_3d(yd, DS_TYPE_F32, 256, 8, n);
-    ds_tensor gate = ds_tensor_3d(xd, DS_TYPE_F32, 256, 8, n);
-    gate.data = (float *)xd + 256;
-    gate.nb[1] = 512 * 4, gate.nb[2] = 8 * 512 * 4, gate.nb[3] = gate.nb[2] * (size_t)n;
-    ds_tensor o2 = ds_tensor_2d(yd, DS_TYPE_F32, 2048, n);
-    e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
-    fused_prep_check(e, "mul_sigmoid {256, 8, n} (prompt chunk)", &o2, &wo, n_out, n);
-    ds_cuda_prefill_mode(e->gpu, false);
-    dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, gd), dfree(e, yd), dfree(e, hd);
-    dfree(e, wed), dfree(e, wfd), dfree(e, whd), dfree(e, wod);
-    free(x), free(b), free(w), free(g);
 }
 
 // One call of the unit-norm test (norm.cu rmsnorm_unit_kernel up to 8 rows, rmsnorm_kernel
@@ -2353,7 +2311,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
-        cmocka_unit_test(test_fused_prep),     cmocka_unit_test(test_fused_prep_bf16),
+        cmocka_unit_test(test_fused_prep),
         cmocka_unit_test(test_norm_units),     cmocka_unit_test(test_gated_norm_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
