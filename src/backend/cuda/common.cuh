@@ -295,6 +295,12 @@ static inline bool ds_cu_spans_overlap(const ds_tensor *a, const ds_tensor *b) {
     return a0 < b0 + sb && b0 < a0 + sa;
 }
 
+// Whether every row of t starts 16-byte aligned (float4 rows).
+static inline bool ds_cu_rows_a16(const ds_tensor *t) {
+    return (uintptr_t)t->data % 16 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
+           t->nb[3] % 16 == 0;
+}
+
 // Row r's first element. Rows of one dimension (r < ne1) take no division, the others 32-bit
 // ones where r, ne1 and ne2 fit (always, for the launchers' row counts): a 64-bit division by a
 // runtime value is a ~70-instruction call, and every thread of an elementwise kernel paid three

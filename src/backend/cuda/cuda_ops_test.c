@@ -724,12 +724,14 @@ static void hb_run(env *e, const hb_case *k, const float *xres0, float *const ou
     for (int i = 0; i < 8; i++) down(e, out[i], src[i], (size_t)(len[i] * n) * 4);
 }
 
-static void held_back_case(env *e, int64_t E, int64_t F) {
+// td, tp: the down and next matmuls' weight types (IQ4_XS: the norm's prepared activations in
+// that type's order)
+static void held_back_case(env *e, int64_t E, int64_t F, ds_type td, ds_type tp) {
     ds_tensor wg, wu, wd, wp;
     void *wgd = up_weights(e, DS_TYPE_Q4_K, E, F, &wg);
     void *wud = up_weights(e, DS_TYPE_Q4_K, E, F, &wu);
-    void *wdd = up_weights(e, DS_TYPE_Q6_K, F, E, &wd);
-    void *wpd = up_weights(e, DS_TYPE_Q4_K, E, 300, &wp);
+    void *wdd = up_weights(e, td, F, E, &wd);
+    void *wpd = up_weights(e, tp, E, 300, &wp);
     static const int64_t ns[] = {2, 5, 9, 16, 33};
     enum { NMAX = 33 };
     float *xh = xmalloc((size_t)(E * NMAX) * 4), *rh = xmalloc((size_t)(E * NMAX) * 4);
@@ -765,8 +767,8 @@ static void held_back_case(env *e, int64_t E, int64_t F) {
         const int64_t len[8] = {F, F, F, E, E, E, 300, F};
         for (int i = 0; i < 8; i++) {
             char what[96];
-            snprintf(what, sizeof(what), "held-back reduce E=%lld N=%lld: %s", (long long)E,
-                     (long long)k.n, names[i]);
+            snprintf(what, sizeof(what), "held-back reduce E=%lld N=%lld %s: %s", (long long)E,
+                     (long long)k.n, ds_type_name(tp), names[i]);
             expect_bitwise(what, got[i], ref[i], len[i] * k.n);
         }
     }
@@ -780,12 +782,14 @@ static void held_back_case(env *e, int64_t E, int64_t F) {
 // the ops that add their partials themselves (SwiGLU of gate and up; add_rmsnorm of the down
 // output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
-// and the takes happen where expected. Rows of 1280 (norm rows of 256 threads) and 5120 (1024
-// threads: four blocks per row) elements.
+// and the takes happen where expected. Rows of 1280 (norm rows of 256 threads: 8 blocks per
+// row) and 5120 (1024 threads: 32 blocks per row) elements; the norm's prepared activations in
+// q8_K order and in IQ4_XS order.
 static void test_held_back_reduce(void **state) {
     ENV(state);
-    held_back_case(e, 1280, 2048); // 5 and 8 units: 2 K splits each way
-    held_back_case(e, 5120, 2048); // 20 units: 5 splits
+    held_back_case(e, 1280, 2048, DS_TYPE_Q6_K, DS_TYPE_Q4_K); // 5 and 8 units: 2 K splits each
+    held_back_case(e, 5120, 2048, DS_TYPE_Q6_K, DS_TYPE_Q4_K); // 20 units: 5 splits
+    held_back_case(e, 5120, 2048, DS_TYPE_IQ4_XS, DS_TYPE_IQ4_XS);
 }
 
 static void test_matmul_id(void **state) {

@@ -147,12 +147,6 @@ static __global__ __launch_bounds__(256) void swiglu_part_kernel(ds_cu_rows y, d
     if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
 }
 
-// Whether every row of t starts 16-byte aligned (ew_flat_kernel's quads).
-static bool rows_a16(const ds_tensor *t) {
-    return (uintptr_t)t->data % 16 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
-           t->nb[3] % 16 == 0;
-}
-
 template <int OP>
 static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_tensor *a,
                       const ds_tensor *b, float p0, float p1) {
@@ -211,7 +205,7 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
         // (the gated products of a prompt chunk: their bf16 copy for the GEMM)
         if (!gemm_in || !packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
         if (n < 1024 && n % 4 == 0 && rows * n >= (1 << 20) && rows * n < 0x7fffffff &&
-            rows_a16(y) && rows_a16(a) && (!b || rows_a16(b))) {
+            ds_cu_rows_a16(y) && ds_cu_rows_a16(a) && (!b || ds_cu_rows_a16(b))) {
             const int64_t total = rows * n;
             ds_cu_launch(c, ew_flat_kernel<OP>, (unsigned)((total + 2047) / 2048), 256, 0,
                          ds_cu_rows_of(y), ds_cu_rows_of(a), bv, p0, p1, qo, (uint32_t)total);

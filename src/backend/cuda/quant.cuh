@@ -154,6 +154,50 @@ __device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t
     __syncthreads(); // the shared arrays are reused by the block's next call
 }
 
+// q8k_group's unit held by one warp, lane l holding elements 8l .. 8l + 7 of the unit (v[j] is
+// element 8l + j): the same max (first element of largest magnitude), scale, q and per-32 sums,
+// so the same bytes, with no block barrier (a block's warps quantize units of their own).
+template <bool PERM>
+__device__ __forceinline__ void q8k_warp(const float (&v)[8], int64_t c, int64_t u, int64_t n_in,
+                                         int8_t *xq, float *xd, int32_t *xb) {
+    const int lane = threadIdx.x & 31;
+    float a = v[0] == v[0] ? fabsf(v[0]) : -1.0f, sv = v[0];
+    int idx = 8 * lane;
+#pragma unroll
+    for (int j = 1; j < 8; j++) { // (strictly larger: the first of equals stays)
+        const float aj = v[j] == v[j] ? fabsf(v[j]) : -1.0f;
+        if (aj > a) a = aj, idx = 8 * lane + j, sv = v[j];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, a, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        float ov = __shfl_xor_sync(0xffffffffu, sv, o);
+        if (oa > a || (oa == a && oi < idx)) a = oa, idx = oi, sv = ov;
+    }
+    const float mx = a > 0.0f ? sv : 0.0f;
+    float iscale = 0.0f, d = 0.0f;
+    if (mx != 0.0f) iscale = __fdiv_rn(-127.0f, mx), d = __fdiv_rn(1.0f, iscale);
+    int8_t *q8 = xq + c * n_in + u * UNIT;
+    int bs = 0;
+    uint32_t word[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int q = mx != 0.0f ? min(127, round_int(__fmul_rn(iscale, v[j]))) : 0;
+        bs += q;
+        if (PERM) {
+            const int e = (8 * lane + j) & 31;
+            q8[(8 * lane & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4)] = (int8_t)q;
+        } else {
+            word[j >> 2] |= (uint32_t)(q & 0xff) << (8 * (j & 3));
+        }
+    }
+    if (!PERM) *(uint2 *)(q8 + 8 * lane) = make_uint2(word[0], word[1]);
+    bs += __shfl_xor_sync(0xffffffffu, bs, 1); // the 4 lanes of a 32-element group
+    bs += __shfl_xor_sync(0xffffffffu, bs, 2);
+    if ((lane & 3) == 0) xb[c * (n_in / 32) + u * 8 + lane / 4] = bs;
+    if (lane == 0) xd[c * (n_in / UNIT) + u] = d;
+}
+
 // Where an op that produces a matmul's input also writes its prepared q8_K activations
 // (matmul.cu ds_cuda_prep_fused): xq, xd, xb in the prepared layout, perm: IQ4_XS order; or, in
 // a prompt chunk that the prefill GEMM takes, its bf16 copy (bf: [rows][ne0], element i of row
@@ -172,6 +216,15 @@ __device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t
         q8k_group<true>(v, c, u, n_in, o.xq, o.xd, o.xb);
     } else {
         q8k_group<false>(v, c, u, n_in, o.xq, o.xd, o.xb);
+    }
+}
+
+__device__ __forceinline__ void q8k_warp_out(const q8k_out &o, const float (&v)[8], int64_t c,
+                                             int64_t u, int64_t n_in) {
+    if (o.perm) {
+        q8k_warp<true>(v, c, u, n_in, o.xq, o.xd, o.xb);
+    } else {
+        q8k_warp<false>(v, c, u, n_in, o.xq, o.xd, o.xb);
     }
 }
 
