@@ -724,12 +724,12 @@ static void hb_run(env *e, const hb_case *k, const float *xres0, float *const ou
     for (int i = 0; i < 8; i++) down(e, out[i], src[i], (size_t)(len[i] * n) * 4);
 }
 
-// td, tp: the down and next matmuls' weight types (IQ4_XS: the norm's prepared activations in
-// that type's order)
-static void held_back_case(env *e, int64_t E, int64_t F, ds_type td, ds_type tp) {
+// tg, td, tp: the gate / up, down and next matmuls' weight types (IQ4_XS: the SwiGLU's and the
+// norm's prepared activations in that type's order)
+static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td, ds_type tp) {
     ds_tensor wg, wu, wd, wp;
-    void *wgd = up_weights(e, DS_TYPE_Q4_K, E, F, &wg);
-    void *wud = up_weights(e, DS_TYPE_Q4_K, E, F, &wu);
+    void *wgd = up_weights(e, tg, E, F, &wg);
+    void *wud = up_weights(e, tg, E, F, &wu);
     void *wdd = up_weights(e, td, F, E, &wd);
     void *wpd = up_weights(e, tp, E, 300, &wp);
     static const int64_t ns[] = {2, 5, 9, 16, 33};
@@ -783,13 +783,15 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type td, ds_type tp)
 // output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
 // and the takes happen where expected. Rows of 1280 (norm rows of 256 threads: 8 blocks per
-// row) and 5120 (1024 threads: 32 blocks per row) elements; the norm's prepared activations in
-// q8_K order and in IQ4_XS order.
+// row) and 5120 (1024 threads: 32 blocks per row) elements, SwiGLU rows of 9 and 8 units; the
+// prepared activations in q8_K order and (gate / up, down and next matmul IQ4_XS) in IQ4_XS
+// order.
 static void test_held_back_reduce(void **state) {
     ENV(state);
-    held_back_case(e, 1280, 2048, DS_TYPE_Q6_K, DS_TYPE_Q4_K); // 5 and 8 units: 2 K splits each
-    held_back_case(e, 5120, 2048, DS_TYPE_Q6_K, DS_TYPE_Q4_K); // 20 units: 5 splits
-    held_back_case(e, 5120, 2048, DS_TYPE_IQ4_XS, DS_TYPE_IQ4_XS);
+    const ds_type q4 = DS_TYPE_Q4_K, q6 = DS_TYPE_Q6_K, iq4 = DS_TYPE_IQ4_XS;
+    held_back_case(e, 1280, 2304, q4, q6, q4); // 5 and 9 units: 2 and 3 K splits
+    held_back_case(e, 5120, 2048, q4, q6, q4); // 20 units: 5 splits
+    held_back_case(e, 5120, 2048, iq4, iq4, iq4);
 }
 
 static void test_matmul_id(void **state) {
