@@ -4,8 +4,9 @@
 // and the Q4_K/Q5_K scale and IQ4_XS code-book decoders. Both kernels compute every output as
 // sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
 // a row's result is bitwise the same whichever kernel ran it (DESIGN.md §4.2, docs/cuda.md).
-// Also the q8_K activation quantization (q8k_group), which matmul.cu's preparation kernel and the
-// ops that prepare their output for the next matmul (norm.cu, elem.cu) share.
+// Also the q8_K activation quantization (q8k_group: a unit held by 256 threads; q8k_warp: by one
+// warp, the same bytes), which matmul.cu's preparation kernel and the ops that prepare their
+// output for the next matmul (norm.cu, elem.cu) share.
 // Included only by backend/cuda .cu files.
 #pragma once
 
