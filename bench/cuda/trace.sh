@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # trace.sh: the in-graph kernel timeline of a 27B Q4_K_M decode, a DFlash chain (verify 16) and
-# a DDTree (budget 16), or a prompt's kernels (prefill), with kernel_trace.c (CUPTI, loaded through CUDA_INJECTION64_PATH),
-# summarised by trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds
+# a DDTree (budget 16), or a prompt's kernels (prefill), with kernel_trace.c (CUPTI, loaded
+# through CUDA_INJECTION64_PATH), summarised by trace_table.py. Carried binaries as carried.sh: BIN (default build-carry) holds
 # dspec and libkernel_trace.so (and libcupti.so.13 where the GPU machine lacks it). Build the
 # library on the development machine:
 #   gcc -std=c17 -O2 -shared -fPIC -I/usr/local/cuda/include bench/cuda/kernel_trace.c \

@@ -1906,8 +1906,10 @@ static void run_conv_silu(env *e, int64_t K) {
         int32_t chain[70];
         for (int i = 0; i < np; i++) chain[i] = i - 1;
         fill_u(e, xp, C * np, 2.0f);
-        void *xpd = up(e, xp, (size_t)(C * np) * 4), *opd = e->gpu->ops.alloc(e->gpu, (size_t)(C * np) * 4);
-        ds_tensor xpt = ds_tensor_2d(xp, DS_TYPE_F32, C, np), opt = ds_tensor_2d(rp, DS_TYPE_F32, C, np);
+        void *xpd = up(e, xp, (size_t)(C * np) * 4);
+        void *opd = e->gpu->ops.alloc(e->gpu, (size_t)(C * np) * 4);
+        ds_tensor xpt = ds_tensor_2d(xp, DS_TYPE_F32, C, np);
+        ds_tensor opt = ds_tensor_2d(rp, DS_TYPE_F32, C, np);
         ds_tensor xpg = with_data(&xpt, xpd), opg = with_data(&opt, opd);
         e->cpu->ops.conv_silu(e->cpu, &opt, &xpt, &wt, &wint, NULL, false);
         e->gpu->ops.conv_silu(e->gpu, &opg, &xpg, &wg, &wing, NULL, false);

@@ -1,8 +1,9 @@
 // gated_delta.cu: the gated delta rule (Gated DeltaNet's recurrence) for decode and verify -- one
 // row, a chain of rows, a tree of rows (a parent's state reloaded at branch points) -- with one
 // kernel, so a row's output and the state after it are bitwise the same whichever path ran it
-// (DESIGN.md §4.2). Prompt chunks in prefill mode run the chunked form (gated_delta_chunk.cu),
-// their q and k normalised here first. Calls common.cuh, gated_delta.cuh. Called through the op
+// (DESIGN.md §4.2). Prompt chunks in prefill mode run the chunked form (gated_delta_chunk.cu,
+// whose prep kernel normalises q and k with this kernel's formula into scratch the launcher
+// here provides). Calls common.cuh, gated_delta.cuh. Called through the op
 // table (cuda_ops.h). Spec: backend.h (gated_delta), target-qwen35.md §2.5, docs/cuda.md
 // "gated_delta".
 //
@@ -19,8 +20,11 @@
 // Session 15: this layout, the prefill kernel's since session 12, replaced the decode / verify
 // kernel (lane = 4 keys of 8 value rows, five-shuffle butterflies of 8 sums), whose 16 verify
 // rows took ~22 us per layer on the H200 (1 row: 4.1 us): now 11.0 and 3.85 (CUPTI, in the
-// step graphs; two rows per thread: 13.7). What bounds the ~0.5 us per row is not known: moving
-// the o reduction off the row-to-row chain through S did not change it (13.69 -> 13.57 us).
+// step graphs; two rows per thread: 13.7). What bounds the ~0.5 us per row is not settled: moving
+// the o reduction off the row-to-row chain through S did not change it (13.69 -> 13.57 us);
+// Nsight (session 21, 16 rows) has the row loop at ~178 instructions per warp, 2.9 warps per
+// scheduler, issue slots 47% busy, and a 117-instruction loop faster alone (14.9 -> 13.6 us)
+// but slower in the step graph (11.0 -> 11.7 us): bench/RESULTS.md session 21.
 //   bytes: 2*H_v*d_k*d_v*4 (state in/out per launch) + n*(conv_dim + H_v*(d_v+2))*4 (+ d_k*d_v*4
 //   per head per saved / reloaded tree branch)
 //   flops: ~6*n*H_v*d_k*d_v

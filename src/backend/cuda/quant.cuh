@@ -89,11 +89,33 @@ __device__ __forceinline__ float ksum(float dw, float dmw, float da, int isum, i
 }
 
 
+// Where element i (0..255) of a q8_K unit goes in IQ4_XS decode order (q8k PERM): within each
+// 32, position p holds element 4(p>>3) + ((p&7)>>1) + 16(p&1).
+__device__ __forceinline__ int q8k_perm_pos(int i) {
+    const int e = i & 31;
+    return (i & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4);
+}
+
+// Butterfly over the warp of (magnitude a, element index idx, value sv): every lane ends with the
+// largest a and, among equal ones, the lowest idx (q8_K's max: the first element of largest
+// magnitude).
+__device__ __forceinline__ void q8k_max_xor(float &a, int &idx, float &sv) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, a, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        float ov = __shfl_xor_sync(0xffffffffu, sv, o);
+        if (oa > a || (oa == a && oi < idx)) {
+            a = oa;
+            idx = oi;
+            sv = ov;
+        }
+    }
+}
+
 // q8_K of one unit (quantize_row_q8_K_ref) held by a group of 256 consecutive threads of the
 // block, thread gi (0..255) of the group holding element gi: max = first element of largest
 // magnitude, iscale = -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per
-// 32. PERM stores q in IQ4_XS decode order within each 32 (position p holds element
-// 4(p>>3) + ((p&7)>>1) + 16(p&1)). The unit goes to column c, unit u of xq/xd/xb (the layout of
+// 32. PERM stores q in IQ4_XS decode order within each 32 (q8k_perm_pos). The unit goes to column c, unit u of xq/xd/xb (the layout of
 // matmul.cu's prepared activations). Every thread of the block must call it (it synchronizes the
 // block; up to 4 groups, 1024 threads).
 template <bool PERM>
@@ -105,16 +127,7 @@ __device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t
     const int w = threadIdx.x >> 5, wg = i >> 5; // warp in the block, in the group
     float a = v == v ? fabsf(v) : -1.0f, sv = v;
     int idx = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        float oa = __shfl_xor_sync(0xffffffffu, a, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        float ov = __shfl_xor_sync(0xffffffffu, sv, o);
-        if (oa > a || (oa == a && oi < idx)) {
-            a = oa;
-            idx = oi;
-            sv = ov;
-        }
-    }
+    q8k_max_xor(a, idx, sv);
     if (lane == 0) {
         s_a[w] = a;
         s_i[w] = idx;
@@ -143,12 +156,7 @@ __device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t
         q = min(127, round_int(__fmul_rn(iscale, v)));
         d = __fdiv_rn(1.0f, iscale);
     }
-    int pos = i;
-    if (PERM) {
-        int e = i & 31;
-        pos = (i & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4);
-    }
-    xq[c * n_in + u * UNIT + pos] = (int8_t)q;
+    xq[c * n_in + u * UNIT + (PERM ? q8k_perm_pos(i) : i)] = (int8_t)q;
     int bs = ds_cu_warp_sum_i(q);
     if (lane == 0) xb[c * (n_in / 32) + u * 8 + wg] = bs;
     if (i == 0) xd[c * (n_in / UNIT) + u] = d;
@@ -169,12 +177,7 @@ __device__ __forceinline__ void q8k_warp(const float (&v)[8], int64_t c, int64_t
         const float aj = v[j] == v[j] ? fabsf(v[j]) : -1.0f;
         if (aj > a) a = aj, idx = 8 * lane + j, sv = v[j];
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float oa = __shfl_xor_sync(0xffffffffu, a, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        float ov = __shfl_xor_sync(0xffffffffu, sv, o);
-        if (oa > a || (oa == a && oi < idx)) a = oa, idx = oi, sv = ov;
-    }
+    q8k_max_xor(a, idx, sv);
     const float mx = a > 0.0f ? sv : 0.0f;
     float iscale = 0.0f, d = 0.0f;
     if (mx != 0.0f) iscale = __fdiv_rn(-127.0f, mx), d = __fdiv_rn(1.0f, iscale);
@@ -186,8 +189,7 @@ __device__ __forceinline__ void q8k_warp(const float (&v)[8], int64_t c, int64_t
         const int q = mx != 0.0f ? min(127, round_int(__fmul_rn(iscale, v[j]))) : 0;
         bs += q;
         if (PERM) {
-            const int e = (8 * lane + j) & 31;
-            q8[(8 * lane & ~31) + 8 * ((e & 15) >> 2) + 2 * (e & 3) + (e >> 4)] = (int8_t)q;
+            q8[q8k_perm_pos(8 * lane + j)] = (int8_t)q;
         } else {
             word[j >> 2] |= (uint32_t)(q & 0xff) << (8 * (j & 3));
         }
