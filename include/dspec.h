@@ -82,6 +82,10 @@ typedef struct dspec_engine_params {
                              // GEMM (docs/cuda.md "Prefill")
     int n_sessions;          // sessions expected to live at once (0 = 1): sizes the default
                              // n_batch
+    int no_pipeline;         // 1: plain greedy decoding waits for each token before it queues
+                             // the next step (same tokens; slower: for comparison). By default
+                             // the next step runs from the last step's argmax in device memory
+                             // while the host handles that token.
 } dspec_engine_params;
 
 // Loads the model (and drafter), validating every tensor and field. Thread-safe to share.
@@ -167,6 +171,8 @@ typedef struct dspec_gen_stats {
     // those did not decide the top-p / min-p cut (top-k off; docs/cuda.md "Logits stay on the
     // device")
     int64_t rows_top, rows_read;
+    // plain greedy steps queued before the last step's token reached the host (no_pipeline)
+    int64_t pipe_steps;
 } dspec_gen_stats;
 
 // Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop.

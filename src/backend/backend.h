@@ -176,6 +176,13 @@ typedef struct ds_backend_ops {
     // Copy device -> host / host -> device / device -> device (bytes; device regions may
     // overlap, as with memmove).
     void (*read)(ds_backend *be, void *dst_host, const void *src, size_t n);
+    // (optional; NULL: read) A read queued behind the ops so far that does not wait for them:
+    // dst_host (n <= DS_READ_ASYNC_BYTES) is written at read_wait(ticket), which waits for the
+    // copy; the ticket (>= 0) stays valid until then. Not inside a step (step_begin .. step_end).
+    // At most DS_READ_ASYNC_SLOTS reads pending: one more first completes the oldest. Greedy
+    // decoding queues the next step before it takes the last step's token (model.h ds_pipe).
+    int (*read_async)(ds_backend *be, void *dst_host, const void *src, size_t n);
+    void (*read_wait)(ds_backend *be, int ticket);
     void (*write)(ds_backend *be, void *dst, const void *src_host, size_t n);
     void (*copy)(ds_backend *be, void *dst, const void *src, size_t n);
     // Memory: zeroed allocation of backend memory; NULL on failure.
@@ -232,6 +239,7 @@ typedef struct ds_backend_ops {
 } ds_backend_ops;
 
 enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
+enum { DS_READ_ASYNC_SLOTS = 4, DS_READ_ASYNC_BYTES = 256 };
 // Most k of the topk op (a sampler's top-k 40 plus a 64-token penalty window fit: sample.h).
 enum { DS_TOPK_MAX = 128 };
 

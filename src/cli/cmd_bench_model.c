@@ -23,7 +23,9 @@ static void usage(FILE *f) {
             "usage: dspec bench --model FILE [options]\n"
             "  --prompt N       prefill length (default 512)\n"
             "  --batch N        prefill chunk (default: the whole prompt in one chunk)\n"
-            "  --decode N       decode steps timed (default 32)\n"
+            "  --decode N       decode steps timed (default 32; then greedy decoding, each\n"
+            "                   token the last step's argmax: read to the host first, and\n"
+            "                   left on the device for the next step queued ahead)\n"
             "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
             "  --kv-type T      f16 (default) or f32\n"
@@ -76,13 +78,41 @@ static double time_decode(const ds_model *m, ds_state *st, const bm_opts *o, con
     return (ds_time_now() - t0) / (double)o->decode;
 }
 
-enum { BM_DECODE_RUNS = 4 }; // decode timed as the default, then the three comparisons (CUDA)
+// Greedy decoding as a session runs it, each step's token the last step's argmax: read to the
+// host before the next step is queued (queued = false, as --no-pipeline), or left in backend
+// memory for the next step, queued before the last one's token is read (model.h ds_pipe). Mean
+// time of o->decode steps after BM_GREEDY_WARM untimed ones (a new step shape: its graph's
+// capture); < 0 on error.
+enum { BM_GREEDY_WARM = 3 };
+static double time_greedy(const ds_model *m, ds_state *st, ds_pipe *pipe, const bm_opts *o,
+                          int32_t tok, bool queued, dspec_err *err) {
+    const int64_t n = BM_GREEDY_WARM + o->decode;
+    double t0 = 0.0;
+    if (!queued) {
+        for (int64_t i = 0; i < n; i++) {
+            if (i == BM_GREEDY_WARM) t0 = ds_time_now();
+            ds_batch one = {.n = 1, .tokens = &tok, .n_logits = 1, .argmax = &tok};
+            if (ds_model_forward(m, st, &one, err)) return -1.0;
+        }
+        return (ds_time_now() - t0) / (double)o->decode;
+    }
+    if (ds_pipe_begin(pipe, tok, err) || ds_pipe_push(pipe, err)) return -1.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == BM_GREEDY_WARM) t0 = ds_time_now();
+        if ((i + 1 < n && ds_pipe_push(pipe, err)) || ds_pipe_pop(pipe, &tok, err)) return -1.0;
+    }
+    return (ds_time_now() - t0) / (double)o->decode;
+}
+
+// decode timed as the default, then the three comparisons (CUDA); greedy decoding twice
+enum { BM_DECODE_RUNS = 4, BM_GREEDY_ROWS = 2 * (BM_GREEDY_WARM + 1) };
 
 static int run_bench(const bm_opts *o) {
     dspec_err err = {0};
     ds_backend *be = NULL;
     ds_model *m = NULL;
     ds_state *st = NULL;
+    ds_pipe *pipe = NULL;
     int32_t *toks = NULL;
     int rc = 1;
     if (ds_engine_backend_new(o->device, o->threads, &be, &err) ||
@@ -95,9 +125,10 @@ static int run_bench(const bm_opts *o) {
     const ds_model_hparams *hp = ds_model_hparams_get(m);
     int64_t max_v = 1;
     for (int i = 0; i < o->n_verify; i++) max_v = DS_MAX(max_v, o->verify[i]);
-    ds_state_params sp = {.n_ctx = o->prompt + BM_DECODE_RUNS * o->decode + max_v + 8,
+    ds_state_params sp = {.n_ctx = o->prompt + (BM_DECODE_RUNS + 2) * o->decode +
+                                   BM_GREEDY_ROWS + max_v + 8,
                           .n_batch = o->batch > 0 ? o->batch : o->prompt, .n_verify = max_v, .kv_type = o->kv};
-    if (ds_state_new(&st, m, &sp, &err)) {
+    if (ds_state_new(&st, m, &sp, &err) || ds_pipe_new(&pipe, m, st, &err)) {
         fprintf(stderr, "dspec bench: %s\n", err.msg);
         goto done;
     }
@@ -162,6 +193,12 @@ static int run_bench(const bm_opts *o) {
     if (t_dec < 0) goto fail;
     printf("decode%s: %.3f ms/token, %.1f tok/s (%.0f%% of the bandwidth roofline)\n",
            graphs ? " (step graphs)" : "", t_dec * 1e3, 1.0 / t_dec, (gb / bw) / t_dec * 100.0);
+    const double t_fed = time_greedy(m, st, pipe, o, *next, false, &err);
+    const double t_pipe = t_fed < 0 ? -1.0 : time_greedy(m, st, pipe, o, *next, true, &err);
+    if (t_pipe < 0) goto fail;
+    printf("greedy decode, each token the last step's: read first %.3f ms/token; next step "
+           "queued ahead %.3f ms/token, %.1f tok/s (%.0f%% of the roofline; %.3fx)\n",
+           t_fed * 1e3, t_pipe * 1e3, 1.0 / t_pipe, (gb / bw) / t_pipe * 100.0, t_fed / t_pipe);
 #ifdef DSPEC_HAVE_CUDA
     if (graphs) { // graphs without programmatic launch, then the steps launched one by one
         ds_cuda_graph_stats gs;
@@ -231,6 +268,7 @@ fail:
     fprintf(stderr, "dspec bench: %s\n", err.msg);
 done:
     free(toks);
+    ds_pipe_free(pipe);
     ds_state_free(st);
     ds_model_free(m);
     ds_backend_free(be);

@@ -50,6 +50,9 @@ static void usage(FILE *f) {
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
+            "  --no-pipeline             plain greedy decoding waits for each token before it\n"
+            "                            runs the next step (default: the next step runs from\n"
+            "                            the token in device memory meanwhile; same output)\n"
             "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
             "                            bitwise those of decode steps; slower) instead of the\n"
             "                            bf16 tensor-core GEMM\n"
@@ -106,6 +109,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
         if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
         if (IS("--no-cuda-graphs")) { o->ep.no_cuda_graphs = 1; continue; }
+        if (IS("--no-pipeline")) { o->ep.no_pipeline = 1; continue; }
         if (IS("--exact-prefill")) { o->ep.exact_prefill = 1; continue; }
         if (IS("--ddtree-raw")) { o->gp.ddtree_raw = 1; continue; }
         if (!v) {
@@ -189,8 +193,9 @@ static void print_stats(const dspec_gen_stats *s, bool spec) {
     double dec_tps = s->t_decode > 0 && s->n_gen > 1 ? (double)(s->n_gen - 1) / s->t_decode : 0;
     fprintf(stderr, "\n\nprompt tokens: %" PRId64 ", prefill %.1f tok/s, time to first token "
             "%.3f s\n", s->n_prompt, prefill_tps, s->t_first_token);
-    fprintf(stderr, "generated tokens: %" PRId64 ", decode %.1f tok/s%s\n", s->n_gen, dec_tps,
-            s->stop_eog ? " (end of generation)" : "");
+    fprintf(stderr, "generated tokens: %" PRId64 ", decode %.1f tok/s%s%s\n", s->n_gen, dec_tps,
+            s->stop_eog ? " (end of generation)" : "",
+            s->pipe_steps > 0 ? " (greedy steps queued ahead)" : "");
     if (s->rows_read > 0) {
         fprintf(stderr, "sampling: %" PRId64 " of %" PRId64 " rows read back whole (their top "
                 "logits did not decide the top-p / min-p cut)\n", s->rows_read,

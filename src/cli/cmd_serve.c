@@ -55,6 +55,9 @@ static void usage(FILE *f) {
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
+            "  --no-pipeline             plain greedy decoding waits for each token before it\n"
+            "                            runs the next step (default: the next step runs from\n"
+            "                            the token in device memory meanwhile; same output)\n"
             "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
             "                            bitwise those of decode steps; slower) instead of the\n"
             "                            bf16 tensor-core GEMM\n"
@@ -76,6 +79,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("--no-spec")) { p->gp.speculative = 0; continue; }
         if (IS("--no-adaptive")) { p->gp.adaptive = 0; continue; }
         if (IS("--no-cuda-graphs")) { p->ep.no_cuda_graphs = 1; continue; }
+        if (IS("--no-pipeline")) { p->ep.no_pipeline = 1; continue; }
         if (IS("--exact-prefill")) { p->ep.exact_prefill = 1; continue; }
         if (IS("--ddtree-raw")) { p->gp.ddtree_raw = 1; continue; }
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }

@@ -55,6 +55,7 @@ typedef struct gen_run {
     ds_drafter_proposer dp;
     ds_proposer prop;
     int32_t tok;               // plain decoding: last sampled token, not yet run
+    bool piped;                // plain greedy decoding through s->pipe (tokens fed on the device)
     int64_t top_m;             // plain decoding: the sampler's top logits per row (0: the row)
     bool top_wide;             //   and the row's log-sum-exp (sample.h ds_sample_top_wide)
     emitter em;
@@ -68,6 +69,7 @@ struct dspec_session {
     ds_state *st;
     ds_draft_ctx *dctx;     // NULL without a drafter
     ds_tok_stream *stream;
+    ds_pipe *pipe;          // greedy plain decoding, the next step queued ahead (model.h)
     float *logits;          // [n_vocab]
     int32_t top_ids[DS_TOPK_MAX]; // plain decoding's row as its top_m largest logits
     float top_vals[DS_TOPK_MAX];
@@ -113,6 +115,9 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
         }
     }
     if (st == DSPEC_OK) st = ds_tok_stream_new(&s->stream, ds_engine_tok(e), false, err);
+    if (st == DSPEC_OK && ds_engine_params(e)->no_pipeline == 0) {
+        st = ds_pipe_new(&s->pipe, m, s->st, err);
+    }
     if (st == DSPEC_OK) st = ds_sample_probs_init(&s->probs, V, err);
     if (st == DSPEC_OK && !(s->logits = malloc((size_t)V * sizeof(float)))) {
         st = ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory");
@@ -128,6 +133,7 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
 void dspec_session_free(dspec_session *s) {
     if (!s) return;
     ds_gen_end(s, false, NULL);
+    ds_pipe_free(s->pipe);
     ds_state_free(s->st);
     ds_draft_ctx_free(s->dctx);
     ds_tok_stream_free(s->stream);
@@ -317,6 +323,13 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
     return DSPEC_OK;
 }
 
+// Whether the sampler's token is the argmax of the raw logits row (greedy, no penalties).
+static bool sampler_greedy(const ds_sampler *smp) {
+    const ds_sample_params *spp = ds_sample_get_params(smp);
+    return spp->temperature <= 0.0f && spp->repeat_penalty == 1.0f &&
+           spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
+}
+
 static dspec_status new_spec(dspec_session *s, dspec_err *err) {
     gen_run *r = &s->run;
     bool ok;
@@ -324,9 +337,7 @@ static dspec_status new_spec(dspec_session *s, dspec_err *err) {
     ds_spec_proposer_from_drafter(&r->prop, &r->dp, ds_engine_drafter(s->e));
     // The greedy fast path compares argmaxes on the device; penalties or temperature need the
     // sampler's processed distributions.
-    const ds_sample_params *spp = ds_sample_get_params(r->smp);
-    bool plain_greedy = spp->temperature <= 0.0f && spp->repeat_penalty == 1.0f &&
-                        spp->frequency_penalty == 0.0f && spp->presence_penalty == 0.0f;
+    bool plain_greedy = sampler_greedy(r->smp);
     ds_spec_params params = {.n_slots = r->p.draft_block_size, .tree_budget = r->p.ddtree_budget,
                              .tree_topk = r->p.ddtree_topk, .tree_raw = r->p.ddtree_raw != 0,
                              .keep_logits = r->p.logprob_fn != NULL,
@@ -371,6 +382,9 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
     if (st == DSPEC_OK) { // a row's top logits where they decide the token (sample.h)
         r->top_m = ds_sample_top_plan(r->smp, DS_TOPK_MAX, &r->top_wide);
         if (r->p.logprob_fn) r->top_m = 0; // (the log-probs need the whole row)
+        // greedy without penalties or log-probs: the token is the row's argmax, which the
+        // next step may read where it is (model.h ds_pipe)
+        r->piped = s->pipe && !r->spec && sampler_greedy(r->smp) && !r->p.logprob_fn;
     }
     for (int64_t i = 0; i < req->n && st == DSPEC_OK; i++) {
         st = ds_sample_accept(r->smp, req->ids[i], err);
@@ -470,6 +484,15 @@ static dspec_status plain_sample(dspec_session *s, dspec_err *err) {
     return ds_sample_token(r->smp, s->logits, V, &s->probs, &r->tok, err);
 }
 
+// Whether a step after the queued ones could still emit a token: the generation is not over,
+// the context has room for the token it runs, and max_tokens is not reached by the tokens that
+// the `queued` steps will emit first.
+static bool pipe_more(const dspec_session *s, int queued) {
+    const gen_run *r = &s->run;
+    return !r->em.done && ds_state_n_past(s->st) < ds_state_n_ctx(s->st) &&
+           (r->em.max_tokens <= 0 || r->stats.n_gen + queued < r->em.max_tokens);
+}
+
 // The last prefill chunk [cursor, n): logits of the last row, first token emitted.
 static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
     gen_run *r = &s->run;
@@ -489,15 +512,34 @@ static dspec_status prefill_last(dspec_session *s, dspec_err *err) {
         if (st == DSPEC_OK) st = plain_sample(s, err);
         r->t_dec = ds_time_now();
         if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, s->logits, err);
+        if (st == DSPEC_OK && r->piped) st = ds_pipe_begin(s->pipe, r->tok, err);
+        if (st == DSPEC_OK && r->piped && pipe_more(s, 0)) st = ds_pipe_push(s->pipe, err);
     }
     r->cursor = r->n;
     r->phase = RUN_DECODE;
     return st;
 }
 
+// Piped greedy decoding: one step queued (it runs the last emitted token); queue the next (which
+// runs the queued step's token) before waiting for that token, then emit it. A step queued past
+// the end still runs and is dropped (model.h ds_pipe).
+static dspec_status pipe_step(dspec_session *s, dspec_err *err) {
+    gen_run *r = &s->run;
+    dspec_status st = DSPEC_OK;
+    if (ds_pipe_queued(s->pipe) == 1 && pipe_more(s, 1)) {
+        st = ds_pipe_push(s->pipe, err);
+        if (st == DSPEC_OK) r->stats.pipe_steps++;
+    }
+    if (st == DSPEC_OK) st = ds_pipe_pop(s->pipe, &r->tok, err);
+    if (st == DSPEC_OK) st = emit(&r->em, &r->tok, 1, NULL, NULL, err);
+    if (st != DSPEC_OK || r->em.done) ds_pipe_drain(s->pipe);
+    return st;
+}
+
 static dspec_status decode_step(dspec_session *s, dspec_err *err) {
     gen_run *r = &s->run;
     const ds_model *m = ds_engine_model(s->e);
+    if (r->piped) return pipe_step(s, err);
     if (r->spec) {
         int64_t budget = r->p.max_tokens > 0 ? r->p.max_tokens - r->stats.n_gen : INT64_MAX;
         int32_t out[DS_SPEC_MAX_SLOTS];
@@ -524,6 +566,9 @@ dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err) {
         int64_t end = DS_MIN(r->cursor + ds_state_n_batch(s->st), r->n);
         if (r->i_save < r->n_save) end = DS_MIN(end, r->save_at[r->i_save]);
         st = end < r->n ? prefill_chunk(s, end, err) : prefill_last(s, err);
+    } else if (r->piped) { // (the context bound: pipe_more; a queued step's token is still due)
+        st = r->em.done || !ds_pipe_queued(s->pipe) ? DSPEC_OK : decode_step(s, err);
+        if (st == DSPEC_OK && !r->em.done && !ds_pipe_queued(s->pipe)) r->em.done = true;
     } else {
         st = r->em.done || ds_state_n_past(s->st) >= ds_state_n_ctx(s->st) ? DSPEC_OK
                                                                              : decode_step(s, err);
@@ -533,10 +578,11 @@ dspec_status ds_gen_step(dspec_session *s, bool *done, dspec_err *err) {
     }
     if (st != DSPEC_OK) {
         r->failed = true;
+        if (r->piped) ds_pipe_drain(s->pipe);
         return st;
     }
     *done = r->phase == RUN_DECODE &&
-            (r->em.done || ds_state_n_past(s->st) >= ds_state_n_ctx(s->st));
+            (r->em.done || (!r->piped && ds_state_n_past(s->st) >= ds_state_n_ctx(s->st)));
     return DSPEC_OK;
 }
 
@@ -550,6 +596,7 @@ void ds_gen_end(dspec_session *s, bool flush, dspec_gen_stats *stats) {
         if (stats) memset(stats, 0, sizeof(*stats));
         return;
     }
+    if (s->pipe) ds_pipe_drain(s->pipe); // (a generation ended early leaves a step queued)
     if (flush && !r->failed && r->phase == RUN_DECODE) emit_flush(&r->em);
     if (r->phase == RUN_DECODE && r->t_dec > 0.0) r->stats.t_decode = ds_time_now() - r->t_dec;
     if (r->sp) {

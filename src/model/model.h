@@ -116,6 +116,9 @@ size_t ds_state_kv_bytes(const ds_state *st);
 typedef struct ds_batch {
     int64_t n;                 // rows
     const int32_t *tokens;     // [n]
+    // ... or (one plain row) its token in backend memory (int32; not checked against the
+    // vocabulary: the argmax_dev of an earlier step of this model wrote it). tokens is then NULL.
+    const int32_t *tokens_dev;
     // Tree rows (speculative only): parent batch index of each row (-1 = child of the committed
     // prefix); rows must be topologically ordered (parent < row). NULL = chain. Positions are
     // n_past + depth.
@@ -125,6 +128,7 @@ typedef struct ds_batch {
     const int32_t *logits_rows;// [n_logits] distinct batch rows; NULL = the last n_logits rows
     float *logits;             // [n_logits * n_vocab] or NULL
     int32_t *argmax;           // [n_logits] greedy token per logits row, or NULL
+    int32_t *argmax_dev;       // (one logits row) its greedy token into backend memory, or NULL
     // The topk (1..min(n_vocab, DS_TOPK_MAX)) largest logits of each logits row, computed where
     // the logits are (backend.h topk: ds_topk_f32's order): ids / values [n_logits * topk], row
     // j at j * topk. What a sampler needs without the rows (sample.h ds_sample_dist_top).
@@ -153,6 +157,32 @@ dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b
 // than the state's logits buffer (max(n_verify, 128)) keeps only its last group of rows.
 dspec_status ds_model_read_logits(const ds_model *m, ds_state *st, int64_t j, float *dst,
                                   dspec_err *err);
+
+// ---- greedy decoding with the host off the device's path ---------------------------------------
+// A plain greedy step reads its token from backend memory, where the step before it left its
+// argmax (ds_batch tokens_dev / argmax_dev), so the next step is queued before the last step's
+// token reaches the host: the host's work per token (the next step's host pass, the stop checks,
+// the text) overlaps the device's instead of leaving it idle (backend.h step_begin, read_async).
+//   ds_pipe_new(&p, m, st)     one int32 of backend memory; p belongs to state st
+//   ds_pipe_begin(p, tok)      the next step's token (the one sampled from the prompt's logits)
+//   ds_pipe_push(p)            queues one step: its token is the last pushed step's argmax (the
+//                              first: begin's token); n_past advances at once. At most
+//                              DS_PIPE_MAX steps queued.
+//   ds_pipe_pop(p, &tok)       waits for the oldest queued step: its greedy token (ties: the
+//                              lowest id, as ds_sample_token_top at temperature 0)
+//   ds_pipe_drain(p)           waits for the queued steps and drops their tokens
+// The tokens are those of ds_model_forward + the greedy choice run step by step; a step queued
+// past the end of generation (its token a stop token, say) has still run: the state holds one
+// more token than was emitted (a session starts each generation from a reset state).
+enum { DS_PIPE_MAX = 2 };
+typedef struct ds_pipe ds_pipe;
+dspec_status ds_pipe_new(ds_pipe **out, const ds_model *m, ds_state *st, dspec_err *err);
+void ds_pipe_free(ds_pipe *p);
+dspec_status ds_pipe_begin(ds_pipe *p, int32_t tok, dspec_err *err);
+dspec_status ds_pipe_push(ds_pipe *p, dspec_err *err);
+dspec_status ds_pipe_pop(ds_pipe *p, int32_t *tok, dspec_err *err);
+int ds_pipe_queued(const ds_pipe *p);
+void ds_pipe_drain(ds_pipe *p);
 
 // After a speculative forward of n rows: keeps `n_accept` rows along `path` (batch indices, each
 // the child of the previous; NULL = rows 0..n_accept-1 of a chain) and makes the state exactly

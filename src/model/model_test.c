@@ -570,6 +570,72 @@ static void test_taps_dev(void **state) {
     fixture_close(&f);
 }
 
+// ds_pipe (greedy steps fed from backend memory, the next queued ahead) gives the tokens of a
+// host loop of forward + argmax, through every queue depth; a forward with its token in backend
+// memory is the same row as one with it on the host; misuse is refused.
+static void test_pipe(void **state) {
+    (void)state;
+    fixture f;
+    assert_int_equal(fixture_open(&f, DS_ARCH_QWEN35, DS_TYPE_Q8_0, false, false), 0);
+    enum { N = 24 };
+    const int32_t prompt[5] = {3, 17, 5, 9, 2};
+    int32_t want[N + 1], got[N + 1];
+    ds_state *a = new_state(&f, 8), *b = new_state(&f, 8);
+    ds_pipe *p = NULL;
+    assert_int_equal(ds_pipe_new(&p, f.m, b, NULL), DSPEC_OK);
+    int32_t am = -1;
+    ds_batch pre = {.n = 5, .tokens = prompt, .n_logits = 1, .argmax = &am};
+    assert_int_equal(ds_model_forward(f.m, a, &pre, NULL), DSPEC_OK);
+    want[0] = am;
+    for (int i = 0; i < N; i++) {
+        ds_batch one = {.n = 1, .tokens = &want[i], .n_logits = 1, .argmax = &want[i + 1]};
+        assert_int_equal(ds_model_forward(f.m, a, &one, NULL), DSPEC_OK);
+    }
+    int distinct = 0; // (the check means something only if the tokens vary)
+    for (int i = 0; i <= N; i++) {
+        int j = 0;
+        while (j < i && want[j] != want[i]) j++;
+        distinct += j == i;
+    }
+    assert_true(distinct >= 4);
+    assert_int_equal(ds_model_forward(f.m, b, &pre, NULL), DSPEC_OK);
+    got[0] = am;
+    assert_int_equal(ds_pipe_pop(p, &got[1], NULL), DSPEC_ERR_INVALID); // (nothing queued)
+    assert_int_equal(ds_pipe_begin(p, (int32_t)f.V, NULL), DSPEC_ERR_INVALID);
+    assert_int_equal(ds_pipe_begin(p, got[0], NULL), DSPEC_OK);
+    int popped = 0, pushed = 0;
+    for (int i = 0; popped < N; i++) { // queue depths 1 and 2 in turn, then drained
+        const int depth = 1 + i % DS_PIPE_MAX;
+        while (ds_pipe_queued(p) < depth && pushed < N) {
+            assert_int_equal(ds_pipe_push(p, NULL), DSPEC_OK);
+            pushed++;
+        }
+        if (ds_pipe_queued(p) == DS_PIPE_MAX) {
+            assert_int_equal(ds_pipe_push(p, NULL), DSPEC_ERR_INVALID);
+        }
+        assert_int_equal(ds_pipe_pop(p, &got[1 + popped], NULL), DSPEC_OK);
+        popped++;
+    }
+    assert_memory_equal(got, want, sizeof(want));
+    assert_int_equal(ds_state_n_past(b), ds_state_n_past(a));
+    // (a step queued and drained still ran: the state holds its token)
+    assert_int_equal(ds_pipe_push(p, NULL), DSPEC_OK);
+    ds_pipe_drain(p);
+    assert_int_equal(ds_pipe_queued(p) * 1000 + ds_state_n_past(b), ds_state_n_past(a) + 1);
+    int32_t tok = 1;
+    ds_batch both = {.n = 1, .tokens = &tok, .n_logits = 1, .argmax = &am};
+    both.tokens_dev = &tok; // (CPU: backend memory is host memory)
+    assert_int_equal(ds_model_forward(f.m, b, &both, NULL), DSPEC_ERR_INVALID);
+    ds_batch two = {.n = 2, .tokens_dev = &tok};
+    assert_int_equal(ds_model_forward(f.m, b, &two, NULL), DSPEC_ERR_INVALID);
+    int32_t two_am[2];
+    ds_batch wide = {.n = 2, .tokens = prompt, .n_logits = 2, .argmax_dev = two_am};
+    assert_int_equal(ds_model_forward(f.m, b, &wide, NULL), DSPEC_ERR_INVALID);
+    ds_pipe_free(p);
+    ds_state_free(a), ds_state_free(b);
+    fixture_close(&f);
+}
+
 static void test_backend_step(void **state) {
     (void)state;
     ds_backend be = {.name = "stub"};
@@ -629,7 +695,7 @@ int main(void) {
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_logsumexp_op),
         cmocka_unit_test(test_backend_step),
-        cmocka_unit_test(test_taps_dev),
+        cmocka_unit_test(test_taps_dev),   cmocka_unit_test(test_pipe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,7 @@ static void logits_group(const ds_model *m, ds_state *st, const ds_batch *b,
             if (b->lse) be->ops.logsumexp(be, b->lse + out_idx[i], &r);
         }
     }
+    if (b->argmax_dev) be->ops.argmax_dev(be, b->argmax_dev, &lg); // (one row: validate_batch)
     if (b->argmax) {
         // straight into the caller's array when its rows are consecutive. A single-chunk step (the
         // only kind run as a step graph, whose ids arrive at step_end) always is; the scatter
@@ -259,7 +260,11 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
     }
     ds_tensor x = view(&a->x, hp->n_embd, n), cur = view(&a->cur, hp->n_embd, n);
     ds_tensor tmp = view(&a->tmp, hp->n_embd, n);
-    be->ops.get_rows(be, &x, &m->token_embd.t, c->tokens);
+    if (b->tokens_dev) {
+        be->ops.get_rows_dev(be, &x, &m->token_embd.t, b->tokens_dev);
+    } else {
+        be->ops.get_rows(be, &x, &m->token_embd.t, c->tokens);
+    }
     be->ops.rmsnorm(be, &cur, &x, &m->layers[0].attn_norm.t, hp->eps);
     for (int il = 0; il < hp->n_layer; il++) {
         const ds_layer *L = &m->layers[il];
@@ -286,8 +291,17 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
 
 static dspec_status validate_batch(const ds_model *m, const ds_state *st, const ds_batch *b,
                                    dspec_err *err) {
-    if (b->n <= 0 || !b->tokens) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: empty batch");
+    if (b->n <= 0 || !b->tokens == !b->tokens_dev) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: empty batch (or tokens both on the "
+                          "host and in backend memory)");
+    }
+    if (b->tokens_dev && (b->n != 1 || b->speculative || !m->be->ops.get_rows_dev)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: a token in backend memory is for "
+                          "one plain row on a backend with get_rows_dev");
+    }
+    if (b->argmax_dev && (b->n_logits != 1 || !m->be->ops.argmax_dev)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: an argmax into backend memory is for "
+                          "one logits row on a backend with argmax_dev");
     }
     if (st->n_past + b->n > st->p.n_ctx) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "forward: %" PRId64 " + %" PRId64 " tokens "
@@ -305,7 +319,7 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
                           "committed");
     }
     for (int64_t i = 0; i < b->n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab) {
+        if (b->tokens && (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab)) {
             return ds_err_set(err, DSPEC_ERR_INVALID, "forward: token %d at row %" PRId64
                               " outside the vocabulary of %" PRId64, b->tokens[i], i,
                               m->hp.n_vocab);
@@ -375,6 +389,8 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
     MIX(b->n_logits);
     MIX(b->logits != NULL);
     MIX(b->argmax != NULL);
+    MIX((uintptr_t)b->tokens_dev);
+    MIX((uintptr_t)b->argmax_dev);
     MIX(b->topk);
     MIX(b->lse != NULL);
     MIX(b->logits_rows != NULL);
@@ -425,7 +441,7 @@ dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b
         return DSPEC_OK;
     }
     for (int64_t r0 = 0; r0 < b->n; r0 += st->p.n_batch) {
-        chunk c = {.tokens = b->tokens + r0, .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
+        chunk c = {.tokens = b->tokens ? b->tokens + r0 : NULL, .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
         // a prompt chunk wider than a step: the backend may use its prefill kernels, whose
         // rows need not be bitwise those of single steps (backend.h prefill_mode)
         const bool pre = c.n > GRAPH_MAX_ROWS && m->be->ops.prefill_mode;

@@ -33,6 +33,21 @@ typedef struct ds_cuda_ctx {
     uint8_t *stage_h;
     uint8_t *stage_d;
     size_t stage_cap, stage_pos;
+    // The pinned ring has two halves of stage_cap bytes (stage_hb): each step graph takes the
+    // other one (ds_cuda_stage_flip), so its host pass may run while the last step still runs,
+    // waiting only for the copy out of that half (stage_ev, recorded at the flip before).
+    uint8_t *stage_hb[2];
+    cudaEvent_t stage_ev[2];
+    bool stage_ev_set[2];
+    int stage_half;
+    // read_async (cuda_backend.cu): pinned slots of DS_READ_ASYNC_BYTES, an event each, and
+    // where each pending slot's bytes go at read_wait (busy: not yet waited for).
+    uint8_t *ra_h;
+    cudaEvent_t ra_ev[4];
+    void *ra_dst[4];
+    size_t ra_n[4];
+    bool ra_busy[4];
+    int ra_next;
     // Per-op device scratch (quantized activations, split-K partials, attention partials...).
     // Ops run in stream order, so one buffer serves all of them; it only grows.
     uint8_t *scratch_d;
@@ -151,6 +166,9 @@ const void *ds_cuda_stage(ds_cuda_ctx *c, const void *host, size_t n);
 void *ds_cuda_scratch(ds_cuda_ctx *c, size_t n);
 // Grows the staging ring to at least n bytes (eager only; drops captured step graphs).
 bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n);
+// A step graph's staging starts in the other half of the pinned ring, once the copy queued out
+// of that half (before the last flip) has run: the step before the last one (cuda_backend.cu).
+bool ds_cuda_stage_flip(ds_cuda_ctx *c);
 // Drops every captured step graph (a buffer they point at moved), or frees them all (graph.cu).
 void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);

@@ -147,20 +147,42 @@ void ds_cuda_launched(ds_cuda_ctx *c, const char *op) {
 #endif
 }
 
-static bool stage_alloc(ds_cuda_ctx *c, size_t cap) {
-    ds_cuda_graphs_clear(c); // captured graphs read the old ring
-    if (c->stage_h) cudaFreeHost(c->stage_h);
+static void stage_free(ds_cuda_ctx *c) {
+    for (int i = 0; i < 2; i++) {
+        if (c->stage_hb[i]) cudaFreeHost(c->stage_hb[i]);
+        c->stage_hb[i] = NULL;
+        c->stage_ev_set[i] = false;
+    }
     if (c->stage_d) cudaFree(c->stage_d);
     c->stage_h = NULL;
     c->stage_d = NULL;
     c->stage_cap = 0;
     c->stage_pos = 0;
-    if (!DS_CUDA_TRY(c, cudaMallocHost((void **)&c->stage_h, cap)) ||
+}
+
+// (the stream is idle: every caller synchronised it)
+static bool stage_alloc(ds_cuda_ctx *c, size_t cap) {
+    ds_cuda_graphs_clear(c); // captured graphs read the old ring
+    stage_free(c);
+    if (!DS_CUDA_TRY(c, cudaMallocHost((void **)&c->stage_hb[0], cap)) ||
+        !DS_CUDA_TRY(c, cudaMallocHost((void **)&c->stage_hb[1], cap)) ||
         !DS_CUDA_TRY(c, cudaMalloc((void **)&c->stage_d, cap))) {
         return false;
     }
+    c->stage_h = c->stage_hb[c->stage_half];
     c->stage_cap = cap;
     return true;
+}
+
+bool ds_cuda_stage_flip(ds_cuda_ctx *c) {
+    if (!c->stage_h) return true; // (no ring yet: nothing queued reads it)
+    if (!DS_CUDA_TRY(c, cudaEventRecord(c->stage_ev[c->stage_half], c->stream))) return false;
+    c->stage_ev_set[c->stage_half] = true;
+    c->stage_half ^= 1;
+    c->stage_h = c->stage_hb[c->stage_half];
+    c->stage_pos = 0;
+    if (!c->stage_ev_set[c->stage_half]) return true;
+    return DS_CUDA_TRY(c, cudaEventSynchronize(c->stage_ev[c->stage_half]));
 }
 
 bool ds_cuda_stage_reserve(ds_cuda_ctx *c, size_t n) {
@@ -231,6 +253,53 @@ static void cuda_read(ds_backend *be, void *dst_host, const void *src, size_t n)
     if (!ds_cuda_alive(c, "read") || n == 0) return;
     ds_cuda_readback(c, dst_host, src, n);
     if (c->prof) prof_flush(c);
+}
+
+static_assert(sizeof(((ds_cuda_ctx *)0)->ra_ev) / sizeof(cudaEvent_t) == DS_READ_ASYNC_SLOTS,
+              "read_async slots");
+
+static void read_async_wait(ds_cuda_ctx *c, int i) {
+    if (!c->ra_busy[i]) return;
+    c->ra_busy[i] = false;
+    if (c->dead || !DS_CUDA_TRY(c, cudaEventSynchronize(c->ra_ev[i]))) return;
+    memcpy(c->ra_dst[i], c->ra_h + (size_t)i * DS_READ_ASYNC_BYTES, c->ra_n[i]);
+}
+
+static int cuda_read_async(ds_backend *be, void *dst_host, const void *src, size_t n) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    DS_ASSERT(c->gmode == DS_CU_EAGER && "read_async inside a step");
+    DS_ASSERT(n <= DS_READ_ASYNC_BYTES);
+    const int i = c->ra_next;
+    read_async_wait(c, i); // (the oldest, when all are pending)
+    if (!ds_cuda_alive(c, "read_async") || n == 0) return i;
+    if (!c->ra_h) {
+        if (!DS_CUDA_TRY(c, cudaMallocHost((void **)&c->ra_h,
+                                           (size_t)DS_READ_ASYNC_SLOTS * DS_READ_ASYNC_BYTES))) {
+            return i;
+        }
+        for (int k = 0; k < DS_READ_ASYNC_SLOTS; k++) {
+            if (!DS_CUDA_TRY(c, cudaEventCreateWithFlags(&c->ra_ev[k], cudaEventDisableTiming))) {
+                return i;
+            }
+        }
+    }
+    ds_cuda_part_flush(c); // (a held-back reduce may write src)
+    uint8_t *h = c->ra_h + (size_t)i * DS_READ_ASYNC_BYTES;
+    if (!DS_CUDA_TRY(c, cudaMemcpyAsync(h, src, n, cudaMemcpyDeviceToHost, c->stream)) ||
+        !DS_CUDA_TRY(c, cudaEventRecord(c->ra_ev[i], c->stream))) {
+        return i;
+    }
+    c->ra_dst[i] = dst_host;
+    c->ra_n[i] = n;
+    c->ra_busy[i] = true;
+    c->ra_next = (i + 1) % DS_READ_ASYNC_SLOTS;
+    return i;
+}
+
+static void cuda_read_wait(ds_backend *be, int ticket) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    DS_ASSERT(ticket >= 0 && ticket < DS_READ_ASYNC_SLOTS);
+    read_async_wait(c, ticket);
 }
 
 static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n) {
@@ -320,8 +389,12 @@ static void cuda_destroy(ds_backend *be) {
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->norm_cnt) cudaFree(c->norm_cnt);
     if (c->norm_sums) cudaFree(c->norm_sums);
-    if (c->stage_d) cudaFree(c->stage_d);
-    if (c->stage_h) cudaFreeHost(c->stage_h);
+    stage_free(c);
+    for (int i = 0; i < 2; i++) cudaEventDestroy(c->stage_ev[i]);
+    if (c->ra_h) {
+        cudaFreeHost(c->ra_h);
+        for (int i = 0; i < DS_READ_ASYNC_SLOTS; i++) cudaEventDestroy(c->ra_ev[i]);
+    }
     cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -404,6 +477,9 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
                           prop.name, prop.major, prop.minor);
     }
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+        e = cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming);
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         free(be);
@@ -476,6 +552,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.moe_combine = ds_cuda_moe_combine;
     ops.moe_route = ds_cuda_moe_route;
     ops.read = cuda_read;
+    ops.read_async = cuda_read_async;
+    ops.read_wait = cuda_read_wait;
     ops.write = cuda_write;
     ops.copy = cuda_copy;
     ops.alloc = cuda_alloc;

@@ -378,6 +378,49 @@ static void check_graphs(fixture *f) {
     free(a), free(b);
 }
 
+// Greedy decoding with the next step queued ahead (model.h ds_pipe: each step's token read from
+// device memory, two steps in flight, the staging ring's halves alternating under replayed
+// graphs) gives the tokens of the host loop of forward + argmax, over 4 context buckets of the
+// step graphs (captures while a step is queued), with graphs replayed.
+static void check_pipe(fixture *f) {
+    enum { N = 180 };
+    int32_t want[N + 1], got[N + 1];
+    ds_cuda_set_kv_bucket(f->gpu, 64);
+    ds_state *a = NULL, *b = NULL;
+    ds_state_params sp = {.n_ctx = 256, .n_batch = 64, .n_verify = 16, .kv_type = f->kv};
+    assert_int_equal(ds_state_new(&a, f->mg, &sp, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_new(&b, f->mg, &sp, NULL), DSPEC_OK);
+    int32_t am = -1;
+    ds_batch pre = {.n = 6, .tokens = k_toks, .n_logits = 1, .argmax = &am};
+    assert_int_equal(ds_model_forward(f->mg, a, &pre, NULL), DSPEC_OK);
+    want[0] = am;
+    for (int i = 0; i < N; i++) {
+        ds_batch one = {.n = 1, .tokens = &want[i], .n_logits = 1, .argmax = &want[i + 1]};
+        assert_int_equal(ds_model_forward(f->mg, a, &one, NULL), DSPEC_OK);
+    }
+    ds_pipe *p = NULL;
+    assert_int_equal(ds_pipe_new(&p, f->mg, b, NULL), DSPEC_OK);
+    assert_int_equal(ds_model_forward(f->mg, b, &pre, NULL), DSPEC_OK);
+    got[0] = am;
+    ds_cuda_graph_stats s0, s1;
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    assert_int_equal(ds_pipe_begin(p, got[0], NULL), DSPEC_OK);
+    assert_int_equal(ds_pipe_push(p, NULL), DSPEC_OK);
+    for (int i = 0; i < N; i++) {
+        if (i + 1 < N) assert_int_equal(ds_pipe_push(p, NULL), DSPEC_OK);
+        assert_int_equal(ds_pipe_pop(p, &got[i + 1], NULL), DSPEC_OK);
+    }
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    assert_true(ds_cuda_ok(f->gpu));
+    print_message("piped greedy decode: %lld captures, %lld replays\n",
+                  (long long)(s1.captures - s0.captures), (long long)(s1.replays - s0.replays));
+    assert_memory_equal(got, want, sizeof(want));
+    assert_true(s1.replays - s0.replays >= 150);
+    ds_pipe_free(p);
+    ds_state_free(a), ds_state_free(b);
+    ds_cuda_set_kv_bucket(f->gpu, DS_CUDA_KV_BUCKET);
+}
+
 // Prefill GEMM (gemm.cu): a 100-row prompt chunk runs its matmuls on bf16 tensor cores, so its
 // logits are close to, not bitwise, the exact kernels' (which stay bitwise those of single steps,
 // checked above); both within tolerance of the CPU, and the decode step that follows too. The
@@ -435,6 +478,7 @@ static void run_all(ds_type wt, ds_type kv, double tol) {
     check_argmax(&f);
     check_taps_dev(&f);
     check_graphs(&f);
+    check_pipe(&f);
     check_prefill_gemm(&f);
     assert_true(ds_cuda_ok(f.gpu));
     fixture_close(&f);

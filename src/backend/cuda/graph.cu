@@ -10,7 +10,9 @@
 // index, else the step reports "not run" and the caller runs it eagerly. Everything that differs
 // between two steps of one shape lives in the staging ring (token ids, positions, parents, n_past,
 // the K/V store row), whose offsets restart at every step, so the captured kernels read the new
-// step's values. The ring is copied to the device once, before the graph launch.
+// step's values. The ring is copied to the device once, before the graph launch. A step that
+// reads nothing back returns without waiting, and the next step's host pass runs while it does
+// (its staging takes the other half of the pinned ring: ds_cuda_stage_flip).
 #include "backend/cuda/common.cuh"
 
 extern "C" {
@@ -189,10 +191,10 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
     graph_slot *g = &gs->slot[s];
     g->last_use = ++gs->clock;
     if (g->fails >= GRAPH_MAX_FAILS) return; // this shape does not replay: stays eager
-    // the pinned staging ring and readback buffer are rewritten from offset 0: wait until no
-    // queued copy still reads them
-    if (!DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream))) return;
-    c->stage_pos = 0;
+    // the pinned staging ring is rewritten from offset 0: the other half, so that the last step
+    // may still run (its host pass overlaps it when the last step read nothing back). The
+    // readback buffer is free: a step that reads into it waits for itself at step_end.
+    if (!ds_cuda_stage_flip(c)) return;
     c->rb_pos = 0;
     c->n_rd = 0;
     c->g_idx = 0;
