@@ -78,6 +78,14 @@ typedef struct ds_draft_out {
     int n_cand;
     int32_t cand_ids[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
     float cand_scores[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
+    // (in) want_dev: the caller can take the tokens from backend memory. The argmax proposer on
+    // a backend with read_async then leaves them there (tokens_dev, int32 [n_tokens], valid until
+    // the next block) and queues their copy into tokens[], which is complete only after the
+    // backend's read_wait(tokens_ticket): a verify reading tokens_dev is queued before they reach
+    // the host. Otherwise tokens_dev = NULL, tokens_ticket = -1 and tokens[] is written.
+    bool want_dev;
+    const int32_t *tokens_dev;
+    int tokens_ticket;
 } ds_draft_out;
 
 // What a drafter borrows from its target: the backend, the token embedding table (block inputs)

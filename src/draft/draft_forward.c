@@ -23,6 +23,7 @@ struct ds_draft_ctx {
     int n_bufs;
     ds_tensor kc[DS_DRAFT_MAX_LAYERS], vc[DS_DRAFT_MAX_LAYERS]; // {kv_dim, n_ctx + max_slots} f32
     ds_tensor feats, x, u, t, a, a2, q, att, ffa, ffb, ffc, dyn, logits;
+    ds_tensor tok_dev;    // {max_slots} int32 in f32's place: argmax tokens left on the backend
     ds_draft_heads_scratch hs;
     int32_t *pos, *ids, *lo, *hi; // host [rows]
     int64_t last_np;      // proposal slots of the last block (0 = none yet)
@@ -86,6 +87,7 @@ dspec_status ds_draft_ctx_new(ds_draft_ctx **out, const ds_drafter *d, int64_t n
     st = st ? st : ctx_tensor(c, &c->ffc, hp->n_ff, R, err);
     st = st ? st : ctx_tensor(c, &c->dyn, n_dyn, R, err);
     st = st ? st : ctx_tensor(c, &c->logits, V, d->cfg.max_slots, err);
+    st = st ? st : ctx_tensor(c, &c->tok_dev, d->cfg.max_slots, 1, err);
     if (st == DSPEC_OK) {
         st = ds_draft_heads_scratch_init(&c->hs, d, d->cfg.max_slots, err);
     }
@@ -332,6 +334,8 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
     out->n_vocab = hp->n_vocab;
     out->n_proposed = np;
     out->n_tokens = np;
+    out->tokens_dev = NULL;
+    out->tokens_ticket = -1;
     out->n_cand = 0;
     for (int64_t i = 0; i < np; i++) {
         out->confidence[i] = 1.0f;
@@ -352,7 +356,15 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
         ds_draft_markov_chain(&in, out);
         break;
     default:
-        be->ops.argmax(be, out->tokens, &lg);
+        if (out->want_dev && be->ops.read_async && be->ops.argmax_dev) {
+            int32_t *ids = c->tok_dev.data;
+            be->ops.argmax_dev(be, ids, &lg);
+            out->tokens_dev = ids;
+            out->tokens_ticket = be->ops.read_async(be, out->tokens, ids,
+                                                    (size_t)np * sizeof(int32_t));
+        } else {
+            be->ops.argmax(be, out->tokens, &lg);
+        }
         break;
     }
     return DSPEC_OK;

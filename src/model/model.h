@@ -116,9 +116,12 @@ size_t ds_state_kv_bytes(const ds_state *st);
 typedef struct ds_batch {
     int64_t n;                 // rows
     const int32_t *tokens;     // [n]
-    // ... or (one plain row) its token in backend memory (int32; not checked against the
-    // vocabulary: the argmax_dev of an earlier step of this model wrote it). tokens is then NULL.
+    // ... or the last n_dev rows' tokens in backend memory (int32 [n_dev]; not checked against
+    // the vocabulary: an argmax_dev of this model or of its drafter wrote them), tokens then
+    // holding the first n - n_dev (NULL when n_dev = n). For one plain row or a speculative
+    // chain.
     const int32_t *tokens_dev;
+    int64_t n_dev;
     // Tree rows (speculative only): parent batch index of each row (-1 = child of the committed
     // prefix); rows must be topologically ordered (parent < row). NULL = chain. Positions are
     // n_past + depth.

@@ -626,8 +626,25 @@ static void test_pipe(void **state) {
     ds_batch both = {.n = 1, .tokens = &tok, .n_logits = 1, .argmax = &am};
     both.tokens_dev = &tok; // (CPU: backend memory is host memory)
     assert_int_equal(ds_model_forward(f.m, b, &both, NULL), DSPEC_ERR_INVALID);
-    ds_batch two = {.n = 2, .tokens_dev = &tok};
+    ds_batch two = {.n = 2, .tokens_dev = &tok, .n_dev = 2}; // (plain: one row)
     assert_int_equal(ds_model_forward(f.m, b, &two, NULL), DSPEC_ERR_INVALID);
+    const int32_t par[2] = {-1, 0};
+    ds_batch tree = {.n = 2, .tokens = prompt, .tokens_dev = &tok, .n_dev = 1, .parent = par,
+                     .speculative = true};
+    assert_int_equal(ds_model_forward(f.m, b, &tree, NULL), DSPEC_ERR_INVALID);
+    ds_batch none = {.n = 2, .tokens_dev = &tok, .n_dev = 1, .speculative = true};
+    assert_int_equal(ds_model_forward(f.m, b, &none, NULL), DSPEC_ERR_INVALID);
+    // a speculative chain whose last rows' tokens are in backend memory: the same logits
+    float *lh = malloc((size_t)(4 * f.V) * sizeof(float)), *ld = malloc((size_t)(4 * f.V) * 4);
+    ds_batch vh = {.n = 4, .tokens = prompt, .n_logits = 4, .logits = lh, .speculative = true};
+    assert_int_equal(ds_model_forward(f.m, b, &vh, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_commit(b, 0, NULL, NULL), DSPEC_OK);
+    ds_batch vd = {.n = 4, .tokens = prompt, .tokens_dev = prompt + 1, .n_dev = 3,
+                   .n_logits = 4, .logits = ld, .speculative = true};
+    assert_int_equal(ds_model_forward(f.m, b, &vd, NULL), DSPEC_OK);
+    assert_int_equal(ds_state_commit(b, 0, NULL, NULL), DSPEC_OK);
+    assert_memory_equal(lh, ld, (size_t)(4 * f.V) * sizeof(float));
+    free(lh), free(ld);
     int32_t two_am[2];
     ds_batch wide = {.n = 2, .tokens = prompt, .n_logits = 2, .argmax_dev = two_am};
     assert_int_equal(ds_model_forward(f.m, b, &wide, NULL), DSPEC_ERR_INVALID);

@@ -62,7 +62,8 @@ dspec_status ds_pipe_push(ds_pipe *p, dspec_err *err) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "pipe: %d steps already queued", DS_PIPE_MAX);
     }
     ds_backend *be = p->m->be;
-    ds_batch b = {.n = 1, .tokens_dev = p->tok_dev, .n_logits = 1, .argmax_dev = p->tok_dev};
+    ds_batch b = {.n = 1, .tokens_dev = p->tok_dev, .n_dev = 1, .n_logits = 1,
+                  .argmax_dev = p->tok_dev};
     dspec_status s = ds_model_forward(p->m, p->st, &b, err);
     if (s != DSPEC_OK) return s;
     const int i = (p->head + p->n) % DS_PIPE_MAX;

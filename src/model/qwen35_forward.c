@@ -260,10 +260,14 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
     }
     ds_tensor x = view(&a->x, hp->n_embd, n), cur = view(&a->cur, hp->n_embd, n);
     ds_tensor tmp = view(&a->tmp, hp->n_embd, n);
+    const int64_t n_host = b->tokens_dev ? n - b->n_dev : n; // (one chunk when tokens_dev)
+    if (n_host > 0) {
+        ds_tensor xh = ds_tensor_rows(&x, 0, n_host);
+        be->ops.get_rows(be, &xh, &m->token_embd.t, c->tokens);
+    }
     if (b->tokens_dev) {
-        be->ops.get_rows_dev(be, &x, &m->token_embd.t, b->tokens_dev);
-    } else {
-        be->ops.get_rows(be, &x, &m->token_embd.t, c->tokens);
+        ds_tensor xd = ds_tensor_rows(&x, n_host, b->n_dev);
+        be->ops.get_rows_dev(be, &xd, &m->token_embd.t, b->tokens_dev);
     }
     be->ops.rmsnorm(be, &cur, &x, &m->layers[0].attn_norm.t, hp->eps);
     for (int il = 0; il < hp->n_layer; il++) {
@@ -291,13 +295,16 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
 
 static dspec_status validate_batch(const ds_model *m, const ds_state *st, const ds_batch *b,
                                    dspec_err *err) {
-    if (b->n <= 0 || !b->tokens == !b->tokens_dev) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: empty batch (or tokens both on the "
-                          "host and in backend memory)");
+    const int64_t n_dev = b->tokens_dev ? b->n_dev : 0;
+    if (b->n <= 0 || (n_dev < b->n) != (b->tokens != NULL)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: empty batch (or host tokens for "
+                          "%" PRId64 " of %" PRId64 " rows)", b->n - n_dev, b->n);
     }
-    if (b->tokens_dev && (b->n != 1 || b->speculative || !m->be->ops.get_rows_dev)) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: a token in backend memory is for "
-                          "one plain row on a backend with get_rows_dev");
+    if (b->tokens_dev && (n_dev < 1 || n_dev > b->n || b->parent ||
+                          (!b->speculative && b->n != 1) || !m->be->ops.get_rows_dev)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "forward: tokens in backend memory are for "
+                          "1..n rows of one plain row or a speculative chain, on a backend with "
+                          "get_rows_dev");
     }
     if (b->argmax_dev && (b->n_logits != 1 || !m->be->ops.argmax_dev)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "forward: an argmax into backend memory is for "
@@ -319,7 +326,7 @@ static dspec_status validate_batch(const ds_model *m, const ds_state *st, const 
                           "committed");
     }
     for (int64_t i = 0; i < b->n; i++) {
-        if (b->tokens && (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab)) {
+        if (i < b->n - n_dev && (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab)) {
             return ds_err_set(err, DSPEC_ERR_INVALID, "forward: token %d at row %" PRId64
                               " outside the vocabulary of %" PRId64, b->tokens[i], i,
                               m->hp.n_vocab);
@@ -390,6 +397,7 @@ static uint64_t step_key(const ds_state *st, const ds_batch *b, const chunk *c) 
     MIX(b->logits != NULL);
     MIX(b->argmax != NULL);
     MIX((uintptr_t)b->tokens_dev);
+    MIX(b->tokens_dev ? b->n_dev : 0);
     MIX((uintptr_t)b->argmax_dev);
     MIX(b->topk);
     MIX(b->lse != NULL);

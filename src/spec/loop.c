@@ -8,6 +8,14 @@
 
 
 
+// The proposals' copy to the host (ds_draft_out.tokens_ticket), if one is still queued.
+static void draft_tokens_wait(ds_spec *s) {
+    if (s->draft.tokens_ticket < 0) return;
+    ds_backend *be = ds_model_backend(s->m);
+    be->ops.read_wait(be, s->draft.tokens_ticket);
+    s->draft.tokens_ticket = -1;
+}
+
 int64_t ds_spec_accept_greedy(const int32_t *draft, int64_t n_draft, const int32_t *target) {
     int64_t k = 0;
     while (k < n_draft && draft[k] == target[k]) k++;
@@ -95,6 +103,7 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
 
 void ds_spec_free(ds_spec *s) {
     if (!s) return;
+    draft_tokens_wait(s); // (a copy still queued into s->draft)
     free(s->verify_tok);
     free(s->target_tok);
     if (s->feats) {
@@ -158,10 +167,15 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
     return st;
 }
 
-// Stage 1: the drafter proposes up to n_prop tokens after the anchor.
+// Stage 1: the drafter proposes up to n_prop tokens after the anchor. The greedy chain takes
+// them from backend memory where the proposer leaves them there (ds_draft_out.want_dev), so its
+// verify is queued before they reach the host (ds_spec_stage_verify).
 dspec_status ds_spec_stage_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop,
                                    dspec_err *err) {
     double t0 = ds_time_now();
+    s->draft.want_dev = !s->params.sampler && s->params.tree_budget == 0;
+    s->draft.tokens_dev = NULL;
+    s->draft.tokens_ticket = -1;
     dspec_status st = s->p.propose(s->p.ctx, s->anchor, s->params.n_slots, &s->draft, err);
     *n_prop = DS_MIN(s->draft.n_tokens, max_prop);
     s->stats.t_draft += ds_time_now() - t0;
@@ -172,13 +186,18 @@ dspec_status ds_spec_stage_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop
 dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
     double t0 = ds_time_now();
     s->verify_tok[0] = s->anchor;
-    memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
+    // proposals still on their way to the host: rows 1..n_prop read them where they are
+    const bool dev = n_prop > 0 && s->draft.tokens_dev;
+    if (!dev) memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     int64_t n = n_prop + 1;
     ds_batch b = {.n = n, .tokens = s->verify_tok, .n_logits = n, .argmax = s->target_tok,
                   .logits = s->params.keep_logits ? s->target_logits : NULL,
                   .n_taps = s->p.n_taps, .tap_layers = s->p.tap_layers, .taps_dev = s->feats,
                   .speculative = true};
+    if (dev) b.tokens_dev = s->draft.tokens_dev, b.n_dev = n_prop;
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
+    draft_tokens_wait(s); // (done by now: queued before the verify, which was waited for)
+    if (dev) memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     s->stats.t_verify += ds_time_now() - t0;
     return st;
 }

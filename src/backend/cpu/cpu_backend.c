@@ -32,6 +32,17 @@ static void cpu_read(ds_backend *be, void *dst, const void *src, size_t n) {
     memcpy(dst, src, n);
 }
 
+// (ops run synchronously: the copy is complete at once; the ticket only keeps the contract)
+static int cpu_read_async(ds_backend *be, void *dst, const void *src, size_t n) {
+    DS_ASSERT(n <= DS_READ_ASYNC_BYTES);
+    cpu_read(be, dst, src, n);
+    return 0;
+}
+static void cpu_read_wait(ds_backend *be, int ticket) {
+    (void)be;
+    DS_ASSERT(ticket >= 0 && ticket < DS_READ_ASYNC_SLOTS);
+}
+
 static void cpu_copy(ds_backend *be, void *dst, const void *src, size_t n) {
     (void)be;
     memmove(dst, src, n);
@@ -105,6 +116,8 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .topk = ds_cpu_topk,
         .logsumexp = ds_cpu_logsumexp,
         .read = cpu_read,
+        .read_async = cpu_read_async,
+        .read_wait = cpu_read_wait,
         .write = cpu_read,
         .copy = cpu_copy,
         .alloc = cpu_alloc,

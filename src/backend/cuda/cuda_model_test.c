@@ -416,6 +416,27 @@ static void check_pipe(fixture *f) {
                   (long long)(s1.captures - s0.captures), (long long)(s1.replays - s0.replays));
     assert_memory_equal(got, want, sizeof(want));
     assert_true(s1.replays - s0.replays >= 150);
+    // a chain verify whose proposals are in device memory (the greedy chain's hand-over from the
+    // drafter, spec/loop.c): the logits of host tokens, bitwise, as graphs replay
+    const int64_t V = f->V;
+    float *lh = malloc((size_t)(5 * V) * 4), *ld = malloc((size_t)(5 * V) * 4);
+    int32_t *dv = f->gpu->ops.alloc(f->gpu, 4 * sizeof(int32_t));
+    f->gpu->ops.write(f->gpu, dv, k_toks + 1, 4 * sizeof(int32_t));
+    ds_cuda_graph_stats_get(f->gpu, &s0);
+    for (int r = 0; r < 4; r++) {
+        ds_batch vh = {.n = 5, .tokens = k_toks, .n_logits = 5, .logits = lh, .speculative = true};
+        ds_batch vd = vh;
+        vd.tokens_dev = dv, vd.n_dev = 4, vd.logits = ld;
+        assert_int_equal(ds_model_forward(f->mg, a, &vh, NULL), DSPEC_OK);
+        assert_int_equal(ds_state_commit(a, 0, NULL, NULL), DSPEC_OK);
+        assert_int_equal(ds_model_forward(f->mg, a, &vd, NULL), DSPEC_OK);
+        assert_int_equal(ds_state_commit(a, 0, NULL, NULL), DSPEC_OK);
+        assert_memory_equal(lh, ld, (size_t)(5 * V) * 4);
+    }
+    ds_cuda_graph_stats_get(f->gpu, &s1);
+    assert_true(ds_cuda_ok(f->gpu) && s1.replays - s0.replays >= 4);
+    f->gpu->ops.free(f->gpu, dv);
+    free(lh), free(ld);
     ds_pipe_free(p);
     ds_state_free(a), ds_state_free(b);
     ds_cuda_set_kv_bucket(f->gpu, DS_CUDA_KV_BUCKET);
