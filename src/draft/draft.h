@@ -78,11 +78,13 @@ typedef struct ds_draft_out {
     int n_cand;
     int32_t cand_ids[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
     float cand_scores[DS_DRAFT_MAX_BLOCK][DS_DRAFT_MAX_TOPK];
-    // (in) want_dev: the caller can take the tokens from backend memory. The argmax proposer on
-    // a backend with read_async then leaves them there (tokens_dev, int32 [n_tokens], valid until
-    // the next block) and queues their copy into tokens[], which is complete only after the
-    // backend's read_wait(tokens_ticket): a verify reading tokens_dev is queued before they reach
-    // the host. Otherwise tokens_dev = NULL, tokens_ticket = -1 and tokens[] is written.
+    // (in) want_dev: the caller can take the tokens from backend memory. The argmax proposer and
+    // the DSpark Markov chain without a confidence cut (threshold 0: its confidences are then not
+    // computed, left at 1), on a backend with read_async, leave them there (tokens_dev, int32
+    // [n_tokens], valid until the next block) and queue their copy into tokens[], which is
+    // complete only after the backend's read_wait(tokens_ticket): a verify reading tokens_dev is
+    // queued before they reach the host. Otherwise tokens_dev = NULL, tokens_ticket = -1 and
+    // tokens[] is written.
     bool want_dev;
     const int32_t *tokens_dev;
     int tokens_ticket;

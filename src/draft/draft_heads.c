@@ -178,6 +178,15 @@ void ds_draft_markov_chain(const ds_draft_heads_in *in, ds_draft_out *out) {
             be->ops.add(be, &s->bias, &s->bias, &row);
             be->ops.argmax_dev(be, ids + k + 1, &s->bias);
         }
+        // the caller takes the chain from backend memory (ds_draft_out.want_dev) where no gate
+        // cuts it: the confidences only ever cut proposals (threshold > 0), so they are not
+        // computed then (reported as 1)
+        if (out->want_dev && be->ops.read_async && !(hp->has_conf && in->threshold > 0.0f)) {
+            out->tokens_dev = ids + 1;
+            out->tokens_ticket = be->ops.read_async(be, out->tokens, ids + 1,
+                                                    (size_t)n * sizeof(int32_t));
+            return;
+        }
         be->ops.read(be, out->tokens, ids + 1, (size_t)n * sizeof(int32_t));
     } else { // no chain term: every slot's argmax at once (one wait, not one per slot)
         be->ops.argmax(be, out->tokens, in->logits);
