@@ -449,7 +449,8 @@ dspec_status ds_model_forward(const ds_model *m, ds_state *st, const ds_batch *b
         return DSPEC_OK;
     }
     for (int64_t r0 = 0; r0 < b->n; r0 += st->p.n_batch) {
-        chunk c = {.tokens = b->tokens ? b->tokens + r0 : NULL, .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
+        chunk c = {.tokens = b->tokens ? b->tokens + r0 : NULL,
+                   .n = DS_MIN(st->p.n_batch, b->n - r0), .row0 = r0};
         // a prompt chunk wider than a step: the backend may use its prefill kernels, whose
         // rows need not be bitwise those of single steps (backend.h prefill_mode)
         const bool pre = c.n > GRAPH_MAX_ROWS && m->be->ops.prefill_mode;
