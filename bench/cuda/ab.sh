@@ -25,6 +25,6 @@ for run in A1 B1 A2 B2; do
   timeout 240 "$D/dspec" bench --model /tmp/ab.gguf --device cuda --prompt "${PROMPT:-512}" \
     --decode 32 --reps 5 --verify "${VERIFY:-1,2,4,8,16,32}" \
     >"$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt" 2>&1
-  grep -E "^prefill|^decode \(step|^  N =" "$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt"
+  grep -E "^prefill|^decode \(step|^greedy|^  N =" "$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt"
 done
 rm -f /tmp/ab.gguf

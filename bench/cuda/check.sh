@@ -27,10 +27,10 @@ echo "=== 27B, prompt 512"
 VERIFY=${VERIFY:-1,4,8,16,32} bash bench/cuda/ab.sh 2>&1 | grep -vE "N =   1:"
 [ "${QUICK:-0}" = 1 ] && { finish; exit 0; }
 echo "=== 27B, prompt 8192"
-PROMPT=8192 VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|N =  16"
+PROMPT=8192 VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|^greedy|N =  16"
 echo "=== 35B-A3B"
-PRESET=35b-a3b VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|N =  16"
+PRESET=35b-a3b VERIFY=1,16 TESTS=0 bash bench/cuda/ab.sh 2>&1 | grep -E "^==|^prefill|^decode \(step|^greedy|N =  16"
 echo "=== B: chain step"
 TESTS=0 SPEC_STEP=1 BIN=build-carry-b bash bench/cuda/carried.sh q4_k_m 2>&1 |
-  grep -E "speculative|^decode \(step|N =  16"
+  grep -E "speculative|^decode \(step|^greedy|N =  16"
 finish
