@@ -173,9 +173,9 @@ dspec_status ds_spec_prefill(ds_spec *s, const int32_t *prompt, int64_t n, int32
 dspec_status ds_spec_stage_propose(ds_spec *s, int64_t max_prop, int64_t *n_prop,
                                    dspec_err *err) {
     double t0 = ds_time_now();
+    draft_tokens_wait(s); // (a block proposed but never verified: its copy lands first)
     s->draft.want_dev = !s->params.sampler && s->params.tree_budget == 0;
     s->draft.tokens_dev = NULL;
-    s->draft.tokens_ticket = -1;
     dspec_status st = s->p.propose(s->p.ctx, s->anchor, s->params.n_slots, &s->draft, err);
     *n_prop = DS_MIN(s->draft.n_tokens, max_prop);
     s->stats.t_draft += ds_time_now() - t0;
@@ -197,7 +197,6 @@ dspec_status ds_spec_stage_verify(ds_spec *s, int64_t n_prop, dspec_err *err) {
     if (dev) b.tokens_dev = s->draft.tokens_dev, b.n_dev = n_prop;
     dspec_status st = ds_model_forward(s->m, s->st, &b, err);
     draft_tokens_wait(s); // (done by now: queued before the verify, which was waited for)
-    if (dev) memcpy(s->verify_tok + 1, s->draft.tokens, (size_t)n_prop * sizeof(int32_t));
     s->stats.t_verify += ds_time_now() - t0;
     return st;
 }

@@ -40,13 +40,10 @@ typedef struct ds_cuda_ctx {
     cudaEvent_t stage_ev[2];
     bool stage_ev_set[2];
     int stage_half;
-    // read_async (cuda_backend.cu): pinned slots of DS_READ_ASYNC_BYTES, an event each, and
-    // where each pending slot's bytes go at read_wait (busy: not yet waited for).
+    // read_async (cuda_backend.cu): pinned slots of DS_READ_ASYNC_BYTES (ra_h), per slot an
+    // event and where its bytes go at read_wait (busy: not yet waited for).
     uint8_t *ra_h;
-    cudaEvent_t ra_ev[4];
-    void *ra_dst[4];
-    size_t ra_n[4];
-    bool ra_busy[4];
+    struct ds_cuda_ra { cudaEvent_t ev; void *dst; size_t n; bool busy; } ra[DS_READ_ASYNC_SLOTS];
     int ra_next;
     // Per-op device scratch (quantized activations, split-K partials, attention partials...).
     // Ops run in stream order, so one buffer serves all of them; it only grows.

@@ -255,14 +255,12 @@ static void cuda_read(ds_backend *be, void *dst_host, const void *src, size_t n)
     if (c->prof) prof_flush(c);
 }
 
-static_assert(sizeof(((ds_cuda_ctx *)0)->ra_ev) / sizeof(cudaEvent_t) == DS_READ_ASYNC_SLOTS,
-              "read_async slots");
-
 static void read_async_wait(ds_cuda_ctx *c, int i) {
-    if (!c->ra_busy[i]) return;
-    c->ra_busy[i] = false;
-    if (c->dead || !DS_CUDA_TRY(c, cudaEventSynchronize(c->ra_ev[i]))) return;
-    memcpy(c->ra_dst[i], c->ra_h + (size_t)i * DS_READ_ASYNC_BYTES, c->ra_n[i]);
+    ds_cuda_ctx::ds_cuda_ra *r = &c->ra[i];
+    if (!r->busy) return;
+    r->busy = false;
+    if (c->dead || !DS_CUDA_TRY(c, cudaEventSynchronize(r->ev))) return;
+    memcpy(r->dst, c->ra_h + (size_t)i * DS_READ_ASYNC_BYTES, r->n);
 }
 
 static int cuda_read_async(ds_backend *be, void *dst_host, const void *src, size_t n) {
@@ -278,7 +276,7 @@ static int cuda_read_async(ds_backend *be, void *dst_host, const void *src, size
             return i;
         }
         for (int k = 0; k < DS_READ_ASYNC_SLOTS; k++) {
-            if (!DS_CUDA_TRY(c, cudaEventCreateWithFlags(&c->ra_ev[k], cudaEventDisableTiming))) {
+            if (!DS_CUDA_TRY(c, cudaEventCreateWithFlags(&c->ra[k].ev, cudaEventDisableTiming))) {
                 return i;
             }
         }
@@ -286,12 +284,10 @@ static int cuda_read_async(ds_backend *be, void *dst_host, const void *src, size
     ds_cuda_part_flush(c); // (a held-back reduce may write src)
     uint8_t *h = c->ra_h + (size_t)i * DS_READ_ASYNC_BYTES;
     if (!DS_CUDA_TRY(c, cudaMemcpyAsync(h, src, n, cudaMemcpyDeviceToHost, c->stream)) ||
-        !DS_CUDA_TRY(c, cudaEventRecord(c->ra_ev[i], c->stream))) {
+        !DS_CUDA_TRY(c, cudaEventRecord(c->ra[i].ev, c->stream))) {
         return i;
     }
-    c->ra_dst[i] = dst_host;
-    c->ra_n[i] = n;
-    c->ra_busy[i] = true;
+    c->ra[i] = {c->ra[i].ev, dst_host, n, true};
     c->ra_next = (i + 1) % DS_READ_ASYNC_SLOTS;
     return i;
 }
@@ -393,7 +389,7 @@ static void cuda_destroy(ds_backend *be) {
     for (int i = 0; i < 2; i++) cudaEventDestroy(c->stage_ev[i]);
     if (c->ra_h) {
         cudaFreeHost(c->ra_h);
-        for (int i = 0; i < DS_READ_ASYNC_SLOTS; i++) cudaEventDestroy(c->ra_ev[i]);
+        for (int i = 0; i < DS_READ_ASYNC_SLOTS; i++) cudaEventDestroy(c->ra[i].ev);
     }
     cudaStreamDestroy(c->stream);
     free(c);
