@@ -53,6 +53,14 @@ typedef struct ds_gdn_params {
     float eps;             // L2-norm epsilon of q and k
 } ds_gdn_params;
 
+// One recurrent layer of deltanet_replay: its pending rows' conv inputs x {conv_dim, >= n} and
+// gates beta, g {H_v, >= n} (row strides as the layer's other ops see them), conv weights
+// conv_w {K, conv_dim}, and the window {conv_dim, K-1} and state {d_v * d_k, H_v} moved on.
+typedef struct ds_dn_replay {
+    ds_tensor x, beta, g, conv_w;
+    ds_tensor window, state;
+} ds_dn_replay;
+
 typedef struct ds_backend_ops {
     // y{n_out, n} = W{n_in, n_out} · x{n_in, n}, f32 in/out. x is converted to W's vec_dot type
     // per row (as llama.cpp does). `scale` (may be NULL) is a {1} f32 tensor multiplied in.
@@ -137,6 +145,14 @@ typedef struct ds_backend_ops {
                         const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
                         ds_tensor *state_out, int n_k_heads, int n_v_heads,
                         const ds_gdn_params *p);
+    // (optional; NULL: callers run conv_silu with update_window, then gated_delta with the
+    // state in place, layer by layer) Replays n rows through the conv + SiLU and the gated delta
+    // rule of n_layers recurrent layers at once -- row i of the replay is row rows[i] of each
+    // layer's x, beta, g (host array; NULL: row i) -- leaving every window and state as those
+    // two ops would (bitwise); the rows' outputs are not kept. Layers share shapes and strides.
+    void (*deltanet_replay)(ds_backend *be, int n_layers, const ds_dn_replay *layers, int64_t n,
+                            const int32_t *rows, int n_k_heads, int n_v_heads,
+                            const ds_gdn_params *p);
     // y{d, H, n} = rmsnorm(x per head of d, eps) * w{d} * silu(z) (DeltaNet output norm).
     void (*gated_rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                           const ds_tensor *z, float eps);

@@ -284,6 +284,32 @@ void ds_qwen35_deltanet_commit(const ds_model *m, ds_state *st, int il, const in
     be->ops.gated_delta(be, &o, &qkv, &beta, &g, &r->S, &r->S, hp->n_k_heads, hp->n_v_heads, &gp);
 }
 
+// The accepted rows `rows[0..n)` of every recurrent layer's pending record replayed in one
+// backend call (deltanet_replay: the same windows and states as ds_qwen35_deltanet_commit's ops).
+static void replay_layers(ds_state *st, const int32_t *rows, int64_t n) {
+    const ds_model *m = st->m;
+    const ds_model_hparams *hp = &m->hp;
+    ds_dn_replay *ls = malloc((size_t)hp->n_layer * sizeof(*ls));
+    DS_ASSERT(ls != NULL);
+    int nl = 0;
+    bool in_order = true; // rows 0 .. n-1: the backend reads them without a row list
+    for (int64_t i = 0; i < n; i++) in_order = in_order && rows[i] == i;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!hp->recurrent[il]) continue;
+        ds_rec_state *r = &st->rec[il];
+        ls[nl++] = (ds_dn_replay){.x = r->pend_qkv, .beta = r->pend_beta, .g = r->pend_g,
+                                  .conv_w = m->layers[il].ssm_conv1d.t, .window = r->window,
+                                  .state = r->S};
+    }
+    ds_gdn_params gp = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)hp->d_state),
+                        .eps = hp->eps};
+    if (nl > 0) {
+        m->be->ops.deltanet_replay(m->be, nl, ls, n, in_order ? NULL : rows, hp->n_k_heads,
+                                   hp->n_v_heads, &gp);
+    }
+    free(ls);
+}
+
 // The backend ops of commit: recurrent layers replay the accepted rows, attention layers move a
 // tree path's K/V rows to consecutive positions.
 struct commit_run {
@@ -298,9 +324,11 @@ static void commit_layers(void *arg) {
     const int64_t n_accept = r->n_accept;
     const ds_model *m = st->m;
     ds_backend *be = m->be;
+    const bool replay = be->ops.deltanet_replay && n_accept > 0; // every layer in one call
+    if (replay) replay_layers(st, rows, n_accept);
     for (int il = 0; il < m->hp.n_layer; il++) {
         if (m->hp.recurrent[il]) {
-            ds_qwen35_deltanet_commit(m, st, il, rows, n_accept);
+            if (!replay) ds_qwen35_deltanet_commit(m, st, il, rows, n_accept);
             continue;
         }
         // attention: move K/V rows of a tree path to contiguous positions

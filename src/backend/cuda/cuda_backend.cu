@@ -539,6 +539,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gdn_gates = ds_cuda_gdn_gates;
     ops.conv_silu_gates = ds_cuda_conv_silu_gates;
     ops.gated_delta = ds_cuda_gated_delta;
+    ops.deltanet_replay = ds_cuda_deltanet_replay;
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
     ops.topk = ds_cuda_topk;

@@ -120,6 +120,9 @@ void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
                          const ds_tensor *beta, const ds_tensor *g, const ds_tensor *state,
                          ds_tensor *state_out, int n_k_heads, int n_v_heads,
                          const ds_gdn_params *p);
+void ds_cuda_deltanet_replay(ds_backend *be, int n_layers, const ds_dn_replay *layers, int64_t n,
+                             const int32_t *rows, int n_k_heads, int n_v_heads,
+                             const ds_gdn_params *p);
 
 // cuda_backend.cu: false once a CUDA call has failed on this backend (every later op is then
 // skipped and logs an error). Tests check it after each comparison.

@@ -2173,6 +2173,98 @@ static void test_gated_delta(void **state) {
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_gated_delta(e, &cases[i]);
 }
 
+// deltanet_replay against conv_silu (window updated) then gated_delta (state in place) per
+// layer, bitwise (windows and states): the pending record's first n rows or a gathered path of
+// them, one row, rows across gd_kernel's tiles (17), and more layers than one launch takes (35).
+typedef struct {
+    int hk, hv;
+    int64_t d, n_pend, n;
+    int layers;
+    bool gather;
+} replay_case;
+static void run_replay(env *e, const replay_case *c) {
+    static const int32_t path[5] = {4, 0, 3, 1, 2};
+    const int64_t d = c->d, hv = c->hv, hk = c->hk, np = c->n_pend, n = c->n, K = 4;
+    const int64_t C = 2 * hk * d + hv * d;
+    const int L = c->layers;
+    const size_t xb = (size_t)(C * np) * 4, hb = (size_t)(hv * np) * 4;
+    const size_t sb = (size_t)(d * d * hv) * 4;
+    const size_t wb = (size_t)(C * K) * 4, winb = (size_t)(C * (K - 1)) * 4;
+    ds_gdn_params p = {.parent = NULL, .q_scale = 1.0f / sqrtf((float)d), .eps = 1e-6f};
+    int32_t rows[32];
+    assert_true(n <= 32 && (!c->gather || n <= 5));
+    for (int64_t i = 0; i < n; i++) rows[i] = c->gather ? path[i] : (int32_t)i;
+    ds_dn_replay *ls = calloc((size_t)L, sizeof(*ls));
+    float **win0 = calloc((size_t)L, sizeof(float *)), **s0 = calloc((size_t)L, sizeof(float *));
+    void **dev = calloc((size_t)L * 8, sizeof(void *)); // x, beta, g, w, win, S, win ref, S ref
+    assert_non_null(ls), assert_non_null(win0), assert_non_null(s0), assert_non_null(dev);
+    float *x = xmalloc(xb), *beta = xmalloc(hb), *g = xmalloc(hb), *w = xmalloc(wb);
+    for (int l = 0; l < L; l++) {
+        void **dl = dev + 8 * l;
+        win0[l] = xmalloc(winb), s0[l] = xmalloc(sb);
+        gdn_fill(e, C, hv, d, np, x, beta, g, s0[l]);
+        fill_u(e, w, C * K, 1.0f), fill_u(e, win0[l], C * (K - 1), 1.0f);
+        dl[0] = up(e, x, xb), dl[1] = up(e, beta, hb), dl[2] = up(e, g, hb), dl[3] = up(e, w, wb);
+        dl[4] = up(e, win0[l], winb), dl[5] = up(e, s0[l], sb);
+        dl[6] = up(e, win0[l], winb), dl[7] = up(e, s0[l], sb);
+        ls[l] = (ds_dn_replay){.x = ds_tensor_2d(dl[0], DS_TYPE_F32, C, np),
+                               .beta = ds_tensor_2d(dl[1], DS_TYPE_F32, hv, np),
+                               .g = ds_tensor_2d(dl[2], DS_TYPE_F32, hv, np),
+                               .conv_w = ds_tensor_2d(dl[3], DS_TYPE_F32, K, C),
+                               .window = ds_tensor_2d(dl[4], DS_TYPE_F32, C, K - 1),
+                               .state = ds_tensor_2d(dl[5], DS_TYPE_F32, d * d, hv)};
+    }
+    e->gpu->ops.deltanet_replay(e->gpu, L, ls, n, c->gather ? rows : NULL, (int)hk, (int)hv, &p);
+    // the reference: the rows gathered in order, then the two ops
+    ds_backend *gpu = e->gpu;
+    void *xg = gpu->ops.alloc(gpu, (size_t)(C * n) * 4), *qkv = gpu->ops.alloc(gpu, (size_t)(C * n) * 4);
+    void *bg = gpu->ops.alloc(gpu, (size_t)(hv * n) * 4), *gg = gpu->ops.alloc(gpu, (size_t)(hv * n) * 4);
+    void *od = gpu->ops.alloc(gpu, (size_t)(d * hv * n) * 4);
+    float *got = xmalloc(sb), *ref = xmalloc(sb);
+    for (int l = 0; l < L; l++) {
+        void **dl = dev + 8 * l;
+        for (int64_t i = 0; i < n; i++) {
+            const size_t xr = (size_t)C * 4, hr = (size_t)hv * 4;
+            gpu->ops.copy(gpu, (char *)xg + i * xr, (char *)dl[0] + rows[i] * xr, xr);
+            gpu->ops.copy(gpu, (char *)bg + i * hr, (char *)dl[1] + rows[i] * hr, hr);
+            gpu->ops.copy(gpu, (char *)gg + i * hr, (char *)dl[2] + rows[i] * hr, hr);
+        }
+        ds_tensor xt = ds_tensor_2d(xg, DS_TYPE_F32, C, n);
+        ds_tensor qt = ds_tensor_2d(qkv, DS_TYPE_F32, C, n);
+        ds_tensor wint = ds_tensor_2d(dl[6], DS_TYPE_F32, C, K - 1);
+        ds_tensor st = ds_tensor_2d(dl[7], DS_TYPE_F32, d * d, hv);
+        ds_tensor bt = ds_tensor_2d(bg, DS_TYPE_F32, hv, n);
+        ds_tensor gt = ds_tensor_2d(gg, DS_TYPE_F32, hv, n);
+        ds_tensor ot = ds_tensor_2d(od, DS_TYPE_F32, d * hv, n);
+        gpu->ops.conv_silu(gpu, &qt, &xt, &ls[l].conv_w, &wint, NULL, true);
+        gpu->ops.gated_delta(gpu, &ot, &qt, &bt, &gt, &st, &st, (int)hk, (int)hv, &p);
+        char what[96];
+        snprintf(what, sizeof(what), "deltanet_replay d=%lld n=%lld layer %d/%d%s", (long long)d,
+                 (long long)n, l, L, c->gather ? " gathered" : "");
+        down(e, got, dl[5], sb), down(e, ref, dl[7], sb);
+        expect_bitwise(what, got, ref, d * d * hv);
+        assert_true(memcmp(got, s0[l], sb) != 0); // (the state moved)
+        down(e, got, dl[4], winb), down(e, ref, dl[6], winb);
+        expect_bitwise(what, got, ref, C * (K - 1));
+        assert_true(memcmp(got, win0[l], winb) != 0);
+        for (int j = 0; j < 8; j++) dfree(e, dl[j]);
+        free(win0[l]), free(s0[l]);
+    }
+    dfree(e, xg), dfree(e, qkv), dfree(e, bg), dfree(e, gg), dfree(e, od);
+    free(x), free(beta), free(g), free(w), free(got), free(ref);
+    free(ls), free(win0), free(s0), free(dev);
+}
+
+static void test_deltanet_replay(void **state) {
+    ENV(state);
+    static const replay_case cases[] = {
+        {16, 48, 128, 16, 1, 3, false}, {16, 48, 128, 16, 5, 2, false},
+        {16, 48, 128, 17, 17, 2, false}, {16, 48, 128, 16, 5, 2, true},
+        {2, 4, 64, 8, 3, 35, false},     {1, 2, 256, 12, 9, 2, false},
+        {2, 2, 32, 6, 4, 2, true},       {2, 2, 32, 6, 2, 2, true}};
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_replay(e, &cases[i]);
+}
+
 // The gated delta rule over a prompt chunk (gated_delta_chunk.cu: a chain of >= 65 rows in
 // prefill mode runs the chunked form, launches of GD_PREFILL_ROWS rows): against the CPU (output
 // and final state), odd heads with decays near 1 so that the state carried from chunk to chunk
@@ -2327,7 +2419,8 @@ int main(void) {
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_conv_silu_gates), cmocka_unit_test(test_gdn_gates),
-        cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_dyn_conv),
+        cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_deltanet_replay),
+        cmocka_unit_test(test_dyn_conv),
         cmocka_unit_test(test_gated_delta_prefill),
         cmocka_unit_test(test_staging),
     };

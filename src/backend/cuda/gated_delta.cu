@@ -40,14 +40,54 @@ extern "C" {
 // (gated_delta_chunk.cu) run GD_PREFILL_ROWS rows per launch.
 enum { GD_J = 16, GD_L = 8, GD_PREFILL_ROWS = 4096, GD_THREADS = GD_J * GD_L };
 
+// The replay form (deltanet_replay: the accepted rows of a speculative step, every recurrent
+// layer in one launch, blockIdx.z = layer): a layer's pointers, and where its rows come from.
+enum { GD_REPLAY_MAX = 32 }; // layers per launch (the pointer tables stay in the 4 KiB of params)
+enum { GD_CONV_MAX_K = 16 }; // (deltanet.cu's CONV_MAX_K)
+struct gd_replay_args {
+    gd_args a; // shapes, strides, q_scale, eps, n (its pointers unused)
+    const char *x[GD_REPLAY_MAX], *beta[GD_REPLAY_MAX], *g[GD_REPLAY_MAX];
+    const float *w[GD_REPLAY_MAX]; // conv weights {K, conv_dim}
+    float *win[GD_REPLAY_MAX];     // conv windows {conv_dim, K - 1} (rows of conv_dim floats)
+    float *S[GD_REPLAY_MAX];       // states, moved on in place
+    int K;
+    const int32_t *rows; // device [n]: replay row i is pending row rows[i]; NULL: row i
+};
+static_assert(sizeof(gd_replay_args) <= 4096, "gd_replay_args: kernel parameter space");
+
+// What gd_body's replay form reads besides gd_args: layer z's conv and the row list.
+struct gd_rx {
+    const float *w, *win;
+    int K;
+    const int32_t *rows;
+};
+
+// silu(conv) of channel ch for replay row t, with conv_silu_kernel's products and sums (input s
+// of the replayed chain: pending row rows[s], or window row K - 1 + s for s < 0).
+__device__ __forceinline__ float gd_conv(const gd_args &a, const gd_rx &rx, int64_t t,
+                                         int64_t ch) {
+    const int64_t C = a.qkv_nb1 / 4; // (x rows and window rows: conv_dim floats)
+    float s = 0.0f;
+    for (int j = 0; j < rx.K; j++) {
+        const int64_t i = t - (rx.K - 1) + j;
+        const float v = i < 0 ? rx.win[(rx.K - 1 + i) * C + ch]
+                              : ((const float *)(a.qkv + (rx.rows ? rx.rows[i] : i) *
+                                                                 a.qkv_nb1))[ch];
+        s = __fadd_rn(s, __fmul_rn(rx.w[ch * rx.K + j], v));
+    }
+    return ds_cu_silu(s);
+}
+
 // q and k are staged raw and normalised in the block (the tile's vectors shared by its warps,
-// GD_NV at a time each).
+// GD_NV at a time each). RP (replay): the rows' conv outputs are computed while staging (k and
+// v only: no output is written, so q is never needed), the state's arithmetic unchanged -- the
+// same bits as conv_silu then gd_kernel.
 enum { GD_NV = 8 };
-template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+template <int DK, bool RP>
+__device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
     // float4 chunks per thread and per row, float4s per vector, rows per tile
     constexpr int M = DK / (4 * GD_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8, NT = GD_THREADS;
-    __shared__ float4 sk[2][T][C4], sq[2][T][C4];
+    __shared__ float4 sk[2][T][C4], sq[RP ? 1 : 2][RP ? 1 : T][C4];
     __shared__ float sv[2][T][GD_J], sb[2][T], sg[2][T];
     __shared__ int ssrc[2][T], sdst[2][T];
     const int h = blockIdx.y, kh = h % a.hk, tid = threadIdx.x;
@@ -55,37 +95,54 @@ template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel
     const size_t hs = (size_t)DK * (size_t)a.dv;
     auto issue = [&](int buf, int tt) { // tile [tt, tt + T) into buffer buf, one commit group
         const int nt = min(T, a.n - tt);
-        for (int i = tid; i < nt * C4; i += NT) {
-            const int t = i / C4, e = i % C4;
-            const float *row = (const float *)(a.qkv + (a.t0 + tt + t) * a.qkv_nb1);
-            const float *q = row + (int64_t)kh * DK + 4 * e, *k = q + (int64_t)a.hk * DK;
-            if (a.async16) {
-                cp_async16(smem_addr(&sq[buf][t][e]), q);
-                cp_async16(smem_addr(&sk[buf][t][e]), k);
-            } else {
+        if constexpr (RP) { // (computed here: the other buffer's readers are done)
+            const int64_t kc = (int64_t)(a.hk + kh) * DK, vc = 2 * (int64_t)a.hk * DK;
+            for (int i = tid; i < nt * DK; i += NT) {
+                const int t = i / DK, e = i % DK;
+                ((float *)sk[buf][t])[e] = gd_conv(a, rx, tt + t, kc + e);
+            }
+            for (int i = tid; i < nt * GD_J; i += NT) {
+                const int t = i / GD_J, e = i % GD_J;
+                sv[buf][t][e] = gd_conv(a, rx, tt + t, vc + (int64_t)h * a.dv + j0 + e);
+            }
+            if (tid < nt) {
+                const int64_t row = rx.rows ? rx.rows[tt + tid] : tt + tid;
+                sb[buf][tid] = ((const float *)(a.beta + row * a.beta_nb1))[h];
+                sg[buf][tid] = ((const float *)(a.g + row * a.g_nb1))[h];
+            }
+        } else {
+            for (int i = tid; i < nt * C4; i += NT) {
+                const int t = i / C4, e = i % C4;
+                const float *row = (const float *)(a.qkv + (a.t0 + tt + t) * a.qkv_nb1);
+                const float *q = row + (int64_t)kh * DK + 4 * e, *k = q + (int64_t)a.hk * DK;
+                if (a.async16) {
+                    cp_async16(smem_addr(&sq[buf][t][e]), q);
+                    cp_async16(smem_addr(&sk[buf][t][e]), k);
+                } else {
 #pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    cp_async4(smem_addr((float *)&sq[buf][t][e] + x), q + x);
-                    cp_async4(smem_addr((float *)&sk[buf][t][e] + x), k + x);
+                    for (int x = 0; x < 4; x++) {
+                        cp_async4(smem_addr((float *)&sq[buf][t][e] + x), q + x);
+                        cp_async4(smem_addr((float *)&sk[buf][t][e] + x), k + x);
+                    }
                 }
             }
-        }
-        for (int i = tid; i < nt * GD_J; i += NT) {
-            const int t = i / GD_J, e = i % GD_J;
-            const int64_t row = a.t0 + tt + t;
-            const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + 2 * (int64_t)a.hk * DK;
-            cp_async4(smem_addr(&sv[buf][t][e]), v + (int64_t)h * a.dv + j0 + e);
-        }
-        if (tid < nt) {
-            const int64_t row = a.t0 + tt + tid;
-            cp_async4(smem_addr(&sb[buf][tid]), (const float *)(a.beta + row * a.beta_nb1) + h);
-            cp_async4(smem_addr(&sg[buf][tid]), (const float *)(a.g + row * a.g_nb1) + h);
-            if (a.src) {
-                cp_async4(smem_addr(&ssrc[buf][tid]), a.src + row);
-                cp_async4(smem_addr(&sdst[buf][tid]), a.dst + row);
+            for (int i = tid; i < nt * GD_J; i += NT) {
+                const int t = i / GD_J, e = i % GD_J;
+                const int64_t row = a.t0 + tt + t;
+                const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + 2 * (int64_t)a.hk * DK;
+                cp_async4(smem_addr(&sv[buf][t][e]), v + (int64_t)h * a.dv + j0 + e);
             }
+            if (tid < nt) {
+                const int64_t row = a.t0 + tt + tid;
+                cp_async4(smem_addr(&sb[buf][tid]), (const float *)(a.beta + row * a.beta_nb1) + h);
+                cp_async4(smem_addr(&sg[buf][tid]), (const float *)(a.g + row * a.g_nb1) + h);
+                if (a.src) {
+                    cp_async4(smem_addr(&ssrc[buf][tid]), a.src + row);
+                    cp_async4(smem_addr(&sdst[buf][tid]), a.dst + row);
+                }
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
     };
     // this thread's part of a head's state at base: row j0 + jc, its key chunks
     auto load = [&](float4 (&S)[M], const float *base) {
@@ -102,35 +159,39 @@ template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel
     float o = 0.0f;
     int64_t o_row = -1; // its row, -1 before the first
     auto put = [&](float ov, int64_t row) {
-        if (l == 0 && row >= 0) a.out[row * a.out_nb1 + (int64_t)h * a.dv + j0 + jc] = ov;
+        if (!RP && l == 0 && row >= 0) a.out[row * a.out_nb1 + (int64_t)h * a.dv + j0 + jc] = ov;
     };
     issue(0, 0);
     float4 S[M];
     load(S, a.s_in + (size_t)h * hs);
     for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= 1) {
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        if constexpr (!RP) asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads(); // tile tt is in every thread's view; the other buffer's readers are done
         if (tt + T < a.n) issue(buf ^ 1, tt + T);
         const int nt = min(T, a.n - tt);
-        { // vector p = (row p / 2, q or k); warp w takes p = w, w + NW, ...
-            constexpr int NW = NT / 32;
+        { // vector p = (row p / 2, q or k) (RP: row p's k); warp w takes p = w, w + NW, ...
+            constexpr int NW = NT / 32, NP = RP ? 1 : 2;
             const int warp = tid >> 5, lane = tid & 31;
-            for (int p0 = warp; p0 < 2 * nt; p0 += NW * GD_NV) {
+            for (int p0 = warp; p0 < NP * nt; p0 += NW * GD_NV) {
                 float x[GD_NV][DK / 32], num[GD_NV], sc[GD_NV];
+                auto vec = [&](int p) -> float * {
+                    if constexpr (RP) return (float *)sk[buf][p];
+                    return (float *)((p & 1) ? sk[buf][p >> 1] : sq[buf][p >> 1]);
+                };
 #pragma unroll
                 for (int i = 0; i < GD_NV; i++) { // (past the tile: stale values, not stored)
-                    const int p = min(p0 + NW * i, 2 * T - 1);
-                    const float *v = (const float *)((p & 1) ? sk[buf][p >> 1] : sq[buf][p >> 1]);
+                    const int p = min(p0 + NW * i, NP * T - 1);
+                    const float *v = vec(p);
 #pragma unroll
                     for (int r = 0; r < DK / 32; r++) x[i][r] = v[lane + 32 * r];
-                    num[i] = (p & 1) ? 1.0f : a.q_scale;
+                    num[i] = (RP || (p & 1)) ? 1.0f : a.q_scale;
                 }
                 gd_norm_factors<DK, GD_NV>(x, num, a.eps, sc);
 #pragma unroll
                 for (int i = 0; i < GD_NV; i++) {
                     const int p = p0 + NW * i;
-                    if (p >= 2 * nt) break;
-                    float *v = (float *)((p & 1) ? sk[buf][p >> 1] : sq[buf][p >> 1]);
+                    if (p >= NP * nt) break;
+                    float *v = vec(p);
 #pragma unroll
                     for (int r = 0; r < DK / 32; r++) v[lane + 32 * r] = __fmul_rn(x[i][r], sc[i]);
                 }
@@ -161,22 +222,24 @@ template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel
 #pragma unroll
             for (int x = 1; x < GD_L; x *= 2) {
                 u = __fadd_rn(u, __shfl_xor_sync(~0u, u, x));
-                o = __fadd_rn(o, __shfl_xor_sync(~0u, o, x));
+                if constexpr (!RP) o = __fadd_rn(o, __shfl_xor_sync(~0u, o, x));
             }
             put(o, o_row);
             const float delta = __fmul_rn(beta, __fmaf_rn(-decay, u, sv[buf][t][jc]));
             float o4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int m = 0; m < M; m++) {
-                const float4 q = sq[buf][t][l + GD_L * m];
                 S[m].x = __fmaf_rn(S[m].x, decay, __fmul_rn(k[m].x, delta));
                 S[m].y = __fmaf_rn(S[m].y, decay, __fmul_rn(k[m].y, delta));
                 S[m].z = __fmaf_rn(S[m].z, decay, __fmul_rn(k[m].z, delta));
                 S[m].w = __fmaf_rn(S[m].w, decay, __fmul_rn(k[m].w, delta));
-                o4[0] = __fmaf_rn(S[m].x, q.x, o4[0]);
-                o4[1] = __fmaf_rn(S[m].y, q.y, o4[1]);
-                o4[2] = __fmaf_rn(S[m].z, q.z, o4[2]);
-                o4[3] = __fmaf_rn(S[m].w, q.w, o4[3]);
+                if constexpr (!RP) {
+                    const float4 q = sq[buf][t][l + GD_L * m];
+                    o4[0] = __fmaf_rn(S[m].x, q.x, o4[0]);
+                    o4[1] = __fmaf_rn(S[m].y, q.y, o4[1]);
+                    o4[2] = __fmaf_rn(S[m].z, q.z, o4[2]);
+                    o4[3] = __fmaf_rn(S[m].w, q.w, o4[3]);
+                }
             }
             o = __fadd_rn(__fadd_rn(o4[0], o4[1]), __fadd_rn(o4[2], o4[3]));
             o_row = a.t0 + tt + t;
@@ -190,6 +253,40 @@ template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel
     for (int x = 1; x < GD_L; x *= 2) o = __fadd_rn(o, __shfl_xor_sync(~0u, o, x)); // last row's o
     put(o, o_row);
     if (a.s_out) store(S, a.s_out + (size_t)h * hs);
+}
+
+template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    gd_body<DK, false>(a, gd_rx{});
+}
+
+// Layer blockIdx.z of a replay launch.
+template <int DK>
+static __global__ __launch_bounds__(GD_THREADS) void gd_replay_kernel(
+    const __grid_constant__ gd_replay_args r) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int z = blockIdx.z;
+    gd_args a = r.a;
+    a.qkv = r.x[z], a.beta = r.beta[z], a.g = r.g[z];
+    a.s_in = r.S[z], a.s_out = r.S[z];
+    gd_body<DK, true>(a, gd_rx{r.w[z], r.win[z], r.K, r.rows});
+}
+
+// After a replay launch: each layer's window becomes the last K - 1 inputs of [window rows,
+// replayed rows] (a thread per channel, reading before it writes; conv_silu's update).
+static __global__ __launch_bounds__(256) void gd_replay_window_kernel(
+    const __grid_constant__ gd_replay_args r, int64_t C) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t ch = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (ch >= C) return;
+    const int z = blockIdx.y, K1 = r.K - 1, n = r.a.n;
+    float v[GD_CONV_MAX_K - 1];
+    for (int j = 0; j < K1; j++) {
+        const int64_t i = n - K1 + j;
+        v[j] = i < 0 ? r.win[z][(K1 + i) * C + ch]
+                     : ((const float *)(r.x[z] + (r.rows ? r.rows[i] : i) * r.a.qkv_nb1))[ch];
+    }
+    for (int j = 0; j < K1; j++) r.win[z][j * C + ch] = v[j];
 }
 
 // Prompt chunks (prefill mode, >= DS_CUDA_PREFILL_MIN_ROWS rows of a chain that updates the
@@ -299,4 +396,74 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     }
     gd_run(c, a, dk);
     ds_cuda_launched(c, "gated_delta");
+}
+
+template <int DK> static void gd_replay_launch(ds_cuda_ctx *c, const gd_replay_args &r, int nl) {
+    const dim3 grid((unsigned)(r.a.dv / GD_J), (unsigned)r.a.hv, (unsigned)nl);
+    ds_cu_launch(c, gd_replay_kernel<DK>, grid, GD_THREADS, 0, r);
+}
+
+extern "C" void ds_cuda_deltanet_replay(ds_backend *be, int n_layers, const ds_dn_replay *ls,
+                                        int64_t n, const int32_t *rows, int n_k_heads,
+                                        int n_v_heads, const ds_gdn_params *p) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "deltanet_replay")) return;
+    DS_ASSERT(n_layers >= 0 && !p->parent);
+    if (n == 0 || n_layers == 0) return;
+    const ds_dn_replay *l0 = &ls[0];
+    const int64_t hv = n_v_heads, hk = n_k_heads, C = l0->x.ne[0], K = l0->conv_w.ne[0];
+    const int64_t sz = l0->state.ne[0];
+    int64_t dk = 0, dv = 0; // d_k * d_v = sz, 2 H_k d_k + H_v d_v = C
+    for (int64_t d = 32; d <= 256; d *= 2) {
+        if (sz % d == 0 && 2 * hk * d + hv * (sz / d) == C) dk = d, dv = sz / d;
+    }
+    DS_ASSERT(dk > 0 && hv % hk == 0 && dv % GD_J == 0 && hv <= 65535);
+    DS_ASSERT(K >= 1 && K <= GD_CONV_MAX_K && n <= l0->x.ne[1] && n <= l0->beta.ne[1]);
+    for (int i = 0; i < n_layers; i++) { // every layer: the first's shapes and strides
+        const ds_dn_replay *l = &ls[i];
+        DS_ASSERT(l->x.ne[0] == C && l->x.ne[1] == l0->x.ne[1] && l->x.nb[0] == 4 &&
+                  l->x.nb[1] == (size_t)C * 4);
+        DS_ASSERT(l->beta.ne[0] == hv && l->g.ne[0] == hv && l->beta.nb[0] == 4 &&
+                  l->g.nb[0] == 4 && l->beta.nb[1] == l0->beta.nb[1] &&
+                  l->g.nb[1] == l0->g.nb[1] && l->beta.ne[1] >= n && l->g.ne[1] >= n);
+        DS_ASSERT(l->conv_w.type == DS_TYPE_F32 && l->conv_w.ne[0] == K &&
+                  l->conv_w.ne[1] == C && l->conv_w.nb[1] == (size_t)K * 4);
+        DS_ASSERT(l->window.ne[0] == C && l->window.ne[1] == K - 1 &&
+                  ds_tensor_is_contiguous(&l->window));
+        DS_ASSERT(l->state.ne[0] == sz && l->state.ne[1] == hv &&
+                  ds_tensor_is_contiguous(&l->state) && (uintptr_t)l->state.data % 16 == 0);
+    }
+    gd_replay_args r;
+    memset(&r, 0, sizeof(r));
+    r.a.qkv_nb1 = (int64_t)l0->x.nb[1];
+    r.a.beta_nb1 = (int64_t)l0->beta.nb[1], r.a.g_nb1 = (int64_t)l0->g.nb[1];
+    r.a.dv = (int)dv, r.a.hk = (int)hk, r.a.hv = (int)hv, r.a.n = (int)n;
+    r.a.q_scale = p->q_scale, r.a.eps = p->eps;
+    r.K = (int)K;
+    if (rows) {
+        for (int64_t i = 0; i < n; i++) DS_ASSERT(rows[i] >= 0 && rows[i] < l0->x.ne[1]);
+        r.rows = (const int32_t *)ds_cuda_stage(c, rows, (size_t)n * 4);
+        if (!r.rows) return;
+    }
+    for (int i0 = 0; i0 < n_layers; i0 += GD_REPLAY_MAX) {
+        const int nl = DS_MIN(n_layers - i0, (int)GD_REPLAY_MAX);
+        for (int i = 0; i < nl; i++) {
+            const ds_dn_replay *l = &ls[i0 + i];
+            r.x[i] = (const char *)l->x.data;
+            r.beta[i] = (const char *)l->beta.data, r.g[i] = (const char *)l->g.data;
+            r.w[i] = (const float *)l->conv_w.data, r.win[i] = (float *)l->window.data;
+            r.S[i] = (float *)l->state.data;
+        }
+        switch (dk) { // the states, reading the old windows ...
+        case 32: gd_replay_launch<32>(c, r, nl); break;
+        case 64: gd_replay_launch<64>(c, r, nl); break;
+        case 128: gd_replay_launch<128>(c, r, nl); break;
+        default: gd_replay_launch<256>(c, r, nl); break;
+        }
+        if (K > 1) { // ... then the windows
+            const dim3 grid((unsigned)((C + 255) / 256), (unsigned)nl);
+            ds_cu_launch(c, gd_replay_window_kernel, grid, 256, 0, r, C);
+        }
+    }
+    ds_cuda_launched(c, "deltanet_replay");
 }
