@@ -63,17 +63,27 @@ struct gd_rx {
 };
 
 // silu(conv) of channel ch for replay row t, with conv_silu_kernel's products and sums (input s
-// of the replayed chain: pending row rows[s], or window row K - 1 + s for s < 0).
+// of the replayed chain: pending row rows[s], or window row K - 1 + s for s < 0). KT: the
+// kernel width when known at compile time (4, Qwen3.5's: the loads issue together), else 0.
+template <int KT>
 __device__ __forceinline__ float gd_conv(const gd_args &a, const gd_rx &rx, int64_t t,
                                          int64_t ch) {
+    constexpr int KA = KT > 0 ? KT : GD_CONV_MAX_K;
+    const int K = KT > 0 ? KT : rx.K;
     const int64_t C = a.qkv_nb1 / 4; // (x rows and window rows: conv_dim floats)
+    float v[KA];
+#pragma unroll
+    for (int j = 0; j < KA; j++) {
+        if (j >= K) break;
+        const int64_t i = t - (K - 1) + j;
+        v[j] = i < 0 ? rx.win[(K - 1 + i) * C + ch]
+                     : ((const float *)(a.qkv + (rx.rows ? rx.rows[i] : i) * a.qkv_nb1))[ch];
+    }
     float s = 0.0f;
-    for (int j = 0; j < rx.K; j++) {
-        const int64_t i = t - (rx.K - 1) + j;
-        const float v = i < 0 ? rx.win[(rx.K - 1 + i) * C + ch]
-                              : ((const float *)(a.qkv + (rx.rows ? rx.rows[i] : i) *
-                                                                 a.qkv_nb1))[ch];
-        s = __fadd_rn(s, __fmul_rn(rx.w[ch * rx.K + j], v));
+#pragma unroll
+    for (int j = 0; j < KA; j++) {
+        if (j >= K) break;
+        s = __fadd_rn(s, __fmul_rn(rx.w[ch * K + j], v[j]));
     }
     return ds_cu_silu(s);
 }
@@ -83,7 +93,7 @@ __device__ __forceinline__ float gd_conv(const gd_args &a, const gd_rx &rx, int6
 // v only: no output is written, so q is never needed), the state's arithmetic unchanged -- the
 // same bits as conv_silu then gd_kernel.
 enum { GD_NV = 8 };
-template <int DK, bool RP>
+template <int DK, bool RP, int KT>
 __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
     // float4 chunks per thread and per row, float4s per vector, rows per tile
     constexpr int M = DK / (4 * GD_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8, NT = GD_THREADS;
@@ -97,13 +107,23 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
         const int nt = min(T, a.n - tt);
         if constexpr (RP) { // (computed here: the other buffer's readers are done)
             const int64_t kc = (int64_t)(a.hk + kh) * DK, vc = 2 * (int64_t)a.hk * DK;
-            for (int i = tid; i < nt * DK; i += NT) {
-                const int t = i / DK, e = i % DK;
-                ((float *)sk[buf][t])[e] = gd_conv(a, rx, tt + t, kc + e);
+            constexpr int U = 4; // elements per thread whose loads are in flight together
+            for (int i0 = tid; i0 < nt * DK; i0 += U * NT) {
+                float x[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int i = min(i0 + u * NT, nt * DK - 1);
+                    x[u] = gd_conv<KT>(a, rx, tt + i / DK, kc + i % DK);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int i = i0 + u * NT;
+                    if (i < nt * DK) ((float *)sk[buf][i / DK])[i % DK] = x[u];
+                }
             }
             for (int i = tid; i < nt * GD_J; i += NT) {
                 const int t = i / GD_J, e = i % GD_J;
-                sv[buf][t][e] = gd_conv(a, rx, tt + t, vc + (int64_t)h * a.dv + j0 + e);
+                sv[buf][t][e] = gd_conv<KT>(a, rx, tt + t, vc + (int64_t)h * a.dv + j0 + e);
             }
             if (tid < nt) {
                 const int64_t row = rx.rows ? rx.rows[tt + tid] : tt + tid;
@@ -257,11 +277,11 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
 
 template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    gd_body<DK, false>(a, gd_rx{});
+    gd_body<DK, false, 0>(a, gd_rx{});
 }
 
-// Layer blockIdx.z of a replay launch.
-template <int DK>
+// Layer blockIdx.z of a replay launch (KT: gd_conv's).
+template <int DK, int KT>
 static __global__ __launch_bounds__(GD_THREADS) void gd_replay_kernel(
     const __grid_constant__ gd_replay_args r) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
@@ -269,24 +289,33 @@ static __global__ __launch_bounds__(GD_THREADS) void gd_replay_kernel(
     gd_args a = r.a;
     a.qkv = r.x[z], a.beta = r.beta[z], a.g = r.g[z];
     a.s_in = r.S[z], a.s_out = r.S[z];
-    gd_body<DK, true>(a, gd_rx{r.w[z], r.win[z], r.K, r.rows});
+    gd_body<DK, true, KT>(a, gd_rx{r.w[z], r.win[z], r.K, r.rows});
 }
 
-// After a replay launch: each layer's window becomes the last K - 1 inputs of [window rows,
-// replayed rows] (a thread per channel, reading before it writes; conv_silu's update).
+// After the replay launches: each layer's window becomes the last K - 1 inputs of [window
+// rows, replayed rows] (a thread per channel and layer, reading before it writes; conv_silu's
+// update), up to GD_WINDOW_MAX layers per launch.
+enum { GD_WINDOW_MAX = 64 };
+struct gd_window_args {
+    const char *x[GD_WINDOW_MAX];
+    float *win[GD_WINDOW_MAX];
+    int64_t x_nb1, C;
+    const int32_t *rows;
+    int K, n;
+};
 static __global__ __launch_bounds__(256) void gd_replay_window_kernel(
-    const __grid_constant__ gd_replay_args r, int64_t C) {
+    const __grid_constant__ gd_window_args w) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int64_t ch = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (ch >= C) return;
-    const int z = blockIdx.y, K1 = r.K - 1, n = r.a.n;
+    if (ch >= w.C) return;
+    const int z = blockIdx.y, K1 = w.K - 1, n = w.n;
     float v[GD_CONV_MAX_K - 1];
     for (int j = 0; j < K1; j++) {
         const int64_t i = n - K1 + j;
-        v[j] = i < 0 ? r.win[z][(K1 + i) * C + ch]
-                     : ((const float *)(r.x[z] + (r.rows ? r.rows[i] : i) * r.a.qkv_nb1))[ch];
+        v[j] = i < 0 ? w.win[z][(K1 + i) * w.C + ch]
+                     : ((const float *)(w.x[z] + (w.rows ? w.rows[i] : i) * w.x_nb1))[ch];
     }
-    for (int j = 0; j < K1; j++) r.win[z][j * C + ch] = v[j];
+    for (int j = 0; j < K1; j++) w.win[z][j * w.C + ch] = v[j];
 }
 
 // Prompt chunks (prefill mode, >= DS_CUDA_PREFILL_MIN_ROWS rows of a chain that updates the
@@ -400,7 +429,8 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
 
 template <int DK> static void gd_replay_launch(ds_cuda_ctx *c, const gd_replay_args &r, int nl) {
     const dim3 grid((unsigned)(r.a.dv / GD_J), (unsigned)r.a.hv, (unsigned)nl);
-    ds_cu_launch(c, gd_replay_kernel<DK>, grid, GD_THREADS, 0, r);
+    ds_cu_launch(c, r.K == 4 ? gd_replay_kernel<DK, 4> : gd_replay_kernel<DK, 0>, grid,
+                 GD_THREADS, 0, r);
 }
 
 extern "C" void ds_cuda_deltanet_replay(ds_backend *be, int n_layers, const ds_dn_replay *ls,
@@ -445,7 +475,7 @@ extern "C" void ds_cuda_deltanet_replay(ds_backend *be, int n_layers, const ds_d
         r.rows = (const int32_t *)ds_cuda_stage(c, rows, (size_t)n * 4);
         if (!r.rows) return;
     }
-    for (int i0 = 0; i0 < n_layers; i0 += GD_REPLAY_MAX) {
+    for (int i0 = 0; i0 < n_layers; i0 += GD_REPLAY_MAX) { // the states, reading the windows ...
         const int nl = DS_MIN(n_layers - i0, (int)GD_REPLAY_MAX);
         for (int i = 0; i < nl; i++) {
             const ds_dn_replay *l = &ls[i0 + i];
@@ -454,16 +484,23 @@ extern "C" void ds_cuda_deltanet_replay(ds_backend *be, int n_layers, const ds_d
             r.w[i] = (const float *)l->conv_w.data, r.win[i] = (float *)l->window.data;
             r.S[i] = (float *)l->state.data;
         }
-        switch (dk) { // the states, reading the old windows ...
+        switch (dk) {
         case 32: gd_replay_launch<32>(c, r, nl); break;
         case 64: gd_replay_launch<64>(c, r, nl); break;
         case 128: gd_replay_launch<128>(c, r, nl); break;
         default: gd_replay_launch<256>(c, r, nl); break;
         }
-        if (K > 1) { // ... then the windows
-            const dim3 grid((unsigned)((C + 255) / 256), (unsigned)nl);
-            ds_cu_launch(c, gd_replay_window_kernel, grid, 256, 0, r, C);
+    }
+    gd_window_args wa;
+    memset(&wa, 0, sizeof(wa));
+    wa.x_nb1 = r.a.qkv_nb1, wa.C = C, wa.rows = r.rows, wa.K = (int)K, wa.n = (int)n;
+    for (int i0 = 0; i0 < n_layers && K > 1; i0 += GD_WINDOW_MAX) { // ... then the windows
+        const int nl = DS_MIN(n_layers - i0, (int)GD_WINDOW_MAX);
+        for (int i = 0; i < nl; i++) {
+            wa.x[i] = (const char *)ls[i0 + i].x.data, wa.win[i] = (float *)ls[i0 + i].window.data;
         }
+        const dim3 grid((unsigned)((C + 255) / 256), (unsigned)nl);
+        ds_cu_launch(c, gd_replay_window_kernel, grid, 256, 0, wa);
     }
     ds_cuda_launched(c, "deltanet_replay");
 }
