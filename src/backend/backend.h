@@ -101,6 +101,11 @@ typedef struct ds_backend_ops {
     // Copies x {ne0, n} (f32) into rows [row0, row0+n) of dst {ne0, n_ctx} (F32 or F16),
     // converting.
     void (*store_rows)(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+    // (optional; NULL: callers copy row by row) In each of n_bufs buffers of backend memory with
+    // rows row_bytes apart (a multiple of 4), row dst[i] = row src[i] for i = 0 .. n-1 in that
+    // order (host arrays): the result of those n copies one after another, in one call.
+    void (*move_rows)(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes, int64_t n,
+                      const int64_t *src, const int64_t *dst);
     // (optional; NULL: callers run the six ops) The attention prologue of a batch in one call,
     // bitwise those ops in this order: rmsnorm(q, wq) and rmsnorm(k, wk) per head (eps, in
     // place), rope_neox(q) and rope_neox(k) (pos, n_rot, base), store_rows(kc, row0, k as

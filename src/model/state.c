@@ -310,6 +310,41 @@ static void replay_layers(ds_state *st, const int32_t *rows, int64_t n) {
     free(ls);
 }
 
+// A tree path's K/V rows moved to consecutive positions in every attention layer with one
+// move_rows call (its moves in path order, as the row-by-row copies below). False where the
+// cache rows are not whole 4-byte words (the caller copies row by row).
+static bool move_kv_rows(ds_state *st, const int32_t *rows, int64_t n) {
+    const ds_model *m = st->m;
+    int64_t n_moves = 0, n_att = 0;
+    size_t rb = 0;
+    for (int64_t i = 0; i < n; i++) n_moves += rows[i] != i;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (m->hp.recurrent[il]) continue;
+        rb = st->kv[il].k.nb[1];
+        n_att++;
+    }
+    if (n_moves == 0 || n_att == 0) return true;
+    if (rb % 4 != 0) return false;
+    int64_t *idx = malloc((size_t)n_moves * 2 * sizeof(int64_t));
+    void **bufs = malloc((size_t)n_att * 2 * sizeof(void *));
+    DS_ASSERT(idx != NULL && bufs != NULL);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i] == i) continue;
+        idx[k] = st->n_past + rows[i], idx[n_moves + k] = st->n_past + i;
+        k++;
+    }
+    int nb = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (m->hp.recurrent[il]) continue;
+        DS_ASSERT(st->kv[il].k.nb[1] == rb && st->kv[il].v.nb[1] == rb);
+        bufs[nb++] = st->kv[il].k.data, bufs[nb++] = st->kv[il].v.data;
+    }
+    m->be->ops.move_rows(m->be, nb, bufs, rb, n_moves, idx, idx + n_moves);
+    free(idx), free(bufs);
+    return true;
+}
+
 // The backend ops of commit: recurrent layers replay the accepted rows, attention layers move a
 // tree path's K/V rows to consecutive positions.
 struct commit_run {
@@ -324,13 +359,17 @@ static void commit_layers(void *arg) {
     const int64_t n_accept = r->n_accept;
     const ds_model *m = st->m;
     ds_backend *be = m->be;
-    const bool replay = be->ops.deltanet_replay && n_accept > 0; // every layer in one call
+    // where the backend has them: every recurrent layer's replay in one call, every attention
+    // layer's row moves in one call
+    const bool replay = be->ops.deltanet_replay && n_accept > 0;
+    const bool moved = be->ops.move_rows && move_kv_rows(st, rows, n_accept);
     if (replay) replay_layers(st, rows, n_accept);
     for (int il = 0; il < m->hp.n_layer; il++) {
         if (m->hp.recurrent[il]) {
             if (!replay) ds_qwen35_deltanet_commit(m, st, il, rows, n_accept);
             continue;
         }
+        if (moved) continue;
         // attention: move K/V rows of a tree path to contiguous positions
         for (int64_t i = 0; i < n_accept; i++) {
             if (rows[i] == i) continue;

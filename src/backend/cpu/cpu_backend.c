@@ -48,6 +48,17 @@ static void cpu_copy(ds_backend *be, void *dst, const void *src, size_t n) {
     memmove(dst, src, n);
 }
 
+static void cpu_move_rows(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes,
+                          int64_t n, const int64_t *src, const int64_t *dst) {
+    (void)be;
+    for (int b = 0; b < n_bufs; b++) {
+        uint8_t *p = bufs[b];
+        for (int64_t i = 0; i < n; i++) {
+            memmove(p + (size_t)dst[i] * row_bytes, p + (size_t)src[i] * row_bytes, row_bytes);
+        }
+    }
+}
+
 static void *cpu_alloc(ds_backend *be, size_t n) {
     (void)be;
     void *p = ds_aligned_alloc(64, n ? n : 64);
@@ -120,6 +131,7 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .read_wait = cpu_read_wait,
         .write = cpu_read,
         .copy = cpu_copy,
+        .move_rows = cpu_move_rows,
         .alloc = cpu_alloc,
         .free = cpu_free,
         .sync = cpu_sync,

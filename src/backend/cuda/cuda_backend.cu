@@ -533,6 +533,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.mul_sigmoid = ds_cuda_mul_sigmoid;
     ops.rope_neox = ds_cuda_rope_neox;
     ops.store_rows = ds_cuda_store_rows;
+    ops.move_rows = ds_cuda_move_rows;
     ops.attn_prologue = ds_cuda_attn_prologue;
     ops.attention = ds_cuda_attention;
     ops.conv_silu = ds_cuda_conv_silu;

@@ -88,6 +88,8 @@ void ds_cuda_logsumexp(ds_backend *be, float *out, const ds_tensor *x);
 void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
+void ds_cuda_move_rows(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes,
+                       int64_t n, const int64_t *src, const int64_t *dst);
 // prologue.cu
 void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k, const ds_tensor *v,
                            const ds_tensor *wq, const ds_tensor *wk, float eps,

@@ -2265,6 +2265,37 @@ static void test_deltanet_replay(void **state) {
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_replay(e, &cases[i]);
 }
 
+// move_rows against the same moves copied one after another on the host: a tree path's moves
+// (each row read before a later move overwrites it), a move reading a row an earlier move wrote,
+// 16-byte units (2 KiB rows) and 4-byte units (36-byte rows), more buffers than one launch takes.
+static void run_move_rows(env *e, int n_bufs, size_t rb, int64_t n_rows, int64_t n,
+                          const int64_t *src, const int64_t *dst) {
+    const size_t bb = rb * (size_t)n_rows;
+    uint8_t *h = xmalloc(bb * (size_t)n_bufs), *got = xmalloc(bb);
+    void **bd = calloc((size_t)n_bufs, sizeof(void *));
+    assert_non_null(bd);
+    for (size_t i = 0; i < bb * (size_t)n_bufs; i++) h[i] = (uint8_t)(rnd(e) >> 56);
+    for (int b = 0; b < n_bufs; b++) bd[b] = up(e, h + bb * (size_t)b, bb);
+    e->gpu->ops.move_rows(e->gpu, n_bufs, bd, rb, n, src, dst);
+    for (int b = 0; b < n_bufs; b++) {
+        uint8_t *want = h + bb * (size_t)b;
+        for (int64_t i = 0; i < n; i++) memmove(want + dst[i] * rb, want + src[i] * rb, rb);
+        down(e, got, bd[b], bb);
+        assert_memory_equal(got, want, bb);
+        dfree(e, bd[b]);
+    }
+    free(h), free(got), free(bd);
+}
+
+static void test_move_rows(void **state) {
+    ENV(state);
+    static const int64_t path_src[3] = {12, 14, 15}, path_dst[3] = {11, 12, 13}; // [.., 2, 4, 5]
+    static const int64_t chain_src[3] = {1, 0, 5}, chain_dst[3] = {0, 3, 1};
+    run_move_rows(e, 32, 2048, 20, 3, path_src, path_dst);
+    run_move_rows(e, 3, 36, 8, 3, chain_src, chain_dst);
+    run_move_rows(e, 70, 48, 16, 3, path_src, path_dst);
+}
+
 // The gated delta rule over a prompt chunk (gated_delta_chunk.cu: a chain of >= 65 rows in
 // prefill mode runs the chunked form, launches of GD_PREFILL_ROWS rows): against the CPU (output
 // and final state), odd heads with decays near 1 so that the state carried from chunk to chunk
@@ -2414,7 +2445,8 @@ int main(void) {
         cmocka_unit_test(test_fused_prep),
         cmocka_unit_test(test_norm_units),     cmocka_unit_test(test_gated_norm_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
-        cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_argmax),     cmocka_unit_test(test_topk),
+        cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_move_rows),
+        cmocka_unit_test(test_argmax),         cmocka_unit_test(test_topk),
         cmocka_unit_test(test_logsumexp),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
         cmocka_unit_test(test_attention_prefill),

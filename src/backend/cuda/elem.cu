@@ -1,5 +1,5 @@
 // elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
-// scale + tanh softcap, K/V row stores (F32/F16 cache), the MoE combine (weighted expert sum +
+// scale + tanh softcap, K/V row stores (F32/F16 cache) and moves (move_rows), the MoE combine (weighted expert sum +
 // gated shared expert), and argmax and top-k over the vocabulary (results copied to the caller's
 // host arrays). Same formulas as the CPU backend (cpu_elem.c,
 // cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
@@ -285,6 +285,60 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
                      (int64_t)dst->nb[1], r0v, r0, ds_cu_rows_of(x));
     }
     ds_cuda_launched(c, "store_rows");
+}
+
+// ---- move_rows -----------------------------------------------------------------------------------
+
+// Rows moved within up to MR_BUFS buffers (a tree path's K/V rows at commit): a thread owns one
+// W-byte unit of the row in one buffer and walks the moves in order, so the result is that of the
+// copies one after another (a row written by move i and read by a later move is read after the
+// write; columns never mix).
+enum { MR_BUFS = 64 };
+struct mr_args {
+    char *buf[MR_BUFS];
+    int64_t row_bytes, n;
+    const int64_t *src, *dst; // device [n]
+};
+template <typename W>
+static __global__ __launch_bounds__(256) void move_rows_kernel(const __grid_constant__ mr_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t u = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (u >= a.row_bytes / (int64_t)sizeof(W)) return;
+    char *b = a.buf[blockIdx.y];
+    for (int64_t i = 0; i < a.n; i++) {
+        const W v = ((const W *)(b + a.src[i] * a.row_bytes))[u];
+        ((W *)(b + a.dst[i] * a.row_bytes))[u] = v;
+    }
+}
+
+extern "C" void ds_cuda_move_rows(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes,
+                                  int64_t n, const int64_t *src, const int64_t *dst) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "move_rows")) return;
+    DS_ASSERT(n_bufs >= 0 && row_bytes % 4 == 0 && n >= 0);
+    if (n == 0 || n_bufs == 0 || row_bytes == 0) return;
+    bool w16 = row_bytes % 16 == 0;
+    for (int i = 0; i < n_bufs; i++) w16 = w16 && (uintptr_t)bufs[i] % 16 == 0;
+    int64_t *idx = (int64_t *)malloc((size_t)n * 2 * sizeof(int64_t));
+    DS_ASSERT(idx != NULL);
+    for (int64_t i = 0; i < n; i++) {
+        DS_ASSERT(src[i] >= 0 && dst[i] >= 0);
+        idx[i] = src[i], idx[n + i] = dst[i];
+    }
+    const int64_t *idx_d = (const int64_t *)ds_cuda_stage(c, idx, (size_t)n * 2 * sizeof(int64_t));
+    free(idx);
+    if (!idx_d) return;
+    mr_args a;
+    memset(&a, 0, sizeof(a));
+    a.row_bytes = (int64_t)row_bytes, a.n = n, a.src = idx_d, a.dst = idx_d + n;
+    const int64_t units = (int64_t)row_bytes / (w16 ? 16 : 4);
+    for (int i0 = 0; i0 < n_bufs; i0 += MR_BUFS) {
+        const int nb = DS_MIN(n_bufs - i0, (int)MR_BUFS);
+        for (int i = 0; i < nb; i++) a.buf[i] = (char *)bufs[i0 + i];
+        const dim3 grid((unsigned)((units + 255) / 256), (unsigned)nb);
+        ds_cu_launch(c, w16 ? move_rows_kernel<int4> : move_rows_kernel<int>, grid, 256, 0, a);
+    }
+    ds_cuda_launched(c, "move_rows");
 }
 
 // ---- MoE combine -------------------------------------------------------------------------------
