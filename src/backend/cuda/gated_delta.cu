@@ -3,9 +3,10 @@
 // kernel, so a row's output and the state after it are bitwise the same whichever path ran it
 // (DESIGN.md §4.2). Prompt chunks in prefill mode run the chunked form (gated_delta_chunk.cu,
 // whose prep kernel normalises q and k with this kernel's formula into scratch the launcher
-// here provides). Calls common.cuh, gated_delta.cuh. Called through the op
-// table (cuda_ops.h). Spec: backend.h (gated_delta), target-qwen35.md §2.5, docs/cuda.md
-// "gated_delta".
+// here provides). deltanet_replay (a commit's accepted rows) runs the same kernel body over
+// every recurrent layer in one launch, the conv computed while staging. Calls common.cuh,
+// gated_delta.cuh. Called through the op table (cuda_ops.h). Spec: backend.h (gated_delta,
+// deltanet_replay), target-qwen35.md §2.5, docs/cuda.md "gated_delta", "Step graphs".
 //
 // Per row t and value head h (state S {d_v rows j, d_k keys}, q and k L2-normalised, q scaled):
 //   u_j = S_j . k,  delta_j = beta * (v_j - decay * u_j),  S_j = S_j * decay + k * delta_j,
@@ -28,6 +29,8 @@
 //   bytes: 2*H_v*d_k*d_v*4 (state in/out per launch) + n*(conv_dim + H_v*(d_v+2))*4 (+ d_k*d_v*4
 //   per head per saved / reloaded tree branch)
 //   flops: ~6*n*H_v*d_k*d_v
+//   replay: per layer the state in/out as above + n*(conv_dim*K + 2*H_v)*4 (K-fold conv reads,
+//   from L2 past the first) + conv_dim*(K-1)*8 (windows); flops ~4*n*H_v*d_k*d_v (no output)
 #include "backend/cuda/gated_delta.cuh"
 
 extern "C" {
