@@ -2217,8 +2217,9 @@ static void run_replay(env *e, const replay_case *c) {
     e->gpu->ops.deltanet_replay(e->gpu, L, ls, n, c->gather ? rows : NULL, (int)hk, (int)hv, &p);
     // the reference: the rows gathered in order, then the two ops
     ds_backend *gpu = e->gpu;
-    void *xg = gpu->ops.alloc(gpu, (size_t)(C * n) * 4), *qkv = gpu->ops.alloc(gpu, (size_t)(C * n) * 4);
-    void *bg = gpu->ops.alloc(gpu, (size_t)(hv * n) * 4), *gg = gpu->ops.alloc(gpu, (size_t)(hv * n) * 4);
+    const size_t xnb = (size_t)(C * n) * 4, hnb = (size_t)(hv * n) * 4;
+    void *xg = gpu->ops.alloc(gpu, xnb), *qkv = gpu->ops.alloc(gpu, xnb);
+    void *bg = gpu->ops.alloc(gpu, hnb), *gg = gpu->ops.alloc(gpu, hnb);
     void *od = gpu->ops.alloc(gpu, (size_t)(d * hv * n) * 4);
     float *got = xmalloc(sb), *ref = xmalloc(sb);
     for (int l = 0; l < L; l++) {

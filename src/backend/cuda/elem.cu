@@ -1,8 +1,8 @@
 // elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
-// scale + tanh softcap, K/V row stores (F32/F16 cache) and moves (move_rows), the MoE combine (weighted expert sum +
-// gated shared expert), and argmax and top-k over the vocabulary (results copied to the caller's
-// host arrays). Same formulas as the CPU backend (cpu_elem.c,
-// cpu_attn.c, cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
+// scale + tanh softcap, K/V row stores (F32/F16 cache) and moves (move_rows), the MoE combine
+// (weighted expert sum + gated shared expert), and argmax and top-k over the vocabulary (results
+// copied to the caller's host arrays). Same formulas as the CPU backend (cpu_elem.c, cpu_attn.c,
+// cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
 // matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused; in a prompt chunk the prefill GEMM
 // takes, its bf16 copy: ds_cuda_prep_fused_bf16); SwiGLU adds the split partials of
@@ -287,7 +287,7 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
     ds_cuda_launched(c, "store_rows");
 }
 
-// ---- move_rows -----------------------------------------------------------------------------------
+// ---- move_rows ---------------------------------------------------------------------------------
 
 // Rows moved within up to MR_BUFS buffers (a tree path's K/V rows at commit): a thread owns one
 // W-byte unit of the row in one buffer and walks the moves in order, so the result is that of the
