@@ -2,8 +2,8 @@
 // over the conv window (chain or parent chains; prompt chunks 8 rows per thread), the beta/g
 // gates (alone, or in the conv's launch: conv_silu_gates), and the DFlash 2 grouped dynamic
 // conv. Elementwise float operations follow cpu_deltanet.c / cpu_attn_block.c, so a row's result
-// never depends on the batch size (DESIGN.md §4.2). Calls common.cuh. Called through the op table. Spec: backend.h,
-// target-qwen35.md §2.4.
+// never depends on the batch size (DESIGN.md §4.2). Calls common.cuh. Called through the op
+// table. Spec: backend.h, target-qwen35.md §2.4.
 //   conv_silu bytes: n*C*(K+1)*4; flops: 2*n*C*K.
 #include "backend/cuda/common.cuh"
 

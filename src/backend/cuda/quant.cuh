@@ -115,9 +115,9 @@ __device__ __forceinline__ void q8k_max_xor(float &a, int &idx, float &sv) {
 // q8_K of one unit (quantize_row_q8_K_ref) held by a group of 256 consecutive threads of the
 // block, thread gi (0..255) of the group holding element gi: max = first element of largest
 // magnitude, iscale = -127/max, q = min(127, round(iscale*x)), d = 1/iscale; plus the sum of q per
-// 32. PERM stores q in IQ4_XS decode order within each 32 (q8k_perm_pos). The unit goes to column c, unit u of xq/xd/xb (the layout of
-// matmul.cu's prepared activations). Every thread of the block must call it (it synchronizes the
-// block; up to 4 groups, 1024 threads).
+// 32. PERM stores q in IQ4_XS decode order within each 32 (q8k_perm_pos). The unit goes to
+// column c, unit u of xq/xd/xb (the layout of matmul.cu's prepared activations). Every thread of
+// the block must call it (it synchronizes the block; up to 4 groups, 1024 threads).
 template <bool PERM>
 __device__ __forceinline__ void q8k_group(float v, int64_t c, int64_t u, int64_t n_in, int8_t *xq,
                                           float *xd, int32_t *xb) {
