@@ -222,9 +222,11 @@ typedef struct ds_backend_ops {
     void (*attention_rows)(ds_backend *be, ds_tensor *out, const ds_tensor *q,
                            const ds_tensor *k, const ds_tensor *v, int n_kv, const int32_t *lo,
                            const int32_t *hi, float scale);
-    // In-place NEOX RoPE like rope_neox, with explicit inverse frequencies (host f32 [n_rot/2];
-    // angle = float(pos) * inv_freq[i] in f32) and cos/sin multiplied by mscale (YaRN).
-    void (*rope_neox_freq)(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+    // In-place NEOX RoPE like rope_neox, with explicit inverse frequencies (f32 [n_rot/2] in
+    // backend memory, uploaded once: nothing to stage per call) at the consecutive positions
+    // pos0, pos0 + 1, ... of x's rows (angle = float(pos) * inv_freq[i] in f32), cos/sin
+    // multiplied by mscale (YaRN).
+    void (*rope_neox_freq)(ds_backend *be, ds_tensor *x, int64_t pos0, int n_rot,
                            const float *inv_freq, float mscale);
     // DFlash 2 grouped dynamic causal conv over the n rows of one block:
     // y[c, t] = sum_{o < K, o <= t} (base[c, o] + dyn[c / group, o, t]) * x[c, t - o].
@@ -291,6 +293,10 @@ void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(v
 // per weight (the same bits either way: backend.h matmul_multi).
 void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
                              const ds_tensor *x);
+// x += b; y = rmsnorm(x) * w: ops.add_rmsnorm where the backend has it, else add then rmsnorm
+// (the same bits either way).
+void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
+                            const ds_tensor *w, float eps);
 
 // ---- CUDA backend (backend/cuda; linked only when CMake found nvcc: callers test DSPEC_HAVE_CUDA)
 // One device, one stream, device memory via cudaMalloc; weights_in_host_memory is false (the

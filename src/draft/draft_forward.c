@@ -25,7 +25,7 @@ struct ds_draft_ctx {
     ds_tensor feats, x, u, t, a, a2, q, att, ffa, ffb, ffc, dyn, logits;
     ds_tensor tok_dev;    // {max_slots} int32 in f32's place: argmax tokens left on the backend
     ds_draft_heads_scratch hs;
-    int32_t *pos, *ids, *lo, *hi; // host [rows]
+    int32_t *ids, *lo, *hi; // host [rows]
     int64_t last_np;      // proposal slots of the last block (0 = none yet)
     int64_t last_p0;      // first proposal row in u of the last block
 };
@@ -91,11 +91,10 @@ dspec_status ds_draft_ctx_new(ds_draft_ctx **out, const ds_drafter *d, int64_t n
     if (st == DSPEC_OK) {
         st = ds_draft_heads_scratch_init(&c->hs, d, d->cfg.max_slots, err);
     }
-    c->pos = calloc((size_t)R, sizeof(int32_t));
     c->ids = calloc((size_t)R, sizeof(int32_t));
     c->lo = calloc((size_t)R, sizeof(int32_t));
     c->hi = calloc((size_t)R, sizeof(int32_t));
-    if (st == DSPEC_OK && (!c->pos || !c->ids || !c->lo || !c->hi)) {
+    if (st == DSPEC_OK && (!c->ids || !c->lo || !c->hi)) {
         st = ds_err_set(err, DSPEC_ERR_NOMEM, "drafter context: out of memory");
     }
     if (st != DSPEC_OK) {
@@ -115,7 +114,6 @@ void ds_draft_ctx_free(ds_draft_ctx *c) {
     }
     ds_draft_heads_scratch_deinit(&c->hs, c->be);
     free(c->bufs);
-    free(c->pos);
     free(c->ids);
     free(c->lo);
     free(c->hi);
@@ -134,14 +132,15 @@ void ds_draft_ctx_set_threshold(ds_draft_ctx *c, float threshold) {
     c->threshold = threshold > 0.0f ? threshold : 0.0f;
 }
 
-// Per-head RMSNorm then RoPE of x {hd * n_heads, n} in place, at positions c->pos.
-static void norm_rope(ds_draft_ctx *c, ds_tensor *x, int n_heads, const ds_tensor *w) {
+// Per-head RMSNorm then RoPE of x {hd * n_heads, n} in place, its rows at positions pos0 ...
+static void norm_rope(ds_draft_ctx *c, ds_tensor *x, int n_heads, const ds_tensor *w,
+                      int64_t pos0) {
     const ds_drafter *d = c->d;
     const int64_t hd = d->hp.head_dim, n = x->ne[1];
     ds_tensor flat = ds_tensor_2d(x->data, DS_TYPE_F32, hd, n_heads * n);
     c->be->ops.rmsnorm(c->be, &flat, &flat, w, d->hp.eps);
     ds_tensor heads = ds_tensor_3d(x->data, DS_TYPE_F32, hd, n_heads, n);
-    c->be->ops.rope_neox_freq(c->be, &heads, c->pos, (int)hd, d->inv_freq, d->rope_mscale);
+    c->be->ops.rope_neox_freq(c->be, &heads, pos0, (int)hd, d->inv_freq_b, d->rope_mscale);
 }
 
 // Context K/V of m fused rows at positions c->len .. c->len + m - 1 (spec §1.3, §1.7).
@@ -160,16 +159,13 @@ static void append_chunk(ds_draft_ctx *c, const float *feats, int64_t m, bool de
     ds_tensor t = ds_tensor_rows(&c->t, 0, m), u = ds_tensor_rows(&c->u, 0, m);
     be->ops.matmul(be, &t, &d->fc, &f);                        // fc over the concatenated taps
     be->ops.rmsnorm(be, &u, &t, &d->hidden_norm, hp->eps);     // hidden_norm
-    for (int64_t i = 0; i < m; i++) {
-        c->pos[i] = (int32_t)(c->len + i);
-    }
     for (int il = 0; il < hp->n_layer; il++) {
         const ds_draft_layer *L = &d->layers[il];
         ds_tensor k = ds_tensor_rows(&c->kc[il], c->len, m);
         ds_tensor v = ds_tensor_rows(&c->vc[il], c->len, m);
         ds_backend_matmul_multi(be, 2, (ds_tensor *[]){&k, &v},
                                 (const ds_tensor *[]){&L->attn_k, &L->attn_v}, &u);
-        norm_rope(c, &k, hp->n_head_kv, &L->attn_k_norm);
+        norm_rope(c, &k, hp->n_head_kv, &L->attn_k_norm, c->len);
     }
     c->len += m;
 }
@@ -212,8 +208,11 @@ static void conv_stage(ds_draft_ctx *c, ds_tensor *y, const ds_tensor *x, const 
     c->be->ops.dyn_conv(c->be, y, x, &b, &dv, hp->conv_group);
 }
 
-// One decoder layer over the nb block rows at positions L0 .. L0 + nb - 1.
-static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
+// One decoder layer over the nb block rows at positions L0 .. L0 + nb - 1. pend: the previous
+// layer's last residual, not yet added to x (NULL for the first layer): its add is fused with
+// this layer's first norm. Returns this layer's last residual, likewise left for the caller.
+static const ds_tensor *block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb,
+                                    const ds_tensor *pend) {
     const ds_drafter *d = c->d;
     const ds_draft_hp *hp = &d->hp;
     const ds_draft_layer *Ly = &d->layers[il];
@@ -224,7 +223,11 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
     ds_tensor a2 = ds_tensor_rows(&c->a2, 0, nb), q = ds_tensor_rows(&c->q, 0, nb);
     ds_tensor att = ds_tensor_rows(&c->att, 0, nb), dyn = ds_tensor_rows(&c->dyn, 0, nb);
     // attention sublayer (KV injection: the block's K/V sit after the context rows)
-    be->ops.rmsnorm(be, &u, &x, &Ly->attn_norm, hp->eps);
+    if (pend) {
+        ds_backend_add_rmsnorm(be, &u, &x, pend, &Ly->attn_norm, hp->eps);
+    } else {
+        be->ops.rmsnorm(be, &u, &x, &Ly->attn_norm, hp->eps);
+    }
     const ds_tensor *src = &u;
     if (conv) {
         be->ops.matmul(be, &dyn, &Ly->attn_conv_proj, &u);
@@ -235,8 +238,8 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
     // (one prepared input and one launch per weight type where the backend fuses them)
     ds_backend_matmul_multi(be, 3, (ds_tensor *[]){&q, &k, &v},
                             (const ds_tensor *[]){&Ly->attn_q, &Ly->attn_k, &Ly->attn_v}, src);
-    norm_rope(c, &q, hp->n_head, &Ly->attn_q_norm);
-    norm_rope(c, &k, hp->n_head_kv, &Ly->attn_k_norm);
+    norm_rope(c, &q, hp->n_head, &Ly->attn_q_norm, L0);
+    norm_rope(c, &k, hp->n_head_kv, &Ly->attn_k_norm, L0);
     const int64_t W = hp->window[il];
     for (int64_t i = 0; i < nb; i++) { // visible rows = positions (spec §1.4)
         int64_t p = L0 + i, lo = 0, hi = hp->causal[il] ? p + 1 : L0 + nb;
@@ -255,12 +258,9 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
     be->ops.matmul(be, &a, &Ly->attn_output, &att);
     if (conv) {
         conv_stage(c, &a2, &a, &Ly->attn_conv_base, &dyn, 1);
-        be->ops.add(be, &x, &x, &a2);
-    } else {
-        be->ops.add(be, &x, &x, &a);
     }
     // MLP sublayer (SwiGLU)
-    be->ops.rmsnorm(be, &u, &x, &Ly->ffn_norm, hp->eps);
+    ds_backend_add_rmsnorm(be, &u, &x, conv ? &a2 : &a, &Ly->ffn_norm, hp->eps);
     src = &u;
     if (conv) {
         be->ops.matmul(be, &dyn, &Ly->ffn_conv_proj, &u);
@@ -275,10 +275,9 @@ static void block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t nb) {
     be->ops.matmul(be, &a, &Ly->ffn_down, &fc);
     if (conv) {
         conv_stage(c, &a2, &a, &Ly->ffn_conv_base, &dyn, 1);
-        be->ops.add(be, &x, &x, &a2);
-    } else {
-        be->ops.add(be, &x, &x, &a);
+        return &c->a2;
     }
+    return &c->a;
 }
 
 dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_propose how,
@@ -309,7 +308,6 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
     const int64_t nb = hp->shifted ? n_slots - 1 : n_slots; // block rows
     for (int64_t i = 0; i < nb; i++) {
         c->ids[i] = i == 0 ? anchor : (int32_t)hp->mask_id;
-        c->pos[i] = (int32_t)(L0 + i);
     }
     ds_tensor x = ds_tensor_rows(&c->x, 0, nb);
     be->ops.get_rows(be, &x, &d->tgt.token_embd, c->ids);
@@ -317,11 +315,18 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
         be->ops.scale_softcap(be, &x, &x, hp->input_scale, 0.0f);
     }
     // 2. decoder layers, final norm
+    const ds_tensor *pend = NULL;
+    ds_tensor res;
     for (int il = 0; il < hp->n_layer; il++) {
-        block_layer(c, il, L0, nb);
+        res = ds_tensor_rows(block_layer(c, il, L0, nb, pend), 0, nb);
+        pend = &res;
     }
     ds_tensor h = ds_tensor_rows(&c->u, 0, nb);
-    be->ops.rmsnorm(be, &h, &x, &d->output_norm, hp->eps);
+    if (pend) {
+        ds_backend_add_rmsnorm(be, &h, &x, pend, &d->output_norm, hp->eps);
+    } else {
+        be->ops.rmsnorm(be, &h, &x, &d->output_norm, hp->eps);
+    }
     // 3. proposal rows -> shared target head (+ multiplier, softcap) (spec §1.6)
     const int64_t p0 = hp->shifted ? 0 : 1, np = n_slots - 1;
     ds_tensor hp_rows = ds_tensor_rows(&c->u, p0, np);

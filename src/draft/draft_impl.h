@@ -59,6 +59,7 @@ struct ds_drafter {
     float conf_b;
     ds_draft_layer layers[DS_DRAFT_MAX_LAYERS];
     float inv_freq[DS_DRAFT_MAX_HEAD_DIM / 2];
+    float *inv_freq_b; // inv_freq in backend memory (rope_neox_freq reads it there)
     float rope_mscale;
     // ownership of the source and of converted / uploaded weights
     ds_gguf *gguf;

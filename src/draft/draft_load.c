@@ -380,6 +380,11 @@ dspec_status ds_drafter_load_target(ds_drafter **out, const char *path, const ds
         return st;
     }
     ds_draft_rope_freqs(&d->hp, d->inv_freq, &d->rope_mscale);
+    st = place(d, d->inv_freq, sizeof(d->inv_freq), false, (void **)&d->inv_freq_b, err);
+    if (st != DSPEC_OK) {
+        ds_drafter_free(d);
+        return st;
+    }
     const ds_draft_hp *hp = &d->hp;
     ds_draft_config *c = &d->cfg;
     c->kind = hp->kind;

@@ -233,17 +233,6 @@ static void compute_logits(const ds_model *m, ds_state *st, const ds_batch *b, c
     }
 }
 
-// x += t; y = rmsnorm(x) * w (one op where the backend fuses them).
-static void add_norm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *t,
-                     const ds_tensor *w, float eps) {
-    if (be->ops.add_rmsnorm) {
-        be->ops.add_rmsnorm(be, y, x, t, w, eps);
-    } else {
-        be->ops.add(be, x, x, t);
-        be->ops.rmsnorm(be, y, x, w, eps);
-    }
-}
-
 static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c) {
     const ds_model_hparams *hp = &m->hp;
     ds_backend *be = m->be;
@@ -277,14 +266,14 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
         } else {
             layer_attention(m, st, il, c, &tmp, &cur);
         }
-        add_norm(be, &cur, &x, &tmp, &L->post_attention_norm.t, hp->eps);
+        ds_backend_add_rmsnorm(be, &cur, &x, &tmp, &L->post_attention_norm.t, hp->eps);
         if (hp->arch == DS_ARCH_QWEN35MOE) {
             ds_qwen35_ffn_moe(m, st, L, &tmp, &cur, n);
         } else {
             ffn_dense(m, st, L, &tmp, &cur, n);
         }
         if (il + 1 < hp->n_layer) { // residual, then the next layer's input norm
-            add_norm(be, &cur, &x, &tmp, &m->layers[il + 1].attn_norm.t, hp->eps);
+            ds_backend_add_rmsnorm(be, &cur, &x, &tmp, &m->layers[il + 1].attn_norm.t, hp->eps);
         } else {
             be->ops.add(be, &x, &x, &tmp);
         }

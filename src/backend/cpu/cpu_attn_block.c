@@ -80,17 +80,18 @@ void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, c
 
 // ---- RoPE with explicit frequencies -------------------------------------------------------------
 
-void ds_cpu_rope_neox_freq(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+void ds_cpu_rope_neox_freq(ds_backend *be, ds_tensor *x, int64_t pos0, int n_rot,
                            const float *inv_freq, float mscale) {
     (void)be;
     int64_t n_head = x->ne[1], n = x->ne[2];
     int half = n_rot / 2;
     DS_ASSERT(n_rot % 2 == 0 && n_rot <= x->ne[0] && half <= 512);
+    DS_ASSERT(pos0 >= 0 && pos0 + n <= INT32_MAX);
     for (int64_t t = 0; t < n; t++) {
         float cs[512], sn[512];
         for (int i = 0; i < half; i++) {
             // the angle is a float32 product, as torch computes pos.float() * inv_freq
-            float th = (float)pos[t] * inv_freq[i];
+            float th = (float)(int32_t)(pos0 + t) * inv_freq[i];
             cs[i] = (float)cos((double)th) * mscale;
             sn[i] = (float)sin((double)th) * mscale;
         }

@@ -100,7 +100,7 @@ void ds_cpu_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
 void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
                            const ds_tensor *v, int n_kv, const int32_t *lo, const int32_t *hi,
                            float scale);
-void ds_cpu_rope_neox_freq(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+void ds_cpu_rope_neox_freq(ds_backend *be, ds_tensor *x, int64_t pos0, int n_rot,
                            const float *inv_freq, float mscale);
 void ds_cpu_dyn_conv(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *base,
                      const ds_tensor *dyn, int64_t group);

@@ -207,9 +207,10 @@ static_assert(DS_CUDA_KV_BUCKET % 16 == 0 && ATT_GMAX * (256 + ATT_CH_MAX) * 4 <
 
 // Shared body: nvis_h[t] visible keys per row (host), nvis_h[n] = n_past; max_vis bounds them
 // (it sizes the grid and the partials, so it depends on the step's shape, never its tree); the
-// rest of `a` set by the caller.
+// rest of `a` set by the caller. attention_rows: nvis_h holds the rows' first keys after them
+// (nvis_h[n + 1 + t], staged with them in one copy: a.lo).
 static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, int n_kv,
-                     int64_t n, const int32_t *nvis_h, int64_t max_vis) {
+                     int64_t n, const int32_t *nvis_h, int64_t max_vis, bool with_lo) {
     const int64_t kb = c->kv_bucket;
     const int64_t B = (DS_MAX(max_vis, (int64_t)1) + kb - 1) / kb * kb; // >= every row's keys
     const bool tc = ds_cuda_attn_tc_ok(a, kvt == DS_TYPE_F16);
@@ -220,8 +221,9 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
                                              : DS_MAX(128, att_nchunks(a, B) + 1);
     a.ch_max = att_chunk(a, B);
     a.n_all = (int)n;
-    a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)(n + 1) * 4);
+    a.nvis = (const int32_t *)ds_cuda_stage(c, nvis_h, (size_t)(with_lo ? 2 * n + 1 : n + 1) * 4);
     if (!a.nvis) return;
+    if (with_lo) a.lo = a.nvis + n + 1;
     int gm = 1;
     while (gm < a.group) gm *= 2;
     // rows per launch: bound the partials to ~256 MiB (same chunking either way)
@@ -314,7 +316,7 @@ extern "C" void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tenso
     } else {
         for (int64_t t = 0; t < n; t++) nvis[t] = (int32_t)(p->n_past + t + 1);
     }
-    attn_run(c, "attention", a, k->type, n_kv, n, nvis, p->n_past + n);
+    attn_run(c, "attention", a, k->type, n_kv, n, nvis, p->n_past + n, false);
     free(host);
 }
 
@@ -327,7 +329,7 @@ extern "C" void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_
     DS_ASSERT(v->ne[1] == k->ne[1]);
     if (n == 0) return;
     attn_args a = attn_common(out, q, k, v, n_kv, scale);
-    int32_t *nvis = (int32_t *)malloc((size_t)(n + 1) * 4);
+    int32_t *nvis = (int32_t *)malloc((size_t)(2 * n + 1) * 4); // nvis [n + 1] | lo [n]
     DS_ASSERT(nvis != NULL);
     int64_t max_vis = 1;
     for (int64_t t = 0; t < n; t++) {
@@ -336,7 +338,7 @@ extern "C" void ds_cuda_attention_rows(ds_backend *be, ds_tensor *out, const ds_
         max_vis = DS_MAX(max_vis, (int64_t)nvis[t]);
     }
     nvis[n] = 0;
-    a.lo = (const int32_t *)ds_cuda_stage(c, lo, (size_t)n * 4);
-    if (a.lo) attn_run(c, "attention_rows", a, k->type, n_kv, n, nvis, max_vis);
+    memcpy(nvis + n + 1, lo, (size_t)n * 4);
+    attn_run(c, "attention_rows", a, k->type, n_kv, n, nvis, max_vis, true);
     free(nvis);
 }

@@ -97,7 +97,7 @@ void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k, const ds_
                            ds_tensor *vc, int64_t row0);
 // rope.cu
 void ds_cuda_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
-void ds_cuda_rope_neox_freq(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot,
+void ds_cuda_rope_neox_freq(ds_backend *be, ds_tensor *x, int64_t pos0, int n_rot,
                             const float *inv_freq, float mscale);
 // attention.cu
 void ds_cuda_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,

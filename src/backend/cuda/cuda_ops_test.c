@@ -1425,7 +1425,7 @@ static void test_rope(void **state) {
     const int32_t pos[5] = {0, 1, 77, 4095, 30000};
     size_t bytes = (size_t)(2 * hd * nh * n) * 4;
     float *buf = xmalloc(bytes), *got = xmalloc(bytes);
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         fill_u(e, buf, 2 * hd * nh * n, 2.0f);
         void *bd = up(e, buf, bytes);
         ds_tensor q = qview(buf, hd, nh, n), qg = qview(bd, hd, nh, n);
@@ -1433,14 +1433,17 @@ static void test_rope(void **state) {
             int n_rot = variant == 0 ? 64 : 256;
             e->cpu->ops.rope_neox(e->cpu, &q, pos, n_rot, 1e7f);
             e->gpu->ops.rope_neox(e->gpu, &qg, pos, n_rot, 1e7f);
-        } else {
+        } else { // (rows at consecutive positions from pos0; the frequencies in device memory)
             float inv[32];
             for (int i = 0; i < 32; i++) inv[i] = powf(10000.0f, -(float)i / 32.0f) * 0.9f;
-            e->cpu->ops.rope_neox_freq(e->cpu, &q, pos, 64, inv, 1.25f);
-            e->gpu->ops.rope_neox_freq(e->gpu, &qg, pos, 64, inv, 1.25f);
+            void *invd = up(e, inv, sizeof(inv));
+            const int64_t pos0 = variant == 2 ? 0 : 29998;
+            e->cpu->ops.rope_neox_freq(e->cpu, &q, pos0, 64, inv, 1.25f);
+            e->gpu->ops.rope_neox_freq(e->gpu, &qg, pos0, 64, invd, 1.25f);
+            dfree(e, invd);
         }
         down(e, got, bd, bytes);
-        expect_close(variant == 2 ? "rope_neox_freq" : "rope_neox", got, buf, 2 * hd * nh * n,
+        expect_close(variant >= 2 ? "rope_neox_freq" : "rope_neox", got, buf, 2 * hd * nh * n,
                      TOL_ULPS_REL, TOL_ULPS_ABS);
         dfree(e, bd);
     }
