@@ -249,6 +249,21 @@ __device__ __forceinline__ void ds_cu_grid_wait() {
 #endif
 }
 
+// A kernel whose inputs were complete before the previous kernel passed its own wait (the
+// previous kernel is an independent GEMV of the same input: matmul_vec.cu's followers) lets the
+// next kernel launch without waiting, and waits only before it exits (ds_cu_grid_join), so that
+// its completion still implies the previous kernel's, as the next kernel's wait assumes.
+__device__ __forceinline__ void ds_cu_grid_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ds_cu_grid_join() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <typename... P, typename... A>
 static inline void ds_cu_launch(ds_cuda_ctx *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                                 const A &...args) {

@@ -689,6 +689,64 @@ static void test_matmul_multi(void **state) {
     free(x), free(ref), free(got);
 }
 
+// matmul_multi's followers (a later K-quant weight type of the same prepared input runs while the
+// first type's kernel drains, and waits for that kernel only before it exits: matmul_vec.cu's
+// GEMV at N = 1, matmul.cu's staged kernel at N >= 2, whose first type's split-K reduce then
+// comes after the follower): the op launched right after the call must see all of the first
+// type's output, and the follower its own input. A large Q6_K matrix, then a small Q4_K one;
+// both outputs poisoned with NaN before each call, then add(out, y, y) = 2y, bitwise against 2 x
+// the same matmul run alone.
+static void test_matmul_multi_follow(void **state) {
+    ENV(state);
+    const int64_t n_in = 5120, big = 16384, small = 64, NMAX = 16;
+    ds_tensor wg[2], yg[2];
+    void *wd[2] = {up_weights(e, DS_TYPE_Q6_K, n_in, big, &wg[0]),
+                   up_weights(e, DS_TYPE_Q4_K, n_in, small, &wg[1])};
+    const size_t xb = (size_t)(n_in * NMAX) * 4, yb = (size_t)(big * NMAX) * 4;
+    float *x = xmalloc(xb), *ref = xmalloc(yb), *got = xmalloc(yb), *nan_row = xmalloc(yb);
+    float *ref_s = xmalloc((size_t)(small * NMAX) * 4);
+    for (int64_t i = 0; i < big * NMAX; i++) nan_row[i] = NAN;
+    void *xd = up(e, x, xb);
+    float *yd[2] = {e->gpu->ops.alloc(e->gpu, yb),
+                    e->gpu->ops.alloc(e->gpu, (size_t)(small * NMAX) * 4)};
+    float *od = e->gpu->ops.alloc(e->gpu, yb);
+    static const int ns[] = {1, 16};
+    for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++) {
+        const int64_t n = ns[k];
+        ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);
+        yg[0] = ds_tensor_2d(yd[0], DS_TYPE_F32, big, n);
+        yg[1] = ds_tensor_2d(yd[1], DS_TYPE_F32, small, n);
+        ds_tensor og = ds_tensor_2d(od, DS_TYPE_F32, big, n);
+        ds_tensor *py[2] = {&yg[0], &yg[1]};
+        const ds_tensor *pw[2] = {&wg[0], &wg[1]};
+        char what[96];
+        for (int rep = 0; rep < 8; rep++) {
+            fill_u(e, x, n_in * n, 1.0f);
+            e->gpu->ops.write(e->gpu, xd, x, (size_t)(n_in * n) * 4);
+            e->gpu->ops.matmul(e->gpu, &yg[0], &wg[0], &xg);
+            e->gpu->ops.matmul(e->gpu, &yg[1], &wg[1], &xg);
+            down(e, ref, yd[0], (size_t)(big * n) * 4);
+            down(e, ref_s, yd[1], (size_t)(small * n) * 4);
+            for (int64_t i = 0; i < big * n; i++) ref[i] += ref[i];
+            e->gpu->ops.write(e->gpu, yd[0], nan_row, (size_t)(big * n) * 4);
+            e->gpu->ops.write(e->gpu, yd[1], nan_row, (size_t)(small * n) * 4);
+            e->gpu->ops.matmul_multi(e->gpu, 2, py, pw, &xg);
+            e->gpu->ops.add(e->gpu, &og, &yg[0], &yg[0]);
+            down(e, got, od, (size_t)(big * n) * 4);
+            snprintf(what, sizeof(what), "matmul_multi follower N=%lld: the op after it",
+                     (long long)n);
+            expect_bitwise(what, got, ref, big * n);
+            down(e, got, yd[1], (size_t)(small * n) * 4);
+            snprintf(what, sizeof(what), "matmul_multi follower N=%lld: its own rows",
+                     (long long)n);
+            expect_bitwise(what, got, ref_s, small * n);
+        }
+    }
+    dfree(e, wd[0]), dfree(e, wd[1]), dfree(e, yd[0]), dfree(e, yd[1]), dfree(e, od);
+    dfree(e, xd);
+    free(x), free(ref), free(ref_s), free(got), free(nan_row);
+}
+
 // One FFN-shaped run for test_held_back_reduce: gate / up of x (matmul_multi), SwiGLU, down, the
 // residual add + RMSNorm of the down output, a matmul of the norm's output, and a staged matmul
 // whose output an op that cannot take partials (add) reads. Everything read back into out.
@@ -2441,6 +2499,7 @@ int main(void) {
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
         cmocka_unit_test(test_matmul_id),      cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_matmul_multi_follow),
         cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),
         cmocka_unit_test(test_gemm_dequant),

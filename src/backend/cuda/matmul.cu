@@ -496,6 +496,10 @@ struct mmqs_group {
     mm_args a;
     mmqs_mat m[MMV_MAX_MATS];
     int n, n_items, n_red;
+    // 1: the next weight type of a matmul_multi, launched right after the previous type's staged
+    // kernel (its partials elsewhere in the scratch): it runs while that kernel drains and waits
+    // for it only before it exits (as matmul_vec.cu's followers; mmq_staged_go)
+    int follow;
 };
 // Where local row r (0..127) of a staged unit sits: its own row, or for Q6_K staged by the tensor
 // copies the even rows first.
@@ -699,7 +703,10 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
             }
         }
     }
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    // (programmatic dependent launch: see common.cuh; a follower's input was complete before the
+    // kernel it follows passed its wait, and it joins that kernel at its end)
+    if (g.follow) ds_cu_grid_trigger();
+    else ds_cu_grid_wait();
     // their activations, one commit group per unit (group 0 also holds the weights issued above)
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
@@ -771,6 +778,7 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
         mmqs_next<NC>(cc, g);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
+    if (g.follow) ds_cu_grid_join();
 }
 
 // y = sum over splits of the partials, in split order (blockIdx.x: the group's 256-row blocks of
@@ -1022,8 +1030,15 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
     const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN(min_blocks,
                                                      (int64_t)(c->smem_per_sm / (smem + 1024))));
     const int64_t blocks = DS_MIN((int64_t)g.n_items, (int64_t)c->n_sm * per_sm);
-    ds_cuda_part_flush(c); // (this launch writes the partials scratch)
+    // (this launch writes the partials scratch: a pending reduce goes first, but a follower's
+    // partials are elsewhere, and the reduce of the kernel it follows comes right after it)
+    mmqs_group led;
+    const bool led_red = g.follow && c->part_pend && c->part_pend->n_red > 0;
+    if (led_red) led = *c->part_pend;
+    if (g.follow) c->part_pend = NULL;
+    else ds_cuda_part_flush(c);
     ds_cu_launch(c, mmq_staged_kernel<QT, NT, ST, TMA>, (unsigned)blocks, MMQS_THREADS, smem, g);
+    if (led_red) part_reduce(c, led);
     if (g.n_red == 0) return;
     if (c->part_defer && !c->prof) { // held back for the next op ("held-back reduce" below)
         if (!c->part_buf) { // (64-byte aligned: the tensor maps)
@@ -1217,6 +1232,11 @@ bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     return true;
 }
 
+// The preparation of the activations a weight type's kernels read (Q4_K / Q5_K / Q6_K share q8_K).
+static int prep_kind(int qt) {
+    return qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2;
+}
+
 // Scratch xq | xd | xb (| `extra` bytes, at a.part) for ncx columns of xs, and the activations
 // quantized into it for weight type qt, unless the previous matmul already did (prep_reuse).
 // Sets a.xq, a.xd, a.xb, a.part; a.n_in must be set. False when the scratch cannot be had.
@@ -1236,7 +1256,7 @@ static bool prep_quant(ds_cuda_ctx *c, int qt, const xsrc &xs, int64_t ncx, size
     float *xd = (float *)(s + sz_q);
     int32_t *xb = (int32_t *)(s + sz_q + sz_d);
     a.xq = xq, a.xd = xd, a.xb = xb, a.part = (float *)(s + part_at);
-    const int kind = qt == QT_Q8_0 ? 0 : qt == QT_IQ4_XS ? 1 : 2; // Q4_K/Q5_K/Q6_K share q8_K
+    const int kind = prep_kind(qt);
     c->prep_last = kind;
     if (ds_cuda_prep_reuse(c, s, xs, n_in, ncx, kind)) return true;
     c->n_prep++;
@@ -1360,25 +1380,33 @@ static void mmqs_multi(ds_cuda_ctx *c, int n_w, ds_tensor *const *y, const ds_te
     const int64_t n_in = x->ne[0], n = x->ne[1];
     DS_ASSERT(n >= 1 && n <= 65535); // (the preparation grid's y dimension, as mm_run asserts)
     bool done[MMV_MAX_MATS] = {false};
+    // every type's partials in one scratch, each matrix its own part of it (a later type follows
+    // the staged kernel of the one before: both may be in flight at once)
+    mm_args a0;
+    memset(&a0, 0, sizeof(a0));
+    a0.n_in = n_in, a0.n_units = (int)(n_in / UNIT), a0.ncols = (int)n;
+    size_t sz_p = 0, off = 0;
+    int64_t widest = 0;
+    for (int j = 0; j < n_w; j++) {
+        sz_p += mmqs_part_bytes(c, a0, w[j]->ne[1]);
+        widest = DS_MAX(widest, w[j]->ne[1]);
+    }
     for (int i = 0; i < n_w; i++) {
         if (done[i]) continue;
         const int qt = qt_of(w[i]->type);
-        mm_args a;
-        memset(&a, 0, sizeof(a));
-        a.n_in = n_in, a.n_units = (int)(n_in / UNIT), a.ncols = (int)n;
-        size_t sz_p = 0;
-        int64_t widest = 0;
-        for (int j = i; j < n_w; j++) {
-            if (done[j] || qt_of(w[j]->type) != qt) continue;
-            sz_p += mmqs_part_bytes(c, a, w[j]->ne[1]);
-            widest = DS_MAX(widest, w[j]->ne[1]);
-        }
-        ds_cuda_part_flush(c); // (the scratch below may grow: a reduce held back by the last type)
+        mm_args a = a0;
+        const uint64_t preps = c->n_prep;
+        // (a type that prepares its own input waits for the reduce held back by the one before:
+        // its preparation and a scratch growth would overwrite what that reads; a type that shares
+        // the preparation asks for the same scratch, so nothing moves)
+        const bool shares = i > 0 && prep_kind(qt) == c->prep_last;
+        if (!shares) ds_cuda_part_flush(c);
         if (!prep_quant(c, qt, xs, n, sz_p, widest, a)) return;
         mmqs_group g;
         memset(&g, 0, sizeof(g));
         g.a = a;
-        size_t off = 0;
+        g.follow = shares && c->n_prep == preps;
+        if (shares && !g.follow) ds_cuda_part_flush(c); // (not expected: prepared again)
         for (int j = i; j < n_w; j++) {
             if (done[j] || qt_of(w[j]->type) != qt) continue;
             check_f32_rows(y[j]);
@@ -1450,8 +1478,12 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
             blk += (n_out + 7) / 8;
             done[j] = true;
         }
+        const uint64_t preps = c->n_prep;
         if (!prep_quant(c, qt, xs, n, 0, 0, a)) return;
         g.a = a;
+        // a later weight type whose activations the previous launch's preparation holds (the K
+        // quants share q8_K) follows that GEMV: it streams its weights while the other drains
+        g.follow = i > 0 && c->n_prep == preps;
         ds_cuda_mmv_launch(c, qt, g);
         ds_cuda_launched(c, "matmul");
     }

@@ -494,7 +494,10 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
     for (int i = 0; i < PF; i++) {
         if (ua + i < ub) buf[i].load(wr + (size_t)(ua + i) * UB, t);
     }
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    // (programmatic dependent launch: see common.cuh; a follower's input was complete before the
+    // GEMV it follows passed its wait, and it joins that GEMV at its end: mmv_kernel)
+    if (grp.follow) ds_cu_grid_trigger();
+    else ds_cu_grid_wait();
     if (U == 0) { // (n_in == 0: y = 0; uniform over the block)
         if (w == 0 && t == 0 && row < mat.n_out) mat.y[row] = 0.0f;
         return;
@@ -548,9 +551,11 @@ __device__ __forceinline__ void mmv_body(const mmv_group &grp) {
 template <int QT, bool SX>
 static __global__ __launch_bounds__(32 * MMV_MAX_WARPS) void mmv_kernel(mmv_group grp) {
     mmv_body<QT, SX>(grp);
+    if (grp.follow) ds_cu_grid_join();
 }
 template <int QT, bool SX> static __global__ __maxnreg__(96) void mmv_kernel96(mmv_group grp) {
     mmv_body<QT, SX>(grp);
+    if (grp.follow) ds_cu_grid_join();
 }
 template <int QT, bool SX> static constexpr auto mmv_kern() {
     if constexpr (QT != QT_Q6_K) {

@@ -286,6 +286,10 @@ struct mmv_group {
     mm_args a; // n_in, n_units, ncols, xq, xd, xb
     mmv_mat m[MMV_MAX_MATS];
     int n;
+    // 1: launched right after another GEMV of the same prepared input (matmul_multi's next weight
+    // type), on which it does not depend: its blocks run while that GEMV drains and wait for it
+    // only before they exit (matmul_vec.cu mmv_kernel)
+    int follow;
 };
 void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
 
