@@ -208,6 +208,16 @@ static void conv_stage(ds_draft_ctx *c, ds_tensor *y, const ds_tensor *x, const 
     c->be->ops.dyn_conv(c->be, y, x, &b, &dv, hp->conv_group);
 }
 
+// y = rmsnorm(x) * w, with the pending residual pend (NULL: none) added to x first, fused.
+static void pend_norm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *pend,
+                      const ds_tensor *w, float eps) {
+    if (pend) {
+        ds_backend_add_rmsnorm(be, y, x, pend, w, eps);
+    } else {
+        be->ops.rmsnorm(be, y, x, w, eps);
+    }
+}
+
 // One decoder layer over the nb block rows at positions L0 .. L0 + nb - 1. pend: the previous
 // layer's last residual, not yet added to x (NULL for the first layer): its add is fused with
 // this layer's first norm. Returns this layer's last residual, likewise left for the caller.
@@ -223,11 +233,7 @@ static const ds_tensor *block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t
     ds_tensor a2 = ds_tensor_rows(&c->a2, 0, nb), q = ds_tensor_rows(&c->q, 0, nb);
     ds_tensor att = ds_tensor_rows(&c->att, 0, nb), dyn = ds_tensor_rows(&c->dyn, 0, nb);
     // attention sublayer (KV injection: the block's K/V sit after the context rows)
-    if (pend) {
-        ds_backend_add_rmsnorm(be, &u, &x, pend, &Ly->attn_norm, hp->eps);
-    } else {
-        be->ops.rmsnorm(be, &u, &x, &Ly->attn_norm, hp->eps);
-    }
+    pend_norm(be, &u, &x, pend, &Ly->attn_norm, hp->eps);
     const ds_tensor *src = &u;
     if (conv) {
         be->ops.matmul(be, &dyn, &Ly->attn_conv_proj, &u);
@@ -322,11 +328,7 @@ dspec_status ds_draft_block(ds_draft_ctx *c, int32_t anchor, int n_slots, ds_pro
         pend = &res;
     }
     ds_tensor h = ds_tensor_rows(&c->u, 0, nb);
-    if (pend) {
-        ds_backend_add_rmsnorm(be, &h, &x, pend, &d->output_norm, hp->eps);
-    } else {
-        be->ops.rmsnorm(be, &h, &x, &d->output_norm, hp->eps);
-    }
+    pend_norm(be, &h, &x, pend, &d->output_norm, hp->eps);
     // 3. proposal rows -> shared target head (+ multiplier, softcap) (spec §1.6)
     const int64_t p0 = hp->shifted ? 0 : 1, np = n_slots - 1;
     ds_tensor hp_rows = ds_tensor_rows(&c->u, p0, np);
