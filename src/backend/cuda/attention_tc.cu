@@ -4,10 +4,10 @@
 // attention_rows), target-qwen35.md §2.8, docs/cuda.md "Decode and verify attention".
 //
 // Block: one kv head, one chunk of keys (att_chunk: 64 keys up to 8,192 visible, then longer, as
-// 64-key tiles with an online softmax), TC_WARPS rows of the launch: warp w takes row
-// blockIdx.y * TC_WARPS + w and its G query heads as the 16 rows of its mma tiles (rows past G
-// read a zero row). The block stages each 64-key tile of K and V once (cp.async) and every warp
-// whose row sees those keys uses it: chain rows always share their chunks' keys, tree rows share
+// 64-key tiles with an online softmax), W warps of R rows of the launch (attn_tc_kernel): each
+// warp's rows' G query heads are the 16 rows of its mma tiles (rows past R G read a zero row).
+// The block stages each 64-key tile of K and V once (cp.async) and every warp with a row that
+// sees those keys uses it: chain rows always share their chunks' keys, tree rows share
 // those below n_past; otherwise (a chunk over a tree's own rows, attention_rows windows) the rows
 // take their tiles in turn. S = Q K^T and O += P V run on mma.sync m16n8k16 with f32 accumulators;
 // Q and P are split into two f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): ~22 bits),
@@ -16,7 +16,7 @@
 // row's count are zero-filled, never read), and an mma's output row depends only on its own A
 // row, so a row's partials do not depend on the other rows of its block: bitwise the same in a
 // verify batch, a tree, or alone.
-//   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to TC_WARPS rows)
+//   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to W R rows)
 //          + partials;  flops: 4*2*n*n_head*n_vis*hd on the tensor cores (two f16 parts each)
 #include "backend/cuda/attention.cuh"
 
@@ -24,13 +24,13 @@ enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8 };
 
 // Rows [0, TC_BN) of the K and V tiles for a chunk's keys k0.. (of pcnt; past it: zero-filled),
 // key j at cache row key_row(a, np, pt, i0 + j).
-template <int D>
+template <int D, int W>
 __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn_args &a,
                                               int kvh, int64_t np, int64_t pt, int64_t i0,
                                               int k0, int pcnt) {
     constexpr int LD = D + TC_PAD, CPR = D / 8; // 16-byte chunks (8 halves) per row
     const int64_t hoff = (int64_t)kvh * D * 2;
-    for (int i = threadIdx.x; i < TC_BN * CPR; i += TC_WARPS * 32) {
+    for (int i = threadIdx.x; i < TC_BN * CPR; i += W * 32) {
         const int r = i / CPR, cc = i % CPR;
         const bool ok = k0 + r < pcnt;
         const int64_t row = ok ? key_row(a, np, pt, i0 + k0 + r) : 0;
@@ -66,72 +66,96 @@ __device__ __forceinline__ void tc_mma_split(float c[4], const uint32_t (&h)[4],
     fa_mma(c, l[0], l[1], l[2], l[3], b0, b1);
 }
 
-template <int D>
-static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args a) {
+// W warps of R rows each: mma row r of warp w is head r % G of the block's row slot w R + r / G
+// (rows r >= R G read the zero row). R = 1: TC_WARPS warps (decode rows, short contexts, trees,
+// windows); R = 2: 8 warps (long-context chain verifies, tc_pick): a 64-key tile then serves 16
+// rows, and 2 G of the 16 mma rows hold heads, not 6 of 16 (27B). Every output row is its own A
+// row's, so the layout changes no row's bits (test_attention: rows alone against the batch).
+template <int D, int W, int R>
+static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    constexpr int LD = D + TC_PAD, NT = D / 8;
+    constexpr int LD = D + TC_PAD, NT = D / 8, S = W * R; // S: row slots per block
     extern __shared__ __align__(16) unsigned char tc_smem[];
-    __shared__ int s_cnt[TC_WARPS], s_ch[TC_WARPS];
+    __shared__ int s_cnt[S], s_ch[S];
     const int G = a.group;
     __half *sk = (__half *)tc_smem, *sv = sk + TC_BN * LD, *zr = sv + TC_BN * LD;
-    __half *sq = zr + LD; // [warp][hi, lo][G][LD]
+    __half *sq = zr + LD; // [warp][hi, lo][R G][LD]
     const int kvh = blockIdx.x, s = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, c4 = lane % 4;
-    const int tl = blockIdx.y * TC_WARPS + warp; // this warp's row (partials are indexed by it)
-    const int64_t t = a.t0 + tl;
     const int64_t np = a.vis ? a.nvis[a.n_all] : 0;
-    int cnt = 0, ch = 0; // this row's keys in the chunk, its chunk length
-    if (tl < a.n_rows) {
-        const int64_t nv = a.nvis[t];
-        ch = att_chunk(a, nv);
-        const int64_t i0 = (int64_t)s * ch;
-        if (i0 < nv) cnt = (int)min((int64_t)ch, nv - i0);
-    }
-    if (lane == 0) s_cnt[warp] = cnt, s_ch[warp] = ch;
-    for (int i = threadIdx.x; i < LD; i += TC_WARPS * 32) zr[i] = __float2half_rn(0.0f);
-    __half *qh = sq + (size_t)warp * 2 * G * LD, *ql = qh + (size_t)G * LD;
-    if (cnt > 0) {
-        for (int idx = lane; idx < G * D; idx += 32) {
-            const int gq = idx / D, d = idx % D;
-            const float x = ((const float *)(a.q + (int64_t)(kvh * G + gq) * a.q_nb1 +
-                                             t * a.q_nb2))[d];
-            tc_split(x, qh[gq * LD + d], ql[gq * LD + d]);
+    const int slot0 = blockIdx.y * S; // the block's first row (partials are indexed by rows)
+    for (int j = threadIdx.x; j < S; j += W * 32) { // each slot's keys in the chunk, its length
+        const int tl = slot0 + j;
+        int cnt = 0, ch = 0;
+        if (tl < a.n_rows) {
+            const int64_t nv = a.nvis[a.t0 + tl];
+            ch = att_chunk(a, nv);
+            const int64_t i0 = (int64_t)s * ch;
+            if (i0 < nv) cnt = (int)min((int64_t)ch, nv - i0);
         }
+        s_cnt[j] = cnt, s_ch[j] = ch;
+    }
+    for (int i = threadIdx.x; i < LD; i += W * 32) zr[i] = __float2half_rn(0.0f);
+    __syncthreads();
+    __half *qh = sq + (size_t)warp * 2 * R * G * LD, *ql = qh + (size_t)R * G * LD;
+    for (int idx = lane; idx < R * G * D; idx += 32) {
+        const int r = idx / D, d = idx % D, sr = r / G, gq = r % G, j = warp * R + sr;
+        const int64_t t = a.t0 + slot0 + j;
+        // (a row that does not see the chunk: zeros, masked out anyway)
+        const float x = s_cnt[j] == 0 ? 0.0f
+                                      : ((const float *)(a.q + (int64_t)(kvh * G + gq) * a.q_nb1 +
+                                                         t * a.q_nb2))[d];
+        tc_split(x, qh[r * LD + d], ql[r * LD + d]);
     }
     __syncthreads();
     int cnt_max = 0, ch0 = 0, first = -1;
     bool same_ch = true;
-    for (int w = 0; w < TC_WARPS; w++) {
-        if (s_cnt[w] == 0) continue;
-        if (first < 0) first = w, ch0 = s_ch[w];
-        same_ch = same_ch && s_ch[w] == ch0;
-        cnt_max = max(cnt_max, s_cnt[w]);
+    for (int j = 0; j < S; j++) {
+        if (s_cnt[j] == 0) continue;
+        if (first < 0) first = j, ch0 = s_ch[j];
+        same_ch = same_ch && s_ch[j] == ch0;
+        cnt_max = max(cnt_max, s_cnt[j]);
     }
     if (first < 0) return; // (uniform: no row of the block sees this chunk)
     const bool shared = same_ch && !a.lo && (!a.vis || (int64_t)s * ch0 + cnt_max <= np);
+    // this thread's two accumulator rows g, g + 8: their slots (-1: no row) and key counts
+    int jr[2], cnt[2];
+    bool any = false; // a row of this warp sees the chunk
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = g + 8 * i;
+        jr[i] = r < R * G ? warp * R + r / G : -1;
+        cnt[i] = jr[i] >= 0 ? s_cnt[jr[i]] : 0;
+    }
+#pragma unroll
+    for (int sr = 0; sr < R; sr++) any = any || s_cnt[warp * R + sr] > 0;
 
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    // ldmatrix row addresses of this warp's Q tile (A operand rows past G: the zero row)
+    // ldmatrix row addresses of this warp's Q tile (A operand rows past R G: the zero row)
     const int qr = (lane % 8) + 8 * ((lane / 8) % 2), qc = 8 * (lane / 16);
-    const uint32_t qh_a = (uint32_t)__cvta_generic_to_shared(qr < G ? qh + qr * LD + qc : zr + qc);
-    const uint32_t ql_a = (uint32_t)__cvta_generic_to_shared(qr < G ? ql + qr * LD + qc : zr + qc);
+    const bool qv = qr < R * G;
+    const uint32_t qh_a = (uint32_t)__cvta_generic_to_shared(qv ? qh + qr * LD + qc : zr + qc);
+    const uint32_t ql_a = (uint32_t)__cvta_generic_to_shared(qv ? ql + qr * LD + qc : zr + qc);
     const uint32_t k_a = (uint32_t)__cvta_generic_to_shared(
         sk + (size_t)((lane % 8) + 8 * (lane / 16)) * LD + 8 * ((lane / 8) % 2));
     const uint32_t v_a = (uint32_t)__cvta_generic_to_shared(
         sv + (size_t)((lane % 8) + 8 * ((lane / 8) % 2)) * LD + 8 * (lane / 16));
 
-    for (int pass = 0; pass < (shared ? 1 : TC_WARPS); pass++) {
+    for (int pass = 0; pass < (shared ? 1 : S); pass++) {
         const int pw = shared ? first : pass; // a row whose keys the tiles hold
         if (s_cnt[pw] == 0) continue;          // (uniform)
         const int pcnt = shared ? cnt_max : s_cnt[pw];
-        const int64_t pt = a.t0 + blockIdx.y * TC_WARPS + pw, pi0 = (int64_t)s * s_ch[pw];
-        const bool mine = cnt > 0 && (shared || pw == warp);
+        const int64_t pt = a.t0 + slot0 + pw, pi0 = (int64_t)s * s_ch[pw];
+        const bool mine = shared ? any : pw / R == warp;
+        // the keys of each accumulator row in this pass (0: the row sits this pass out)
+        const int pc0 = shared || jr[0] == pw ? cnt[0] : 0;
+        const int pc1 = shared || jr[1] == pw ? cnt[1] : 0;
         for (int k0 = 0; k0 < pcnt; k0 += TC_BN) {
             __syncthreads(); // the previous tile's readers are done
-            tc_load_tiles<D>(sk, sv, a, kvh, np, pt, pi0, k0, pcnt);
+            tc_load_tiles<D, W>(sk, sv, a, kvh, np, pt, pi0, k0, pcnt);
             __syncthreads();
             if (!mine) continue;
             // S = (Q_hi + Q_lo) K^T: 16 query heads x 64 keys
@@ -151,14 +175,16 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
                     tc_mma_split(sc[2 * jp + 1], h, l, b2, b3);
                 }
             }
-            // scale, mask the keys past this row's count, online softmax
+            // scale, mask the keys past each row's count, online softmax (a row that has seen
+            // no key yet keeps m = -inf, l = 0, o = 0: alpha 1, p 0)
             float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int j = 0; j < 8; j++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = k0 + j * 8 + 2 * c4 + (e & 1);
-                    const float x = key < cnt ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
+                    const float x =
+                        key < (e < 2 ? pc0 : pc1) ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
                     sc[j][e] = x;
                     mx[e / 2] = fmaxf(mx[e / 2], x);
                 }
@@ -168,7 +194,8 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
             for (int i = 0; i < 2; i++) {
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                alpha[i] = expf(__fsub_rn(m[i], mx[i])); // first tile: e^-inf = 0
+                // first tile: e^-inf = 0
+                alpha[i] = mx[i] == -INFINITY ? 1.0f : expf(__fsub_rn(m[i], mx[i]));
                 m[i] = mx[i];
                 l[i] = __fmul_rn(l[i], alpha[i]);
             }
@@ -180,8 +207,9 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
 #pragma unroll
             for (int j = 0; j < 8; j++) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float p = expf(__fsub_rn(sc[j][e], m[e / 2])); // masked: 0
+                for (int e = 0; e < 4; e++) { // masked: 0
+                    const float mi = m[e / 2];
+                    const float p = mi == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][e], mi));
                     sc[j][e] = p;
                     l[e / 2] = __fadd_rn(l[e / 2], p);
                 }
@@ -204,8 +232,8 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
             }
         }
     }
-    if (cnt == 0) return;
-    // the chunk's partials of this row's heads (the quad's four sums added in a fixed order)
+    if (!any) return;
+    // the chunk's partials of this thread's rows (the quad's four sums added in a fixed order)
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
@@ -213,8 +241,8 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc_kernel(attn_args
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int gq = g + 8 * i;
-        if (gq >= G) continue;
+        if (cnt[i] == 0) continue; // (no row, or a row that does not see this chunk)
+        const int gq = (g + 8 * i) % G, tl = slot0 + jr[i];
         const int64_t pi = ((int64_t)tl * a.n_head + (int64_t)kvh * G + gq) * a.s_max + s;
         if (c4 == 0) a.pm[pi] = m[i], a.pl[pi] = l[i];
         float *acc = a.pacc + pi * D;
@@ -231,24 +259,37 @@ bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16) {
            (uintptr_t)a.v % 16 == 0;
 }
 
-template <int D> static bool tc_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
-    const size_t smem = (size_t)(2 * TC_BN + 1 + 2 * TC_WARPS * a.group) * (D + TC_PAD) * 2;
+template <int D, int W, int R> static bool tc_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
+    const size_t smem = (size_t)(2 * TC_BN + 1 + 2 * W * R * a.group) * (D + TC_PAD) * 2;
     // (a per-device kernel attribute: set at every launch, a cheap host call next to the kernel)
-    if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(attn_tc_kernel<D>,
+    if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(attn_tc_kernel<D, W, R>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem))) {
         return false;
     }
-    dim3 grid((unsigned)n_kv, (unsigned)((a.n_rows + TC_WARPS - 1) / TC_WARPS), (unsigned)a.s_max);
-    ds_cu_launch(c, attn_tc_kernel<D>, grid, TC_WARPS * 32, smem, a);
+    dim3 grid((unsigned)n_kv, (unsigned)((a.n_rows + W * R - 1) / (W * R)), (unsigned)a.s_max);
+    ds_cu_launch(c, attn_tc_kernel<D, W, R>, grid, W * 32, smem, a);
     return true;
+}
+// Chain rows (no tree, no windows: their blocks share every tile) beyond TC_WARPS whose groups
+// pair up in the 16 mma rows, where the packed blocks fill the GPU: 8 warps of 2 rows (one block
+// per kv head and chunk for 16 rows: the tiles staged once, half the mma work per row). Else a
+// warp per row: below that the 4x more blocks are the faster grid (27B verify N = 16, packed
+// against not: 2K keys 11.47 / 11.35 ms, 4K 11.85 / 12.02, 6K 12.53 / 12.88), and blocks whose
+// rows take their tiles in turn (trees, windows) would run 16 rows' turns in one block.
+template <int D> static bool tc_pick(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
+    const int64_t packed = (int64_t)n_kv * a.s_max * ((a.n_rows + 15) / 16);
+    if (a.n_rows > TC_WARPS && 2 * a.group <= 16 && !a.lo && !a.vis && packed > c->n_sm) {
+        return tc_launch<D, 8, 2>(c, a, n_kv);
+    }
+    return tc_launch<D, TC_WARPS, 1>(c, a, n_kv);
 }
 
 bool ds_cuda_attn_tc(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
     DS_ASSERT(a.pacc && (uintptr_t)a.pacc % 8 == 0 && a.s_max <= 65535);
     switch (a.hd) {
-    case 64: return tc_launch<64>(c, a, n_kv);
-    case 128: return tc_launch<128>(c, a, n_kv);
-    default: return tc_launch<256>(c, a, n_kv);
+    case 64: return tc_pick<64>(c, a, n_kv);
+    case 128: return tc_pick<128>(c, a, n_kv);
+    default: return tc_pick<256>(c, a, n_kv);
     }
 }

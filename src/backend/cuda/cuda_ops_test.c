@@ -1822,7 +1822,8 @@ static void test_attention(void **state) {
     // chunk-length step; 2100: 32-key chunks; from 16 keys of prefix the verify rows share its
     // whole chunks. F16, attention_tc.cu: 64-key chunks; 8190: rows of one call on both sides
     // of the 8192-key step, whose blocks then take their rows' tiles in turn, as trees do for
-    // the chunks over their own rows; 5 and 7 rows: two row groups)
+    // the chunks over their own rows; 5, 7 and 17 rows: attention_tc.cu's 8-warp blocks of two
+    // rows per warp, 1 row its 4-warp blocks of a row per warp)
     static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100, 8190};
     for (size_t s = 0; s < DS_ARRAY_LEN(shapes); s++) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
@@ -1834,6 +1835,11 @@ static void test_attention(void **state) {
                 run_attention(e, &b);
                 att_case c = {shapes[s][0], shapes[s][1], shapes[s][2], pasts[pi], 7, kvt, tree};
                 run_attention(e, &c);
+                if (f16) { // (a 16-row verify and one more row: two blocks of 16 row slots)
+                    att_case d = {shapes[s][0], shapes[s][1], shapes[s][2], pasts[pi], 17, kvt,
+                                  NULL};
+                    run_attention(e, &d);
+                }
             }
         }
     }
