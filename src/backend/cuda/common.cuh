@@ -129,6 +129,9 @@ typedef struct ds_cuda_ctx {
     struct mmqs_group *part_pend, *part_buf;
     bool part_defer, part_held;
     const uint8_t *part_lo;
+    // Whether ops may prepare their output for the next matmul (matmul.cu ds_cuda_prep_fused;
+    // ds_cuda_set_prep_fuse, for tests and A/B timing).
+    bool prep_fuse;
     uint64_t n_part_takes; // (ds_cuda_part_takes)
 } ds_cuda_ctx;
 

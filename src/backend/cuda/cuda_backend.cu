@@ -488,6 +488,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->mmv_staged = true;
     c->part_defer = true;
+    c->prep_fuse = true;
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {
         cudaStreamDestroy(c->stream);

@@ -28,6 +28,9 @@ bool ds_cuda_matmul_supports(ds_type t);
 // prefill GEMMs that converted it to bf16, rather than reusing it from the previous matmul or
 // from the op that produced it): for tests.
 uint64_t ds_cuda_prep_launches(ds_backend *be);
+// Whether an op that produces a matmul's input may also prepare it for that matmul (the
+// default; off: every matmul prepares its own input, for tests and A/B timing).
+void ds_cuda_set_prep_fuse(ds_backend *be, bool on);
 // gemm.cu (backend.h prefill_mode: prompt chunks of >= 65 rows on the bf16 tensor-core GEMM)
 void ds_cuda_prefill_mode(ds_backend *be, bool on);
 // For tests: weight elements per dequantized GEMM tile (0: the default, 96 Mi).

@@ -842,14 +842,16 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
 // and the takes happen where expected. Rows of 1280 (norm rows of 256 threads: 8 blocks per
 // row) and 5120 (1024 threads: 32 blocks per row) elements, SwiGLU rows of 9 and 8 units; the
-// prepared activations in q8_K order and (gate / up, down and next matmul IQ4_XS) in IQ4_XS
-// order.
+// prepared activations in q8_K order, (gate / up, down and next matmul IQ4_XS) in IQ4_XS
+// order and (Q8_0) as q8_0: at 9 rows and more the norm's unit kernel prepares them
+// (q8k_warp_out), the reference path's matmul launches its own preparation.
 static void test_held_back_reduce(void **state) {
     ENV(state);
-    const ds_type q4 = DS_TYPE_Q4_K, q6 = DS_TYPE_Q6_K, iq4 = DS_TYPE_IQ4_XS;
+    const ds_type q4 = DS_TYPE_Q4_K, q6 = DS_TYPE_Q6_K, iq4 = DS_TYPE_IQ4_XS, q8 = DS_TYPE_Q8_0;
     held_back_case(e, 1280, 2304, q4, q6, q4); // 5 and 9 units: 2 and 3 K splits
     held_back_case(e, 5120, 2048, q4, q6, q4); // 20 units: 5 splits
     held_back_case(e, 5120, 2048, iq4, iq4, iq4);
+    held_back_case(e, 5120, 2048, q8, q8, q8);
 }
 
 static void test_matmul_id(void **state) {
@@ -1108,7 +1110,8 @@ static void test_fused_prep(void **state) {
     const int64_t E = 5120, F = 1024, n_out = 300; // 5120: 1024-thread norm rows, 4 units a pass
     // (100: a prompt chunk in prefill mode, where the ops write the GEMM's bf16 copy instead)
     static const int ns[] = {1, 3, 16, 64, 100};
-    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K};
+    // (q8_K, its IQ4_XS order, q8_K again for Q6_K, q8_0)
+    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q6_K, DS_TYPE_Q8_0};
     for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
         ds_tensor we, wf, wo;
         void *wed = up_weights(e, types[ti], E, n_out, &we), *wfd = up_weights(e, types[ti], F, n_out, &wf);
@@ -1174,15 +1177,15 @@ static void test_fused_prep(void **state) {
 }
 
 // One call of the unit-norm test (norm.cu rmsnorm_unit_kernel up to 8 rows, rmsnorm_kernel
-// from 9): x (and b) reset to their first m rows, a matmul of `prime` (Q8_0: the norm prepares
-// nothing; Q4_K: it prepares its output), the norm, then the matmul of y by wq (Q4_K), which
-// launches no preparation of its own exactly when the norm prepared y. Reads back x, y and that
-// matmul's output.
+// from 9): x (and b) reset to their first m rows, a matmul of wq (Q4_K: the guess of the fused
+// preparation), the norm (fused: allowed to prepare its output; else ds_cuda_set_prep_fuse off),
+// then the matmul of y by wq, which launches no preparation of its own exactly when the norm
+// prepared y. Reads back x, y and that matmul's output.
 typedef struct norm_case {
     int64_t E, n_out;
     const float *x;
     void *xd, *bd, *wd, *yd, *od;
-    const ds_tensor *prime, *wq;
+    const ds_tensor *wq;
 } norm_case;
 
 static void norm_op(env *e, bool add, ds_tensor *yg, ds_tensor *xg, const ds_tensor *bg,
@@ -1203,8 +1206,10 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
               wg = ds_tensor_1d(nc->wd, DS_TYPE_F32, E);
     ds_tensor og = ds_tensor_2d(nc->od, DS_TYPE_F32, nc->n_out, m);
     e->gpu->ops.write(e->gpu, nc->xd, nc->x, (size_t)(E * m) * 4);
-    e->gpu->ops.matmul(e->gpu, &og, nc->prime, &xg);
+    e->gpu->ops.matmul(e->gpu, &og, nc->wq, &xg);
+    ds_cuda_set_prep_fuse(e->gpu, fused);
     norm_op(e, add, &yg, &xg, &bg, &wg);
+    ds_cuda_set_prep_fuse(e->gpu, true);
     const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
     e->gpu->ops.matmul(e->gpu, &og, nc->wq, &yg);
     if (m <= 8) { // (from 64 rows the row kernel prepares only rows it can split into units)
@@ -1222,7 +1227,7 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
 
 // gated_rmsnorm of {d, H, n} heads (in place, as DeltaNet's output norm) after a Q4_K matmul, so
 // that it prepares its output for the next (norm.cu gated_unit_kernel), against the same call
-// after a Q8_0 matmul (the row kernel, then the matmul's own preparation): y and the next
+// with fused preparations off (the row kernel, then the matmul's own preparation): y and the next
 // matmul's output bitwise, no preparation launched when fused; y against the CPU. d = 128 (2
 // heads per unit: the 27B) and 64 (4), 1 / 5 / 16 rows.
 static void test_gated_norm_prep(void **state) {
@@ -1236,9 +1241,8 @@ static void test_gated_norm_prep(void **state) {
             const size_t xb = (size_t)(E * n) * 4, ob = (size_t)(N_OUT * n) * 4;
             float *x = xmalloc(xb), *z = xmalloc(xb), *w = xmalloc((size_t)d * 4), *ref = xmalloc(xb);
             fill_u(e, x, E * n, 3.0f), fill_u(e, z, E * n, 4.0f), fill_u(e, w, d, 1.5f);
-            ds_tensor wq, w8;
+            ds_tensor wq;
             void *wqd = up_weights(e, DS_TYPE_Q4_K, E, N_OUT, &wq);
-            void *w8d = up_weights(e, DS_TYPE_Q8_0, E, N_OUT, &w8);
             void *xd = e->gpu->ops.alloc(e->gpu, xb), *zd = up(e, z, xb), *wd = up(e, w, (size_t)d * 4);
             void *od = e->gpu->ops.alloc(e->gpu, ob);
             float *yo[2], *oo[2];
@@ -1247,8 +1251,10 @@ static void test_gated_norm_prep(void **state) {
                 ds_tensor x3 = ds_tensor_3d(xd, DS_TYPE_F32, d, H, n), x2 = ds_tensor_2d(xd, DS_TYPE_F32, E, n);
                 ds_tensor z3 = ds_tensor_3d(zd, DS_TYPE_F32, d, H, n), wt = ds_tensor_1d(wd, DS_TYPE_F32, d);
                 ds_tensor og = ds_tensor_2d(od, DS_TYPE_F32, N_OUT, n);
-                e->gpu->ops.matmul(e->gpu, &og, fused ? &wq : &w8, &x2); // the last preparation's kind
+                e->gpu->ops.matmul(e->gpu, &og, &wq, &x2); // the last preparation's kind
+                ds_cuda_set_prep_fuse(e->gpu, fused);
                 e->gpu->ops.gated_rmsnorm(e->gpu, &x3, &x3, &wt, &z3, 1e-6f);
+                ds_cuda_set_prep_fuse(e->gpu, true);
                 const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
                 e->gpu->ops.matmul(e->gpu, &og, &wq, &x2);
                 if (ds_cuda_prep_launches(e->gpu) != p0 + (fused ? 0 : 1)) {
@@ -1269,7 +1275,7 @@ static void test_gated_norm_prep(void **state) {
             e->cpu->ops.gated_rmsnorm(e->cpu, &r3, &r3, &wc, &zc, 1e-6f);
             expect_close(what, yo[1], ref, E * n, TOL_ULPS_REL, TOL_ULPS_ABS);
             for (int f = 0; f < 2; f++) free(yo[f]), free(oo[f]);
-            dfree(e, wqd), dfree(e, w8d), dfree(e, xd), dfree(e, zd), dfree(e, wd), dfree(e, od);
+            dfree(e, wqd), dfree(e, xd), dfree(e, zd), dfree(e, wd), dfree(e, od);
             free(x), free(z), free(w), free(ref);
         }
     }
@@ -1299,9 +1305,8 @@ static void test_norm_units(void **state) {
         fill_u(e, x, E * ROWS, 3.0f);
         fill_u(e, b, E * ROWS, 2.0f);
         fill_u(e, w, E, 1.0f);
-        ds_tensor wq, w8;
+        ds_tensor wq;
         void *wqd = up_weights(e, DS_TYPE_Q4_K, E, N_OUT, &wq);
-        void *w8d = up_weights(e, DS_TYPE_Q8_0, E, N_OUT, &w8);
         norm_case nc = {.E = E, .n_out = N_OUT, .x = x, .wq = &wq};
         nc.xd = up(e, x, xb), nc.bd = up(e, b, xb), nc.wd = up(e, w, (size_t)E * 4);
         nc.yd = e->gpu->ops.alloc(e->gpu, xb), nc.od = e->gpu->ops.alloc(e->gpu, ob);
@@ -1317,7 +1322,6 @@ static void test_norm_units(void **state) {
             e->cpu->ops.rmsnorm(e->cpu, &yt, &xt, &wt, 1e-6f);
             const char *op = add ? "add_rmsnorm" : "rmsnorm";
             for (int fused = 0; fused < 2; fused++) {
-                nc.prime = fused ? &wq : &w8;
                 norm_units_run(e, &nc, add, fused, ROWS, x100, y100, o100);
                 snprintf(what, sizeof(what), "%s E=%lld rows=%d: x vs cpu", op, (long long)E, ROWS);
                 expect_bitwise(what, x100, xa, E * ROWS);
@@ -1361,7 +1365,7 @@ static void test_norm_units(void **state) {
             if (e->gpu->ops.step_begin) assert_true(g1.replays - g0.replays >= 2);
         }
         dfree(e, nc.xd), dfree(e, nc.bd), dfree(e, nc.wd), dfree(e, nc.yd), dfree(e, nc.od);
-        dfree(e, wqd), dfree(e, w8d);
+        dfree(e, wqd);
         free(x), free(b), free(w), free(xa), free(yref), free(x100), free(y100), free(o100);
         free(xm), free(ym), free(om);
     }

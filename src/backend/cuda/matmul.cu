@@ -53,22 +53,16 @@ static __global__ __launch_bounds__(256) void prep_q8k_kernel(xsrc src, int64_t 
     q8k_group<PERM>(v, c, u, n_in, xq, xd, xb);
 }
 
-// q8_0 as llama.cpp's x86 CPU backend quantizes activations: d = fp16(amax/127),
-// q = round(x * (127/amax)) saturated to int8 (ds_quantize_act(Q8_0)). One warp per block of 32.
+// q8_0 (quant.cuh q80_*): one warp per block of 32.
 static __global__ __launch_bounds__(256) void prep_q8_0_kernel(xsrc src, int64_t n_in, int8_t *xq,
                                                                float *xd) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int u = blockIdx.x, i = threadIdx.x, lane = i & 31, w = i >> 5;
     const int64_t c = blockIdx.y;
     float v = xcol_ptr(src, c)[(int64_t)u * UNIT + i];
-    float amax = ds_cu_warp_max(fabsf(v)); // fmaxf ignores NaN, as the CPU's compare does
-    float dq = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
-    float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    float f = __fadd_rn(__fmul_rn(v, id), 12582912.0f);
-    int q = (__float_as_int(f) & 0x007fffff) - 0x00400000;
-    q = q > 127 ? 127 : q < -128 ? -128 : q;
-    xq[c * n_in + (int64_t)u * UNIT + i] = (int8_t)q;
-    if (lane == 0) xd[c * (n_in / 32) + u * 8 + w] = dq;
+    const float amax = ds_cu_warp_max(fabsf(v));
+    xq[c * n_in + (int64_t)u * UNIT + i] = (int8_t)q80_q(v, q80_id(amax));
+    if (lane == 0) xd[c * (n_in / 32) + u * 8 + w] = q80_d(amax);
 }
 
 // Float weights: the activation rounded to the weight's vec_dot type (F32 / F16 / BF16), as f32.
@@ -1194,7 +1188,8 @@ static void prep_layout(int64_t n_in, int64_t ncx, size_t *sz_q, size_t *sz_d) {
 
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     const int64_t n_in = y->ne[0], ncx = y->ne[1];
-    if ((c->prep_last != 1 && c->prep_last != 2) || c->prof || y->type != DS_TYPE_F32 ||
+    if (!c->prep_fuse || c->prep_last < 0 || c->prep_last > 2 || c->prof ||
+        y->type != DS_TYPE_F32 ||
         ds_cuda_prefill_rows(c, y->ne[1]) || // the prefill GEMM reads f32 rows (gemm.cu)
         y->nb[0] != 4 || n_in % UNIT != 0 || y->ne[2] != 1 || y->ne[3] != 1 || ncx < 1 ||
         ncx > 65535) {
@@ -1212,8 +1207,13 @@ bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {
     o->xd = (float *)(s + sz_q);
     o->xb = (int32_t *)(s + sz_q + sz_d);
     o->perm = c->prep_last == 1;
+    o->q80 = c->prep_last == 0;
     ds_cuda_prep_reuse(c, s, xsrc_of(y), n_in, ncx, c->prep_last); // records it, as prep_quant would
     return true;
+}
+
+extern "C" void ds_cuda_set_prep_fuse(ds_backend *be, bool on) {
+    ds_cuda_of(be)->prep_fuse = on;
 }
 
 bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {

@@ -5,8 +5,8 @@
 // sum over K splits (in split order) of sum over units (in unit order) of the same float term, so
 // a row's result is bitwise the same whichever kernel ran it (DESIGN.md §4.2, docs/cuda.md).
 // Also the q8_K activation quantization (q8k_group: a unit held by 256 threads; q8k_warp: by one
-// warp, the same bytes), which matmul.cu's preparation kernel and the ops that prepare their
-// output for the next matmul (norm.cu, elem.cu) share.
+// warp, the same bytes) and q8_0's (q80_*), which matmul.cu's preparation kernels and the ops that
+// prepare their output for the next matmul (norm.cu, elem.cu: q8k_group_out, q8k_warp_out) share.
 // Included only by backend/cuda .cu files.
 #pragma once
 
@@ -201,30 +201,68 @@ __device__ __forceinline__ void q8k_warp(const float (&v)[8], int64_t c, int64_t
     if (lane == 0) xd[c * (n_in / UNIT) + u] = d;
 }
 
-// Where an op that produces a matmul's input also writes its prepared q8_K activations
-// (matmul.cu ds_cuda_prep_fused): xq, xd, xb in the prepared layout, perm: IQ4_XS order; or, in
-// a prompt chunk that the prefill GEMM takes, its bf16 copy (bf: [rows][ne0], element i of row
-// r at bf[r * ne0 + i], rounded to nearest even as gemm.cu's conversion does;
-// ds_cuda_prep_fused_bf16).
+// q8_0 of one 32-element block as llama.cpp's x86 CPU backend quantizes activations
+// (ds_quantize_act(Q8_0)): amax by fmaxf (which skips NaN, as the CPU's compare does),
+// d = fp16(amax / 127), q = round(x * (127 / amax)) saturated to int8.
+__device__ __forceinline__ float q80_d(float amax) {
+    return __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+}
+__device__ __forceinline__ float q80_id(float amax) {
+    return amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+}
+__device__ __forceinline__ int q80_q(float v, float id) {
+    const int q = round_int(__fmul_rn(v, id));
+    return q > 127 ? 127 : q < -128 ? -128 : q;
+}
+
+// Where an op that produces a matmul's input also writes its prepared activations (matmul.cu
+// ds_cuda_prep_fused): xq, xd, xb in the prepared layout as q8_K, perm: IQ4_XS order, or q80:
+// as q8_0 (xq and xd only: a scale per 32); or, in a prompt chunk that the prefill GEMM takes,
+// its bf16 copy (bf: [rows][ne0], element i of row r at bf[r * ne0 + i], rounded to nearest
+// even as gemm.cu's conversion does; ds_cuda_prep_fused_bf16).
 struct q8k_out {
     int8_t *xq;
     float *xd;
     int32_t *xb;
-    int perm;
+    int perm, q80;
     __nv_bfloat16 *bf;
 };
+// Thread i (0..255) of a group of 256 holds element i of unit u of column c (q8k_group's
+// layout; the q8_0 form needs no block barrier: a warp is one 32-block).
 __device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t c, int64_t u,
                                               int64_t n_in) {
-    if (o.perm) {
+    if (o.q80) {
+        const int i = threadIdx.x & 255;
+        const float amax = ds_cu_warp_max(fabsf(v));
+        o.xq[c * n_in + u * UNIT + i] = (int8_t)q80_q(v, q80_id(amax));
+        if ((i & 31) == 0) o.xd[c * (n_in / 32) + u * 8 + (i >> 5)] = q80_d(amax);
+    } else if (o.perm) {
         q8k_group<true>(v, c, u, n_in, o.xq, o.xd, o.xb);
     } else {
         q8k_group<false>(v, c, u, n_in, o.xq, o.xd, o.xb);
     }
 }
 
+// Lane l of a warp holds elements 8l .. 8l + 7 of unit u (q8k_warp's layout; q8_0: lanes
+// 4b .. 4b + 3 hold block b).
 __device__ __forceinline__ void q8k_warp_out(const q8k_out &o, const float (&v)[8], int64_t c,
                                              int64_t u, int64_t n_in) {
-    if (o.perm) {
+    if (o.q80) {
+        const int lane = threadIdx.x & 31;
+        float amax = fabsf(v[0]);
+#pragma unroll
+        for (int j = 1; j < 8; j++) amax = fmaxf(amax, fabsf(v[j]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float id = q80_id(amax);
+        uint32_t word[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            word[j >> 2] |= (uint32_t)(q80_q(v[j], id) & 0xff) << (8 * (j & 3));
+        }
+        *(uint2 *)(o.xq + c * n_in + u * UNIT + 8 * lane) = make_uint2(word[0], word[1]);
+        if ((lane & 3) == 0) o.xd[c * (n_in / 32) + u * 8 + lane / 4] = q80_d(amax);
+    } else if (o.perm) {
         q8k_warp<true>(v, c, u, n_in, o.xq, o.xd, o.xb);
     } else {
         q8k_warp<false>(v, c, u, n_in, o.xq, o.xd, o.xb);
