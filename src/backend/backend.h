@@ -188,6 +188,21 @@ typedef struct ds_backend_ops {
     // ids[r * k + j] and vals[r * k + j]. Optional: NULL means read the rows and use ds_topk_f32
     // (the DFlash 2 selector does; a device backend saves that copy of n x V floats).
     void (*topk)(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+    // topk with ids and vals in backend memory (int32 / f32 [n * k]). Optional (with
+    // selector_walk: the DFlash 2 walk without a host round trip).
+    void (*topk_dev)(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+    // The DFlash 2 selector walk (drafters-and-verification.md §3.2) over n slots of k
+    // candidates, everything in backend memory: vals [n * k] the candidates' logits (topk_dev's),
+    // g {r, n} the context gates, pred {r, 1 + n k} the predecessor codebook rows of the anchor
+    // then of every candidate, succ {r, n k} the successor rows of every candidate. From prev =
+    // the anchor's row, slot p scores candidate c as vals[p k + c] + dot, dot = sum over j in
+    // order of succ[j] * (pred_prev[j] * g_p[j]) (each product and sum rounded to f32, as
+    // written), takes the first largest score c* and moves prev to candidate c*'s row: tokens[p]
+    // = ids[p k + c*] (ids: the candidates' ids, topk_dev's; tokens int32 [n], backend memory).
+    // Optional.
+    void (*selector_walk)(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
+                          const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
+                          int k);
     // The log of each row's softmax normaliser, log(sum_i exp(x[i])), of x {V, n} (f32) into
     // host out[r]: ds_logsumexp_f32 (a device backend: exp in f32, the sum in double in its own
     // fixed order, ~1e-7 relative from it). With topk, a row's k best log-probs without reading

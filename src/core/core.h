@@ -134,6 +134,12 @@ double ds_time_now(void);
 // exist; its value is reported as -inf). Backends' topk ops follow the same order.
 void ds_topk_f32(const float *row, int64_t n, int k, int32_t *ids, float *vals);
 
+// The DFlash 2 selector's score of a candidate (drafters-and-verification.md §3.2): val (its
+// logit) + sum over j in order of succ[j] * (pred[j] * g[j]), every product and sum rounded to
+// float as written (backend.h selector_walk: device backends add the same terms in that order).
+float ds_selector_score(float val, const float *succ, const float *pred, const float *g,
+                        int64_t r);
+
 // log(sum_i exp(row[i])) of row[0..n) (n >= 1), as max + log(sum exp(row[i] - max)) with the
 // sum in double in index order: the log-softmax of element i is row[i] minus it.
 float ds_logsumexp_f32(const float *row, int64_t n);

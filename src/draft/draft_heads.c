@@ -3,7 +3,8 @@
 // Markov chain (full-vocabulary bias W2·W1[prev] chained from the anchor, confidence head on
 // [h ; W1[prev]], static threshold). Vector work runs through backend ops; the top-K selection
 // through the backend's topk op (else over the block's logits, read once); the K-way scores and
-// the walk are host loops.
+// the walk are host loops -- or, for a greedy chain that takes its tokens from backend memory,
+// the backend's topk_dev and selector_walk ops (no host round trip).
 // Calls backend/. Called by draft_forward.c. Spec: drafters-and-verification.md §3.2, §4.2-§4.3.
 #include "draft/draft_heads.h"
 
@@ -40,6 +41,9 @@ dspec_status ds_draft_heads_scratch_init(ds_draft_heads_scratch *s, const ds_dra
     if (hp->sel_top_k > 0) { // the walk gathers every slot's candidates at once
         st = st ? st : scratch_tensor(s, be, &s->pred_all, r, 1 + n * K, err);
         st = st ? st : scratch_tensor(s, be, &s->succ_all, r, n * K, err);
+        st = st ? st : scratch_tensor(s, be, &s->sel_ids, 1 + n * K, 1, err);
+        st = st ? st : scratch_tensor(s, be, &s->sel_vals, n * K, 1, err);
+        st = st ? st : scratch_tensor(s, be, &s->sel_tok, n, 1, err);
         s->h_rows = malloc((size_t)hp->n_vocab * (size_t)n * sizeof(float));
         s->h_vals = malloc((size_t)(K * n) * sizeof(float));
         s->h_pred_all = malloc((size_t)(r * (1 + n * K)) * sizeof(float));
@@ -103,6 +107,21 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     // g_p = P h_p for every proposal slot (context gate)
     ds_tensor g = ds_tensor_rows(&s->hproj, 0, n);
     be->ops.matmul(be, &g, &d->sel_hproj, in->hidden);
+    ds_tensor succ = ds_tensor_rows(&s->succ_all, 0, n * K);
+    ds_tensor pred = ds_tensor_rows(&s->pred_all, 0, 1 + n * K);
+    if (out->want_dev && !out->logits && be->ops.topk_dev && be->ops.selector_walk &&
+        be->ops.get_rows_dev && be->ops.read_async) { // the walk in backend memory
+        int32_t *ids = s->sel_ids.data, *tok = s->sel_tok.data;
+        float *vals = s->sel_vals.data;
+        be->ops.write(be, ids, &in->anchor, sizeof(int32_t));
+        be->ops.topk_dev(be, ids + 1, vals, in->logits, K);
+        be->ops.get_rows_dev(be, &succ, &d->sel_succ, ids + 1);
+        be->ops.get_rows_dev(be, &pred, &d->sel_pred, ids);
+        be->ops.selector_walk(be, tok, ids + 1, vals, &g, &pred, &succ, K);
+        out->tokens_dev = tok;
+        out->tokens_ticket = be->ops.read_async(be, out->tokens, tok, (size_t)n * sizeof(int32_t));
+        return; // (n_cand stays 0; g_ready false: a DDTree expansion recomputes the gates)
+    }
     be->ops.read(be, s->h_g, g.data, (size_t)(r * n) * sizeof(float));
     s->g_ready = true;
     // Every slot's top-K from one read of the block's logits (a slot's candidates do not depend
@@ -128,8 +147,6 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
     for (int64_t p = 0; p < n; p++) {
         memcpy(out->cand_ids[p], s->h_ids + 1 + p * K, (size_t)K * sizeof(int32_t));
     }
-    ds_tensor succ = ds_tensor_rows(&s->succ_all, 0, n * K);
-    ds_tensor pred = ds_tensor_rows(&s->pred_all, 0, 1 + n * K);
     be->ops.get_rows(be, &succ, &d->sel_succ, s->h_ids + 1);
     be->ops.get_rows(be, &pred, &d->sel_pred, s->h_ids);
     be->ops.read(be, s->h_succ_all, succ.data, (size_t)(r * n * K) * sizeof(float));
@@ -144,11 +161,7 @@ void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out) {
         for (int k = 0; k < K; k++) {
             // score(prev -> c) = U[c] + < A[prev] * g_p , Bc[c] >
             const float *bc = s->h_succ_all + (p * K + k) * r;
-            float dot = 0.0f;
-            for (int64_t j = 0; j < r; j++) {
-                dot += bc[j] * (ap[j] * gp[j]);
-            }
-            out->cand_scores[p][k] = vals[k] + dot;
+            out->cand_scores[p][k] = ds_selector_score(vals[k], bc, ap, gp, r);
             if (out->cand_scores[p][k] > out->cand_scores[p][best]) {
                 best = k; // first max in candidate order
             }

@@ -7,13 +7,16 @@
 
 // Scratch sized at context creation (no allocation per block).
 typedef struct ds_draft_heads_scratch {
-    void *bufs[8];
+    void *bufs[12];
     int n_bufs;
     ds_tensor w1row, bias;       // {r, 1}, {V, 1}   (Markov)
     ds_tensor hproj, pred, succ; // {r, n}, {r, 1}, {r, K} (selector)
     ds_tensor pred_all, succ_all;// {r, 1 + n K}, {r, n K} (selector walk: every candidate)
     ds_tensor w1rows;            // {r, n} (Markov: W1 of every slot's previous token)
     ds_tensor chain_ids;         // {1 + n, 1} as int32: the Markov chain's anchor and picks
+    ds_tensor sel_ids, sel_vals; // {1 + n K, 1} as int32: the anchor, then every slot's
+                                 // candidates; {n K, 1} their logits (the walk in backend memory)
+    ds_tensor sel_tok;           // {n, 1} as int32: the walk's tokens (backend memory)
     float *h_row;                // host [V]
     float *h_rows, *h_vals;      // host [V * n], [K * n] (selector walk)
     float *h_pred_all, *h_succ_all; // host [r * (1 + n K)], [r * n K]
@@ -40,7 +43,10 @@ typedef struct ds_draft_heads_in {
     float threshold;          // DSpark confidence gate, 0 = off
 } ds_draft_heads_in;
 
-// DFlash 2 greedy selector walk from the anchor: tokens, cand_ids/cand_scores (n_cand = K).
+// DFlash 2 greedy selector walk from the anchor: tokens, cand_ids/cand_scores (n_cand = K); or,
+// where the caller takes the tokens from backend memory (ds_draft_out.want_dev) and the backend
+// has topk_dev and selector_walk, the walk there: tokens_dev and a queued copy of the tokens, no
+// candidates (n_cand = 0) and no host round trip.
 void ds_draft_selector_walk(const ds_draft_heads_in *in, ds_draft_out *out);
 // DSpark greedy Markov chain from the anchor (plain argmax without a Markov head), then the
 // confidence head and the static threshold gate.

@@ -332,6 +332,21 @@ static void check_heads(ds_draft_ctx *c, const ds_drafter *d, const ref_file *re
     assert_int_equal(ds_draft_block(c, anchor, ns, DS_PROPOSE_ARGMAX, out, &err), DSPEC_OK);
     check_int_list(json_object_get(heads, "argmax_path"), out->tokens, out->n_tokens,
                    "argmax path");
+    // the selector walk in backend memory (a greedy chain takes the tokens there: want_dev, no
+    // logits asked for): the same path through the backend's topk_dev / get_rows_dev /
+    // selector_walk ops, no candidates reported
+    if (cfg->has_selector) {
+        float *lg = out->logits;
+        out->logits = NULL, out->want_dev = true;
+        assert_int_equal(ds_draft_block(c, anchor, ns, DS_PROPOSE_SELECTOR, out, &err), DSPEC_OK);
+        assert_non_null(out->tokens_dev);
+        if (out->tokens_ticket >= 0) W.be->ops.read_wait(W.be, out->tokens_ticket);
+        check_int_list(json_object_get(heads, "selector_path"), out->tokens, out->n_tokens,
+                       "selector path (backend memory)");
+        assert_memory_equal(out->tokens_dev, out->tokens, (size_t)out->n_tokens * 4);
+        assert_int_equal(out->n_cand, 0);
+        out->logits = lg, out->want_dev = false;
+    }
     json_t *gates = json_object_get(heads, "confident_prefix");
     if (cfg->has_confidence && gates) {
         const char *key;

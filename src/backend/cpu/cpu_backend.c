@@ -125,6 +125,8 @@ dspec_status ds_backend_cpu_new(ds_backend **out, int n_threads, dspec_err *err)
         .argmax_dev = ds_cpu_argmax, // (backend memory is host memory)
         .get_rows_dev = ds_cpu_get_rows,
         .topk = ds_cpu_topk,
+        .topk_dev = ds_cpu_topk, // (backend memory is host memory)
+        .selector_walk = ds_cpu_selector_walk,
         .logsumexp = ds_cpu_logsumexp,
         .read = cpu_read,
         .read_async = cpu_read_async,

@@ -155,6 +155,29 @@ void ds_cpu_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, 
     }
 }
 
+void ds_cpu_selector_walk(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
+                          const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
+                          int k) {
+    (void)be;
+    const int64_t r = g->ne[0], n = g->ne[1];
+    DS_ASSERT(g->type == DS_TYPE_F32 && pred->type == DS_TYPE_F32 && succ->type == DS_TYPE_F32);
+    DS_ASSERT(pred->ne[0] == r && succ->ne[0] == r && pred->ne[1] >= 1 + n * k &&
+              succ->ne[1] >= n * k && k >= 1);
+    int64_t prev = 0; // pred row: the anchor, then the chosen candidate
+    for (int64_t p = 0; p < n; p++) {
+        const float *gp = ds_cpu_row_flat(g, p), *ap = ds_cpu_row_flat(pred, prev);
+        int best = 0;
+        float best_s = 0.0f;
+        for (int c = 0; c < k; c++) {
+            const float s = ds_selector_score(vals[p * k + c], ds_cpu_row_flat(succ, p * k + c),
+                                              ap, gp, r);
+            if (c == 0 || s > best_s) best = c, best_s = s; // (the first max)
+        }
+        tokens[p] = ids[p * k + best];
+        prev = 1 + p * k + best;
+    }
+}
+
 void ds_cpu_logsumexp(ds_backend *be, float *out, const ds_tensor *x) {
     (void)be;
     const int64_t n = x->ne[0], rows = ds_cpu_nrows(x);

@@ -83,6 +83,9 @@ void ds_cpu_moe_combine(ds_backend *be, ds_tensor *out, const ds_tensor *e, cons
 void ds_cpu_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits, int64_t k);
 void ds_cpu_argmax(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cpu_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+void ds_cpu_selector_walk(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
+                          const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
+                          int k);
 void ds_cpu_logsumexp(ds_backend *be, float *out, const ds_tensor *x);
 void ds_cpu_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
 void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);

@@ -14,6 +14,7 @@ extern "C" {
 #include <string.h>
 
 enum { STAGE_MIN = 4 << 20 }; // staging ring bytes (grows for larger argument arrays)
+enum { WRITE_STAGED_MAX = 64 << 10 }; // writes up to this many bytes are staged (cuda_write)
 
 bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *file, int line) {
     if (e == cudaSuccess) {
@@ -305,6 +306,15 @@ static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n
         c->gbad = true;
         return;
     }
+    // Small writes (a drafter's anchor token, a pipe's first token) go through the pinned staging
+    // ring and a device copy, queued behind the ops so far without waiting for them: the host
+    // buffer is reusable as soon as the bytes are in the ring. (A 4-byte write with a stream
+    // sync made the host wait for the whole queued draft: DSpark / DFlash 2 chains, session 26.)
+    if (n <= WRITE_STAGED_MAX) {
+        const void *d = ds_cuda_stage(c, src_host, n);
+        if (d) ds_cu_memcpy(c, dst, d, n, cudaMemcpyDeviceToDevice);
+        return;
+    }
     // Pageable source: the copy is complete (and the host buffer reusable) when the sync returns.
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, c->stream));
     DS_CUDA_TRY(c, cudaStreamSynchronize(c->stream));
@@ -545,6 +555,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.gated_rmsnorm = ds_cuda_gated_rmsnorm;
     ops.argmax = ds_cuda_argmax;
     ops.topk = ds_cuda_topk;
+    ops.topk_dev = ds_cuda_topk_dev;
+    ops.selector_walk = ds_cuda_selector_walk;
     ops.logsumexp = ds_cuda_logsumexp;
     ops.argmax_dev = ds_cuda_argmax_dev;
     ops.get_rows_dev = ds_cuda_get_rows_dev;

@@ -87,8 +87,13 @@ void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_tensor *x, flo
                            float cap);
 void ds_cuda_argmax(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
+void ds_cuda_topk_dev(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x, int k);
 void ds_cuda_logsumexp(ds_backend *be, float *out, const ds_tensor *x);
 void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x);
+// selector.cu (the DFlash 2 selector walk)
+void ds_cuda_selector_walk(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
+                           const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
+                           int k);
 void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
 void ds_cuda_move_rows(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes,

@@ -1684,6 +1684,98 @@ static void test_topk(void **state) {
     }
 }
 
+// The DFlash 2 selector walk in device memory (draft_heads.c's device path: topk_dev, the
+// codebook rows gathered by get_rows_dev, selector_walk) against the CPU backend's ops on the
+// same rows: candidates (ids, values) and walked tokens bitwise. The 27B drafter's shape (r 256,
+// k 16, 15 slots over a 248K vocabulary, F16 codebooks), small odd shapes, and a successor
+// codebook of zeros (the selector at initialisation: every score its logit, ties between equal
+// logits resolved as the host does).
+static void test_selector_walk(void **state) {
+    ENV(state);
+    static const struct {
+        int64_t V, n, r;
+        int k;
+        ds_type tt;
+        bool zero_succ, ties;
+    } cs[] = {{248320, 15, 256, 16, DS_TYPE_F16, false, false},
+              {1000, 3, 37, 5, DS_TYPE_F32, false, false},
+              {4096, 7, 64, 16, DS_TYPE_F32, true, true},
+              {512, 1, 8, 32, DS_TYPE_F32, false, true}};
+    assert_non_null(e->gpu->ops.topk_dev);
+    assert_non_null(e->gpu->ops.selector_walk);
+    for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
+        const int64_t V = cs[ci].V, n = cs[ci].n, r = cs[ci].r;
+        const int k = cs[ci].k;
+        const int64_t nk = n * k;
+        float *lg = xmalloc((size_t)(V * n) * 4), *g = xmalloc((size_t)(r * n) * 4);
+        float *pt = xmalloc((size_t)(r * V) * 4), *st = xmalloc((size_t)(r * V) * 4);
+        fill_u(e, lg, V * n, 8.0f);
+        if (cs[ci].ties) {
+            for (int64_t i = 0; i < V * n; i++) lg[i] = (float)(int)(lg[i] * 2.0f); // few values
+        }
+        fill_u(e, g, r * n, 1.0f);
+        fill_u(e, pt, r * V, 0.5f);
+        fill_u(e, st, r * V, cs[ci].zero_succ ? 0.0f : 0.5f);
+        // the tables in the drafter's storage type (F16: rounded once, both sides read those)
+        const size_t tb = ds_type_row_size(cs[ci].tt, r) * (size_t)V;
+        void *ph = xmalloc(tb), *sh = xmalloc(tb);
+        dspec_err err = {0};
+        assert_int_equal(ds_quantize_row(cs[ci].tt, ph, pt, r * V, &err), DSPEC_OK);
+        assert_int_equal(ds_quantize_row(cs[ci].tt, sh, st, r * V, &err), DSPEC_OK);
+        ds_tensor ptc = ds_tensor_2d(ph, cs[ci].tt, r, V), stc = ds_tensor_2d(sh, cs[ci].tt, r, V);
+        void *lgd = up(e, lg, (size_t)(V * n) * 4), *gd = up(e, g, (size_t)(r * n) * 4);
+        void *ptd = up(e, ph, tb), *std_ = up(e, sh, tb);
+        ds_tensor lgt = ds_tensor_2d(lg, DS_TYPE_F32, V, n), lgg = with_data(&lgt, lgd);
+        ds_tensor gt = ds_tensor_2d(g, DS_TYPE_F32, r, n), gg = with_data(&gt, gd);
+        ds_tensor ptg = with_data(&ptc, ptd), stg = with_data(&stc, std_);
+        // the CPU: host candidates, rows, walk
+        int32_t *ri = xmalloc((size_t)(1 + nk) * 4), rt[64];
+        float *rv = xmalloc((size_t)nk * 4), *rp = xmalloc((size_t)(r * (1 + nk)) * 4);
+        float *rs = xmalloc((size_t)(r * nk) * 4);
+        ri[0] = (int32_t)(V / 3);
+        e->cpu->ops.topk(e->cpu, ri + 1, rv, &lgt, k);
+        ds_tensor rpt = ds_tensor_2d(rp, DS_TYPE_F32, r, 1 + nk);
+        ds_tensor rst = ds_tensor_2d(rs, DS_TYPE_F32, r, nk);
+        e->cpu->ops.get_rows(e->cpu, &rpt, &ptc, ri);
+        e->cpu->ops.get_rows(e->cpu, &rst, &stc, ri + 1);
+        e->cpu->ops.selector_walk(e->cpu, rt, ri + 1, rv, &gt, &rpt, &rst, k);
+        // the device path
+        int32_t *di = e->gpu->ops.alloc(e->gpu, (size_t)(1 + nk) * 4);
+        int32_t *dt = e->gpu->ops.alloc(e->gpu, (size_t)n * 4);
+        float *dv = e->gpu->ops.alloc(e->gpu, (size_t)nk * 4);
+        float *dp = e->gpu->ops.alloc(e->gpu, (size_t)(r * (1 + nk)) * 4);
+        float *ds = e->gpu->ops.alloc(e->gpu, (size_t)(r * nk) * 4);
+        ds_tensor dpt = ds_tensor_2d(dp, DS_TYPE_F32, r, 1 + nk);
+        ds_tensor dst = ds_tensor_2d(ds, DS_TYPE_F32, r, nk);
+        e->gpu->ops.write(e->gpu, di, ri, 4); // the anchor
+        e->gpu->ops.topk_dev(e->gpu, di + 1, dv, &lgg, k);
+        e->gpu->ops.get_rows_dev(e->gpu, &dpt, &ptg, di);
+        e->gpu->ops.get_rows_dev(e->gpu, &dst, &stg, di + 1);
+        e->gpu->ops.selector_walk(e->gpu, dt, di + 1, dv, &gg, &dpt, &dst, k);
+        int32_t *gi = xmalloc((size_t)(1 + nk) * 4), gtok[64];
+        float *gv = xmalloc((size_t)nk * 4);
+        down(e, gi, di, (size_t)(1 + nk) * 4);
+        down(e, gv, dv, (size_t)nk * 4);
+        down(e, gtok, dt, (size_t)n * 4);
+        assert_true(ds_cuda_ok(e->gpu));
+        char what[96];
+        snprintf(what, sizeof(what), "selector walk V=%lld n=%lld r=%lld k=%d: candidates",
+                 (long long)V, (long long)n, (long long)r, k);
+        expect_bitwise(what, (const float *)gi, (const float *)ri, 1 + nk);
+        expect_bitwise(what, gv, rv, nk);
+        snprintf(what, sizeof(what), "selector walk V=%lld n=%lld r=%lld k=%d: tokens",
+                 (long long)V, (long long)n, (long long)r, k);
+        expect_bitwise(what, (const float *)gtok, (const float *)rt, n);
+        if (cs[ci].zero_succ) { // every score its logit: the walk takes each slot's top-1
+            for (int64_t p = 0; p < n; p++) assert_int_equal(rt[p], ri[1 + p * k]);
+        }
+        dfree(e, lgd), dfree(e, gd), dfree(e, ptd), dfree(e, std_);
+        dfree(e, di), dfree(e, dt), dfree(e, dv), dfree(e, dp), dfree(e, ds);
+        free(lg), free(g), free(pt), free(st), free(ph), free(sh), free(ri), free(rv), free(rp);
+        free(rs), free(gi), free(gv);
+    }
+}
+
 // logsumexp: each row's log(sum exp) against the CPU's (ds_logsumexp_f32: f64 exp, one pass in
 // index order) within 1e-6 relative -- a drafter block over the 27B's vocabulary, a row shorter
 // than the kernel's slices, rows with -inf elements and logits in the hundreds.
@@ -2516,7 +2608,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),
-        cmocka_unit_test(test_fused_prep),
+        cmocka_unit_test(test_fused_prep),     cmocka_unit_test(test_selector_walk),
         cmocka_unit_test(test_norm_units),     cmocka_unit_test(test_gated_norm_prep),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_rope), cmocka_unit_test(test_attn_prologue),
         cmocka_unit_test(test_store_rows),     cmocka_unit_test(test_move_rows),

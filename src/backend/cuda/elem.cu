@@ -669,14 +669,13 @@ static __global__ __launch_bounds__(256) void topk_final_kernel(const float *pv,
     if (threadIdx.x < 32) tk_merge(sv, si, TK_PARTS, k, vals + r * k, ids + r * k);
 }
 
-extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
-                             int k) {
-    ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "topk")) return;
+// The top k of each row of x into device ids / vals (NULL: the scratch, returned there for a
+// read back). False: nothing launched (an earlier failure, or no scratch).
+static bool topk_run(ds_cuda_ctx *c, const ds_tensor *x, int k, int32_t **ids, float **vals) {
     const int64_t rows = ds_cuda_nrows(x);
     DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == 4 && x->ne[0] <= 0x7fffffff);
     DS_ASSERT(k >= 1 && k <= DS_TOPK_MAX && k <= x->ne[0]);
-    if (rows == 0) return;
+    if (rows == 0) return false;
     DS_ASSERT(rows <= 65535);
     const size_t nk = (size_t)rows * (size_t)k, smem = (size_t)TK_PARTS * (size_t)k * 8;
     static_assert(TK_PARTS * DS_TOPK_MAX * 8 <= 227 * 1024, "topk: the row's lists in smem");
@@ -684,12 +683,12 @@ extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds
         !DS_CUDA_TRY(c, cudaFuncSetAttribute(topk_final_kernel,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem))) {
-        return;
+        return false;
     }
     uint8_t *s = (uint8_t *)ds_cuda_scratch(c, nk * 8 + nk * TK_PARTS * 8);
-    if (!s) return;
-    int32_t *di = (int32_t *)s;
-    float *dv = (float *)(s + nk * 4);
+    if (!s) return false;
+    int32_t *di = *ids ? *ids : (int32_t *)s;
+    float *dv = *vals ? *vals : (float *)(s + nk * 4);
     float *pv = (float *)(s + nk * 8);
     int *pi = (int *)(pv + nk * TK_PARTS);
     const int64_t per = (x->ne[0] + TK_PARTS - 1) / TK_PARTS;
@@ -698,9 +697,29 @@ extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds
                  ds_cu_rows_of(x), k, pv, pi);
     ds_cu_launch(c, topk_final_kernel, (unsigned)rows, 256, smem, (const float *)pv,
                  (const int *)pi, k, di, dv);
+    *ids = di, *vals = dv;
+    return true;
+}
+
+extern "C" void ds_cuda_topk(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
+                             int k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "topk")) return;
+    int32_t *di = NULL;
+    float *dv = NULL;
+    if (!topk_run(c, x, k, &di, &dv)) return;
     ds_cuda_launched(c, "topk");
+    const size_t nk = (size_t)ds_cuda_nrows(x) * (size_t)k;
     ds_cuda_readback(c, ids, di, nk * 4);
     ds_cuda_readback(c, vals, dv, nk * 4);
+}
+
+extern "C" void ds_cuda_topk_dev(ds_backend *be, int32_t *ids, float *vals, const ds_tensor *x,
+                                 int k) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, "topk_dev")) return;
+    DS_ASSERT(ids && vals);
+    if (topk_run(c, x, k, &ids, &vals)) ds_cuda_launched(c, "topk_dev");
 }
 
 // ---- logsumexp -----------------------------------------------------------------------------------
