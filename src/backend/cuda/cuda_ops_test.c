@@ -338,6 +338,13 @@ static void test_matmul_small(void **state) {
         run_matmul(e, &b);
         mm_case cc = {k_mm_types[i], 256, 1030, ns, false};
         run_matmul(e, &cc);
+        // one or two units over rows enough for the decode GEMV's short-row kernel (a vocabulary
+        // -sized DSpark Markov bias: matmul_vec.cu mmv_short_kernel), the last row group partial
+        static const int ns_short[] = {1, 2, 0};
+        mm_case d = {k_mm_types[i], 256, 34003, ns_short, false};
+        run_matmul(e, &d);
+        mm_case d2 = {k_mm_types[i], 512, 34003, ns_short, true};
+        run_matmul(e, &d2);
     }
 }
 

@@ -4,22 +4,22 @@
 // quant.cuh. Called by matmul.cu (mm_run).
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
-// A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits that
-// matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
-// lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups
-// of a warp read 8 rows' units with 16-byte loads while the activation words they need are the
-// same (broadcast) for all groups. The first weight units are loaded first, before the wait for
-// the previous kernel (programmatic launch); then the activations of the warp's units are copied
-// into shared memory (mmv_stage; not IQ4_XS: mmv_stages), as activation loads inside the loop
-// waited behind the weight loads of later units. Each lane keeps 3-4 units of weights in flight in registers (mmv_pf);
-// the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into place only when
-// computing. The warps per block follow the kernel's real residency (mmv_warps), as the
-// kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
+// (Rows of one or two units over a vocabulary-sized output run mmv_short_kernel below: a warp per
+// 32 rows.) A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits
+// that matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
+// lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups of
+// a warp read 8 rows' units with 16-byte loads while the activation words they need are the same
+// (broadcast) for all groups. The first weight units are loaded first, before the wait for the
+// previous kernel (programmatic launch); then the activations of the warp's units are copied into
+// shared memory (mmv_stage; not IQ4_XS: mmv_stages), as activation loads inside the loop waited
+// behind the weight loads of later units. Each lane keeps 3-4 units of weights in flight in
+// registers (mmv_pf); the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into
+// place only when computing. The warps per block follow the kernel's real residency (mmv_warps), as
+// the kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
 // exact (dp4a, then a 4-lane butterfly); its float term is the CPU's (quant.cuh ksum); terms are
-// added in unit order within the split, and the split partials in split order in shared memory
-// -- the same float operations in the same order as the mma kernel plus its reduction, so a row
-// is bitwise equal whichever kernel (and whatever N) computed it. No split-K scratch in global
-// memory.
+// added in unit order within the split, and the split partials in split order in shared memory --
+// the same float operations in the same order as the mma kernel plus its reduction, so a row is
+// bitwise equal whichever kernel (and whatever N) computed it. No split-K scratch in global memory.
 //   bytes: n_out*n_in*bpw/8 (weights, once) + N*n_in*~1.14 per block (activations, L2 -> shared;
 //          IQ4_XS: L1/L2 reads in the loop)
 //   ops:   n_out*n_in*N/4 dp4a + ~n_out*N*n_in/256 float steps
@@ -565,6 +565,82 @@ template <int QT, bool SX> static constexpr auto mmv_kern() {
     }
 }
 
+// Short rows (every matrix of the group one K split of at most MMV_SHORT_UNITS units: the DSpark
+// Markov bias W2 {256 -> 248,320}, the bundled tiny models): mmv_body's blocks would each read
+// 8 rows of one or two units and exit (the 248K-row W2: 31,040 one-warp blocks, ~46 us for 67 MB
+// on the H200, 35% of copy bandwidth). Here a warp runs MMV_SHORT_RG row groups of 8 rows, their
+// (row group, unit) items one stream with PF in flight (loaded before the programmatic-launch
+// wait where they are the first), activations read through L1 (one or two units, shared by
+// every row). A row's sum is mmv_body's with one split (unit terms in order, y = acc): the same
+// bits. Measured (27B DSpark chain, synthetic, block 16: 15 Markov bias GEMVs a step):
+// 76.4 -> 77.9 and 77.2 -> 78.1 tok/s in two calls (~0.3 ms a step; W2 ~46 -> ~24 us).
+enum { MMV_SHORT_UNITS = 2, MMV_SHORT_RG = 4, MMV_SHORT_WARPS = 4 };
+
+template <int QT>
+static __global__ __launch_bounds__(32 * MMV_SHORT_WARPS) void mmv_short_kernel(mmv_group grp) {
+    typedef typename wv_of<QT>::type wv_t;
+    constexpr int UB = qt_unit_bytes(QT), PF = mmv_pf(QT);
+    const mm_args &a = grp.a;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, U = a.n_units;
+    const int64_t warp = (int64_t)blockIdx.x * MMV_SHORT_WARPS + (threadIdx.x >> 5);
+    const int64_t rg0 = warp * MMV_SHORT_RG; // the warp's first row group
+    const int n_items = MMV_SHORT_RG * U;
+    // item j: row group rg0 + j / U (of its matrix), unit j % U
+    auto at = [&](int j, const mmv_mat *&mat, int64_t &row) {
+        const int64_t rgi = rg0 + j / U;
+        int m = 0;
+        while (m + 1 < grp.n && rgi >= grp.m[m + 1].blk0) m++;
+        mat = &grp.m[m];
+        row = (rgi - mat->blk0) * MMV_ROWS + g;
+    };
+    auto wptr = [&](int j) -> const uint8_t * {
+        const mmv_mat *mat;
+        int64_t row;
+        at(j, mat, row);
+        return mat->w + DS_MIN(row, mat->n_out - 1) * mat->w_nb1 + (size_t)(j % U) * UB;
+    };
+    const mmv_mat &last = grp.m[grp.n - 1];
+    const int64_t n_rg = last.blk0 + (last.n_out + MMV_ROWS - 1) / MMV_ROWS;
+    const int n_valid = (int)DS_MIN((int64_t)n_items, DS_MAX((int64_t)0, (n_rg - rg0) * U));
+    wv_t buf[PF];
+#pragma unroll
+    for (int i = 0; i < PF; i++) {
+        if (i < n_valid) buf[i].load(wptr(i), t);
+    }
+    ds_cu_grid_wait();
+    const xview<false> xv{a.xq, a.xb, a.xd};
+    float acc = 0.0f;
+    for (int j0 = 0; j0 < n_valid; j0 += PF) { // warp-uniform
+#pragma unroll
+        for (int i = 0; i < PF; i++) {
+            const int j = j0 + i;
+            if (j >= n_valid) break;
+            unit_acc<QT>(acc, buf[i], xv, j % U, t, lane);
+            if (j + PF < n_valid) buf[i].load(wptr(j + PF), t);
+            if (j % U == U - 1) { // the row group's last unit: its rows are done
+                const mmv_mat *mat;
+                int64_t row;
+                at(j, mat, row);
+                if (t == 0 && row < mat->n_out) mat->y[row] = acc;
+                acc = 0.0f;
+            }
+        }
+    }
+}
+
+// Whether the group runs mmv_short_kernel: every matrix one split of at most MMV_SHORT_UNITS,
+// and rows enough for 2 of its blocks per SM (its 16 row groups a block would leave small
+// matrices a few blocks: the bundled tiny target's decode 0.181 -> 0.220 ms per token with
+// every short matrix on it).
+static bool mmv_short(const ds_cuda_ctx *c, const mmv_group &g, int64_t row_groups) {
+    if (row_groups < 2 * (int64_t)MMV_SHORT_WARPS * MMV_SHORT_RG * c->n_sm) return false;
+    if (g.follow || g.a.n_units < 1 || g.a.n_units > MMV_SHORT_UNITS) return false;
+    for (int i = 0; i < g.n; i++) {
+        if (g.m[i].ks != 1) return false;
+    }
+    return true;
+}
+
 // Blocks of `warps` warps of the kernel resident per SM with `smem` bytes of dynamic shared
 // memory: the register bound is cached per kernel and warp count, for the process (with GPUs of
 // different kinds one would use another's residency, which changes only the speed); the shared
@@ -619,6 +695,12 @@ static constexpr bool mmv_stages(int qt) { return qt != QT_IQ4_XS; }
 template <int QT> static void mmv_go(ds_cuda_ctx *c, const mmv_group &g) {
     const int64_t blocks = g.m[g.n - 1].blk0 + (g.m[g.n - 1].n_out + MMV_ROWS - 1) / MMV_ROWS;
     DS_ASSERT(blocks <= 0x7fffffff);
+    if (mmv_short(c, g, blocks)) {
+        constexpr int64_t per = (int64_t)MMV_SHORT_WARPS * MMV_SHORT_RG; // row groups per block
+        ds_cu_launch(c, mmv_short_kernel<QT>, (unsigned)((blocks + per - 1) / per),
+                     32 * MMV_SHORT_WARPS, 0, g);
+        return;
+    }
     if constexpr (mmv_stages(QT)) {
         const size_t smem = (size_t)g.a.n_units * mmv_smem<QT>::BYTES_PER_UNIT;
         const uintptr_t al = (uintptr_t)g.a.xq | (uintptr_t)g.a.xb | (uintptr_t)g.a.xd;
