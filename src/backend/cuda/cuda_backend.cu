@@ -312,8 +312,11 @@ static void cuda_write(ds_backend *be, void *dst, const void *src_host, size_t n
     // sync made the host wait for the whole queued draft: DSpark / DFlash 2 chains, session 26.)
     if (n <= WRITE_STAGED_MAX) {
         const void *d = ds_cuda_stage(c, src_host, n);
-        if (d) ds_cu_memcpy(c, dst, d, n, cudaMemcpyDeviceToDevice);
-        return;
+        if (d) {
+            ds_cu_memcpy(c, dst, d, n, cudaMemcpyDeviceToDevice);
+            return;
+        }
+        if (c->dead) return; // (else the ring could not grow: the synchronous copy below)
     }
     // Pageable source: the copy is complete (and the host buffer reusable) when the sync returns.
     DS_CUDA_TRY(c, cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, c->stream));
