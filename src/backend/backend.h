@@ -199,7 +199,7 @@ typedef struct ds_backend_ops {
     // order of succ[j] * (pred_prev[j] * g_p[j]) (each product and sum rounded to f32, as
     // written), takes the first largest score c* and moves prev to candidate c*'s row: tokens[p]
     // = ids[p k + c*] (ids: the candidates' ids, topk_dev's; tokens int32 [n], backend memory).
-    // Optional.
+    // 1 <= k <= DS_SELECTOR_MAX_K. Optional.
     void (*selector_walk)(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
                           const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
                           int k);
@@ -280,6 +280,8 @@ enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
 enum { DS_READ_ASYNC_SLOTS = 4, DS_READ_ASYNC_BYTES = 256 };
 // Most k of the topk op (a sampler's top-k 40 plus a 64-token penalty window fit: sample.h).
 enum { DS_TOPK_MAX = 128 };
+// Most candidates per slot of the selector_walk op (a CUDA block scores k^2 pairs).
+enum { DS_SELECTOR_MAX_K = 32 };
 
 
 struct ds_backend {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 _Static_assert(DS_DRAFT_MAX_TOPK <= DS_TOPK_MAX, "the selector's K fits the backend topk op");
+_Static_assert(DS_DRAFT_MAX_TOPK <= DS_SELECTOR_MAX_K, "the selector's K fits selector_walk");
 
 static dspec_status scratch_tensor(ds_draft_heads_scratch *s, ds_backend *be, ds_tensor *t,
                                    int64_t ne0, int64_t ne1, dspec_err *err) {

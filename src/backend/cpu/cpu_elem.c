@@ -162,7 +162,7 @@ void ds_cpu_selector_walk(ds_backend *be, int32_t *tokens, const int32_t *ids, c
     const int64_t r = g->ne[0], n = g->ne[1];
     DS_ASSERT(g->type == DS_TYPE_F32 && pred->type == DS_TYPE_F32 && succ->type == DS_TYPE_F32);
     DS_ASSERT(pred->ne[0] == r && succ->ne[0] == r && pred->ne[1] >= 1 + n * k &&
-              succ->ne[1] >= n * k && k >= 1);
+              succ->ne[1] >= n * k && k >= 1 && k <= DS_SELECTOR_MAX_K);
     int64_t prev = 0; // pred row: the anchor, then the chosen candidate
     for (int64_t p = 0; p < n; p++) {
         const float *gp = ds_cpu_row_flat(g, p), *ap = ds_cpu_row_flat(pred, prev);

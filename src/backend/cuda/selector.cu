@@ -16,7 +16,7 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-enum { SEL_MAX_K = 32 }; // k^2 threads per block
+enum { SEL_MAX_K = DS_SELECTOR_MAX_K }; // k^2 threads per block
 
 static __global__ __launch_bounds__(SEL_MAX_K * SEL_MAX_K) void sel_scores_kernel(
     const float *vals, ds_cu_rows g, ds_cu_rows pred, ds_cu_rows succ, int k, float *scores) {
