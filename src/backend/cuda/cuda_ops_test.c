@@ -2239,7 +2239,6 @@ static void gdn_fill(env *e, int64_t cd, int64_t hv, int64_t d, int64_t n, float
 }
 
 static void run_gated_delta(env *e, const gdn_case *c) {
-    static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
     const int64_t d = c->d, n = c->n, hv = c->hv, hk = c->hk;
     const int64_t cd = 2 * hk * d + hv * d;
     const size_t qb = (size_t)(cd * n) * 4, sb = (size_t)(d * d * hv) * 4, ob = (size_t)(d * hv * n) * 4;
@@ -2298,39 +2297,62 @@ static void run_gated_delta(env *e, const gdn_case *c) {
         dfree(e, padd);
         free(pad);
     }
-    // tree: vs CPU, and each tree row == its root path run as a chain (bitwise)
-    if (n >= 7) {
-        ds_tensor q7 = ds_tensor_rows(&qt, 0, 7), b7 = ds_tensor_rows(&bt, 0, 7);
-        ds_tensor g7 = ds_tensor_rows(&gt, 0, 7), o7 = ds_tensor_rows(&ot, 0, 7);
+    // trees (rows 0 .. nt - 1 of the inputs): vs CPU, and each tree row == its root path run as
+    // a chain (bitwise). Shapes: two roots; a deeper one; the synthetic 27B drafter's bushy
+    // DDTree (root with 8 children, each with one: depth first, one saved state, in shared
+    // memory at d_k 128); a random tree of 40 rows (more than two tiles: row order, saved states
+    // in device memory).
+    int32_t rtree[40];
+    for (int t = 0; t < 40; t++) rtree[t] = t == 0 ? -1 : (int32_t)((rnd(e) >> 11) % (uint64_t)t);
+    static const int32_t two_roots[7] = {-1, 0, 0, 1, 2, 4, -1};
+    static const int32_t bushy[17] = {-1, 0, 0, 0, 0, 0, 0, 0, 0, 7, 8, 4, 1, 3, 6, 2, 5};
+    static const int32_t deep[12] = {-1, 0, 1, 1, 0, 4, 4, 2, 6, 5, 9, 3}; // (d_k 256: ONE)
+    const struct { const int32_t *parent; int64_t n; } trees[] = {
+        {two_roots, 7}, {deep, 12}, {bushy, 17}, {rtree, 40}};
+    for (size_t k = 0; k < DS_ARRAY_LEN(trees); k++) {
+        const int64_t nt = trees[k].n;
+        if (n < nt) continue;
+        ds_tensor qk = ds_tensor_rows(&qt, 0, nt), bk = ds_tensor_rows(&bt, 0, nt);
+        ds_tensor gk = ds_tensor_rows(&gt, 0, nt), ok = ds_tensor_rows(&ot, 0, nt);
         ds_gdn_params pt = p;
-        pt.parent = tree;
+        pt.parent = trees[k].parent;
         memcpy(s_ref, s0, sb);
-        e->cpu->ops.gated_delta(e->cpu, &o7, &q7, &b7, &g7, &st, NULL, (int)hk, (int)hv, &pt);
-        ds_tensor q7g = with_data(&q7, qd), b7g = with_data(&b7, bd), g7g = with_data(&g7, gd);
-        ds_tensor o7g = with_data(&o7, od);
-        e->gpu->ops.gated_delta(e->gpu, &o7g, &q7g, &b7g, &g7g, &sg, NULL, (int)hk, (int)hv, &pt);
-        down(e, got, od, (size_t)(d * hv * 7) * 4);
-        snprintf(what, sizeof(what), "gated_delta tree hk=%d hv=%d d=%lld", c->hk, c->hv, (long long)d);
-        expect_rel_l2(what, got, ref, d * hv * 7, TOL_GDN_L2);
-        // chain along the root path of row 5 (0 -> 2 -> 4 -> 5): gather those rows contiguously
-        static const int32_t path[4] = {0, 2, 4, 5};
-        float *pq = xmalloc((size_t)(cd * 4) * 4), *pb = xmalloc((size_t)(hv * 4) * 4), *pg = xmalloc((size_t)(hv * 4) * 4);
-        for (int i = 0; i < 4; i++) {
-            memcpy(pq + i * cd, qkv + path[i] * cd, (size_t)cd * 4);
-            memcpy(pb + i * hv, beta + path[i] * hv, (size_t)hv * 4);
-            memcpy(pg + i * hv, g + path[i] * hv, (size_t)hv * 4);
+        e->cpu->ops.gated_delta(e->cpu, &ok, &qk, &bk, &gk, &st, NULL, (int)hk, (int)hv, &pt);
+        ds_tensor qkg = with_data(&qk, qd), bkg = with_data(&bk, bd), gkg = with_data(&gk, gd);
+        ds_tensor okg = with_data(&ok, od);
+        e->gpu->ops.gated_delta(e->gpu, &okg, &qkg, &bkg, &gkg, &sg, NULL, (int)hk, (int)hv, &pt);
+        down(e, got, od, (size_t)(d * hv * nt) * 4);
+        snprintf(what, sizeof(what), "gated_delta tree of %lld hk=%d hv=%d d=%lld",
+                 (long long)nt, c->hk, c->hv, (long long)d);
+        expect_rel_l2(what, got, ref, d * hv * nt, TOL_GDN_L2);
+        // each row's root path gathered contiguously and run as a chain
+        float *pq = xmalloc((size_t)(cd * nt) * 4), *pb = xmalloc((size_t)(hv * nt) * 4);
+        float *pg = xmalloc((size_t)(hv * nt) * 4);
+        void *pod = e->gpu->ops.alloc(e->gpu, (size_t)(d * hv * nt) * 4);
+        for (int64_t r = 0; r < nt; r++) {
+            int32_t path[40];
+            int np = 0;
+            for (int32_t a = (int32_t)r; a >= 0; a = trees[k].parent[a]) path[np++] = a;
+            for (int i = 0; i < np; i++) { // (root first)
+                const int32_t a = path[np - 1 - i];
+                memcpy(pq + i * cd, qkv + a * cd, (size_t)cd * 4);
+                memcpy(pb + i * hv, beta + a * hv, (size_t)hv * 4);
+                memcpy(pg + i * hv, g + a * hv, (size_t)hv * 4);
+            }
+            void *pqd = up(e, pq, (size_t)(cd * np) * 4), *pbd = up(e, pb, (size_t)(hv * np) * 4);
+            void *pgd = up(e, pg, (size_t)(hv * np) * 4);
+            ds_tensor pqt = ds_tensor_2d(pqd, DS_TYPE_F32, cd, np);
+            ds_tensor pbt = ds_tensor_2d(pbd, DS_TYPE_F32, hv, np);
+            ds_tensor pgt = ds_tensor_2d(pgd, DS_TYPE_F32, hv, np);
+            ds_tensor pot = ds_tensor_2d(pod, DS_TYPE_F32, d * hv, np);
+            e->gpu->ops.gated_delta(e->gpu, &pot, &pqt, &pbt, &pgt, &sg, NULL, (int)hk, (int)hv,
+                                    &p);
+            down(e, one, pod, (size_t)(d * hv * np) * 4);
+            expect_bitwise("gated_delta: tree row == its path as a chain",
+                           one + (np - 1) * d * hv, got + r * d * hv, d * hv);
+            dfree(e, pqd), dfree(e, pbd), dfree(e, pgd);
         }
-        void *pqd = up(e, pq, (size_t)(cd * 4) * 4), *pbd = up(e, pb, (size_t)(hv * 4) * 4);
-        void *pgd = up(e, pg, (size_t)(hv * 4) * 4), *pod = e->gpu->ops.alloc(e->gpu, (size_t)(d * hv * 4) * 4);
-        ds_tensor pqt = ds_tensor_2d(pqd, DS_TYPE_F32, cd, 4), pbt = ds_tensor_2d(pbd, DS_TYPE_F32, hv, 4);
-        ds_tensor pgt = ds_tensor_2d(pgd, DS_TYPE_F32, hv, 4), pot = ds_tensor_2d(pod, DS_TYPE_F32, d * hv, 4);
-        e->gpu->ops.gated_delta(e->gpu, &pot, &pqt, &pbt, &pgt, &sg, NULL, (int)hk, (int)hv, &p);
-        down(e, one, pod, (size_t)(d * hv * 4) * 4);
-        for (int i = 0; i < 4; i++) {
-            expect_bitwise("gated_delta: tree row == its path as a chain", one + i * d * hv,
-                           got + path[i] * d * hv, d * hv);
-        }
-        dfree(e, pqd), dfree(e, pbd), dfree(e, pgd), dfree(e, pod);
+        dfree(e, pod);
         free(pq), free(pb), free(pg);
     }
     dfree(e, qd), dfree(e, bd), dfree(e, gd), dfree(e, sd), dfree(e, od);
@@ -2340,7 +2362,8 @@ static void run_gated_delta(env *e, const gdn_case *c) {
 
 static void test_gated_delta(void **state) {
     ENV(state);
-    static const gdn_case cases[] = {{2, 4, 64, 7}, {16, 48, 128, 16}, {1, 2, 32, 3}, {2, 2, 256, 7}};
+    static const gdn_case cases[] = {{2, 4, 64, 7},  {16, 48, 128, 16}, {1, 2, 32, 3},
+                                     {2, 2, 256, 7}, {2, 6, 128, 40},   {1, 2, 256, 17}};
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) run_gated_delta(e, &cases[i]);
 }
 

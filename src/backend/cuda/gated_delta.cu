@@ -18,6 +18,12 @@
 // chains). 384 blocks for the 27B's 48 heads of 128. Rows are staged a tile at a time in shared
 // memory (cp.async, double-buffered, one barrier per tile): their q and k (normalised in the
 // block), value slice, beta and g.
+// Trees of at most two tiles run depth first (gd_tree_dfs; 17-32 rows: one tile of twice the
+// rows, the ONE form): each row's first child right after it, so only rows with two or more
+// children save their state, a stack of slots whose bottom (most often the root) is in shared
+// memory. The synthetic 27B drafter's DDTree of budget 16 (a root with 8 children, each with
+// one) saved 8 states of 3 MiB per layer in row order; 17 rows took 21.2-22.8 us per layer,
+// now 18.5 (budget 15, 16 rows: 19.8 -> 14.4; the chain's 16 rows 10.9-11.2 either way).
 // Session 15: this layout, the prefill kernel's since session 12, replaced the decode / verify
 // kernel (lane = 4 keys of 8 value rows, five-shuffle butterflies of 8 sums), whose 16 verify
 // rows took ~22 us per layer on the H200 (1 row: 4.1 us): now 11.0 and 3.85 (CUPTI, in the
@@ -96,13 +102,31 @@ __device__ __forceinline__ float gd_conv(const gd_args &a, const gd_rx &rx, int6
 // v only: no output is written, so q is never needed), the state's arithmetic unchanged -- the
 // same bits as conv_silu then gd_kernel.
 enum { GD_NV = 8 };
-template <int DK, bool RP, int KT>
+// Rows per double-buffered tile (gd_body; ONE launches take twice as many in one tile).
+static constexpr int gd_tile_rows(int dk) { return dk <= 128 ? 16 : 8; }
+// Whether a depth-first tree of n rows runs the ONE form: more rows than a tile, at most two
+// tiles' worth (17 to 32 rows at d_k 128). Only there: the ONE form measured slower for the 27B
+// chain verify's 16 rows (10.9 -> 13.7 us per layer; fewer registers, 93 against 119).
+static constexpr bool gd_one(int64_t n, int dk) {
+    return n > gd_tile_rows(dk) && n <= 2 * gd_tile_rows(dk);
+}
+// Whether a ONE launch keeps a tree's state slot 0 in shared memory (1) or with the others in
+// a.saved (0: d_k 256, whose tiles leave no room for it in the 48 KiB of static shared memory).
+static constexpr int gd_smem_slots(int dk) { return dk <= 128 ? 1 : 0; }
+// ONE: the launch's rows fit one tile of twice the rows, staged once (no second buffer: the
+// same shared memory); what the tile size changes is only when rows are staged, never a bit.
+template <int DK, bool RP, int KT, bool ONE = false>
 __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
-    // float4 chunks per thread and per row, float4s per vector, rows per tile
-    constexpr int M = DK / (4 * GD_L), C4 = DK / 4, T = DK <= 128 ? 16 : 8, NT = GD_THREADS;
-    __shared__ float4 sk[2][T][C4], sq[RP ? 1 : 2][RP ? 1 : T][C4];
-    __shared__ float sv[2][T][GD_J], sb[2][T], sg[2][T];
-    __shared__ int ssrc[2][T], sdst[2][T];
+    // float4 chunks per thread and per row, float4s per vector, rows per tile, tile buffers
+    constexpr int M = DK / (4 * GD_L), C4 = DK / 4, NT = GD_THREADS;
+    constexpr int NB = ONE ? 1 : 2, T = gd_tile_rows(DK) * (ONE ? 2 : 1);
+    __shared__ float4 sk[NB][T][C4], sq[RP ? 1 : NB][RP ? 1 : T][C4];
+    __shared__ float sv[NB][T][GD_J], sb[NB][T], sg[NB][T];
+    __shared__ int ssrc[NB][T], sdst[NB][T], sord[NB][T];
+    // tree state slot 0 (most often the root's: a bushy tree reloads it once per child) kept in
+    // shared memory: a reload from there instead of L2 (whose latency every reload exposed)
+    constexpr int S0 = RP || !ONE ? 0 : gd_smem_slots(DK); // slots in shared memory (0 or 1)
+    __shared__ float4 s_slot0[S0 ? GD_J * DK / 4 : 1];
     const int h = blockIdx.y, kh = h % a.hk, tid = threadIdx.x;
     const int jc = tid / GD_L, l = tid % GD_L, j0 = blockIdx.x * GD_J; // jc: the thread's row
     const size_t hs = (size_t)DK * (size_t)a.dv;
@@ -162,6 +186,7 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
                 if (a.src) {
                     cp_async4(smem_addr(&ssrc[buf][tid]), a.src + row);
                     cp_async4(smem_addr(&sdst[buf][tid]), a.dst + row);
+                    if (a.ord) cp_async4(smem_addr(&sord[buf][tid]), a.ord + row);
                 }
             }
             asm volatile("cp.async.commit_group;" ::: "memory");
@@ -178,6 +203,8 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
 #pragma unroll
         for (int m = 0; m < M; m++) ((float4 *)base)[l + GD_L * m] = S[m];
     };
+    // (each thread stores and reloads only its own elements: no barrier)
+    float4 *slot0 = s_slot0 + jc * (DK / 4);
     // o: a row's output, in-thread partial sums until the next row's shuffles finish them
     float o = 0.0f;
     int64_t o_row = -1; // its row, -1 before the first
@@ -187,10 +214,12 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
     issue(0, 0);
     float4 S[M];
     load(S, a.s_in + (size_t)h * hs);
-    for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= 1) {
+    for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= ONE ? 0 : 1) {
         if constexpr (!RP) asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads(); // tile tt is in every thread's view; the other buffer's readers are done
-        if (tt + T < a.n) issue(buf ^ 1, tt + T);
+        if constexpr (!ONE) {
+            if (tt + T < a.n) issue(buf ^ 1, tt + T);
+        }
         const int nt = min(T, a.n - tt);
         { // vector p = (row p / 2, q or k) (RP: row p's k); warp w takes p = w, w + NW, ...
             constexpr int NW = NT / 32, NP = RP ? 1 : 2;
@@ -221,11 +250,18 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
             }
             __syncthreads();
         }
-        for (int t = 0; t < nt; t++) {
+        for (int i = 0; i < nt; i++) {
+            // (trees of one tile may run in another order than their rows': the host's ord)
+            const int t = a.ord ? sord[buf][i] : i;
             if (a.src) { // trees: the row's parent is not the row before it
-                const int s = ssrc[buf][t];
-                if (s != -1) load(S, s == -2 ? a.s_in + (size_t)h * hs
-                                             : a.saved + ((size_t)s * a.hv + h) * hs);
+                const int s = ssrc[buf][i];
+                if (s == 0 && S0) {
+#pragma unroll
+                    for (int m = 0; m < M; m++) S[m] = slot0[l + GD_L * m];
+                } else if (s != -1) {
+                    load(S, s == -2 ? a.s_in + (size_t)h * hs
+                                    : a.saved + ((size_t)(s - S0) * a.hv + h) * hs);
+                }
             }
             const float decay = expf(sg[buf][t]), beta = sb[buf][t];
             float4 k[M];
@@ -267,8 +303,13 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
             o = __fadd_rn(__fadd_rn(o4[0], o4[1]), __fadd_rn(o4[2], o4[3]));
             o_row = a.t0 + tt + t;
             if (a.src) {
-                const int d = sdst[buf][t];
-                if (d >= 0) store(S, a.saved + ((size_t)d * a.hv + h) * hs);
+                const int d = sdst[buf][i];
+                if (d == 0 && S0) {
+#pragma unroll
+                    for (int m = 0; m < M; m++) slot0[l + GD_L * m] = S[m];
+                } else if (d >= 0) {
+                    store(S, a.saved + ((size_t)(d - S0) * a.hv + h) * hs);
+                }
             }
         }
     }
@@ -278,9 +319,10 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
     if (a.s_out) store(S, a.s_out + (size_t)h * hs);
 }
 
-template <int DK> static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
+template <int DK, bool ONE>
+static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    gd_body<DK, false, 0>(a, gd_rx{});
+    gd_body<DK, false, 0, ONE>(a, gd_rx{});
 }
 
 // Layer blockIdx.z of a replay launch (KT: gd_conv's).
@@ -333,7 +375,12 @@ static bool gd_prompt_chunk(const ds_cuda_ctx *c, int64_t n, const ds_tensor *st
 
 template <int DK> static void gd_launch(ds_cuda_ctx *c, const gd_args &a) {
     const dim3 grid((unsigned)(a.dv / GD_J), (unsigned)a.hv);
-    ds_cu_launch(c, gd_kernel<DK>, grid, GD_THREADS, 0, a);
+    if (a.ord && gd_one(a.n, DK)) { // (trees: depth first in one tile)
+        ds_cu_launch(c, gd_kernel<DK, true>, grid, GD_THREADS, 0, a);
+    } else {
+        DS_ASSERT(!a.ord || a.n <= gd_tile_rows(DK)); // (an order of its own within one tile)
+        ds_cu_launch(c, gd_kernel<DK, false>, grid, GD_THREADS, 0, a);
+    }
 }
 
 static void gd_run(ds_cuda_ctx *c, const gd_args &a, int64_t dk) {
@@ -343,6 +390,83 @@ static void gd_run(ds_cuda_ctx *c, const gd_args &a, int64_t dk) {
     case 128: gd_launch<128>(c, a); break;
     default: gd_launch<256>(c, a); break;
     }
+}
+
+// A tree's schedule in row order (gd_args src / dst): a row continues from the row before it
+// when that is its parent, else reloads its parent's state, which the parent saved in a slot of
+// its own. Returns the slots used.
+static int gd_tree_rows(const int32_t *parent, int64_t n, int32_t *src, int32_t *dst) {
+    int n_slots = 0;
+    for (int64_t t = 0; t < n; t++) dst[t] = -1;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t par = parent[t];
+        DS_ASSERT(par >= -1 && par < t);
+        if (t == 0 || par == t - 1) {
+            src[t] = -1; // (row 0 starts from s_in, loaded before the rows)
+        } else if (par < 0) {
+            src[t] = -2;
+        } else {
+            if (dst[par] < 0) dst[par] = n_slots++;
+            src[t] = dst[par];
+        }
+    }
+    return n_slots;
+}
+
+// The same rows depth first (ord: rows in processing order; src / dst per processed row): each
+// row's first child runs right after it, so only rows with two or more children save their
+// state, and a slot is free again once the last child has reloaded it -- a stack, whose bottom
+// (slot 0, gd_smem_slots) is most often the root. A bushy tree of 17 rows saved 8 states of 3
+// MiB per layer (27B) in row order; depth first it saves one. A row's state is its path's
+// whatever the order, so no bit changes. Returns the slots used.
+static int gd_tree_dfs(const int32_t *parent, int64_t n, int32_t *src, int32_t *dst,
+                       int32_t *ord) {
+    int32_t *nchild = (int32_t *)calloc((size_t)n * 3, sizeof(int32_t));
+    DS_ASSERT(nchild != NULL);
+    int32_t *seen = nchild + n, *slot = nchild + 2 * n;
+    for (int64_t t = 0; t < n; t++) {
+        DS_ASSERT(parent[t] >= -1 && parent[t] < t);
+        if (parent[t] >= 0) nchild[parent[t]]++;
+    }
+    // pre-order: pop a row, push its children in reverse row order (the first child on top);
+    // roots (parent -1) in row order. The stack never holds more than the rows not yet emitted.
+    int64_t top = 0, emitted = 0;
+    int32_t *stk = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    DS_ASSERT(stk != NULL);
+    for (int64_t r = n - 1; r >= 0; r--) {
+        if (parent[r] < 0) stk[top++] = (int32_t)r;
+    }
+    int n_slots = 0, live = 0;
+    while (top > 0) {
+        const int32_t r = stk[--top];
+        const int64_t i = emitted++;
+        ord[i] = r;
+        const int32_t par = parent[r];
+        if (i == 0 && par < 0) {
+            src[i] = -1; // (the first row starts from s_in, loaded before the rows)
+        } else if (par >= 0 && i > 0 && ord[i - 1] == par) {
+            src[i] = -1;
+        } else if (par < 0) {
+            src[i] = -2;
+        } else {
+            src[i] = slot[par];
+        }
+        if (par >= 0 && ++seen[par] == nchild[par] && nchild[par] >= 2) live--; // (slot free)
+        if (nchild[r] >= 2) {
+            slot[r] = live++;
+            n_slots = live > n_slots ? live : n_slots;
+            dst[i] = slot[r];
+        } else {
+            dst[i] = -1;
+        }
+        for (int64_t c = n - 1; c > r; c--) {
+            if (parent[c] == r) stk[top++] = (int32_t)c;
+        }
+    }
+    DS_ASSERT(emitted == n);
+    free(stk);
+    free(nchild);
+    return n_slots;
 }
 
 extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
@@ -396,30 +520,21 @@ extern "C" void ds_cuda_gated_delta(ds_backend *be, ds_tensor *out, const ds_ten
     }
     a.n = (int)n;
     if (p->parent) { // where each row's state comes from, and which states to keep
-        int32_t *sched = (int32_t *)malloc((size_t)n * 2 * 4);
+        // (depth first where the rows fit one tile of the kernel gd_run picks: any order there)
+        const bool dfs = n <= 2 * gd_tile_rows((int)dk);
+        int32_t *sched = (int32_t *)malloc((size_t)n * 3 * 4);
         DS_ASSERT(sched != NULL);
-        int32_t *src = sched, *dst = sched + n;
-        int n_slots = 0;
-        for (int64_t t = 0; t < n; t++) dst[t] = -1;
-        for (int64_t t = 0; t < n; t++) {
-            const int64_t par = p->parent[t];
-            DS_ASSERT(par >= -1 && par < t);
-            if (t == 0 || par == t - 1) {
-                src[t] = -1; // (row 0 starts from s_in, loaded before the rows)
-            } else if (par < 0) {
-                src[t] = -2;
-            } else {
-                if (dst[par] < 0) dst[par] = n_slots++;
-                src[t] = dst[par];
-            }
-        }
-        const int32_t *sched_d = (const int32_t *)ds_cuda_stage(c, sched, (size_t)n * 2 * 4);
+        const int n_slots = dfs ? gd_tree_dfs(p->parent, n, sched, sched + n, sched + 2 * n)
+                                : gd_tree_rows(p->parent, n, sched, sched + n);
+        const int32_t *sched_d =
+            (const int32_t *)ds_cuda_stage(c, sched, (size_t)n * (dfs ? 3 : 2) * 4);
         free(sched);
         if (!sched_d) return;
-        a.src = sched_d, a.dst = sched_d + n;
+        a.src = sched_d, a.dst = sched_d + n, a.ord = dfs ? sched_d + 2 * n : NULL;
         // (inside a step graph the saved states are sized for the worst tree of n rows, so
         // every tree of the step's shape replays with the same scratch)
-        const int64_t slots = c->gmode != DS_CU_EAGER ? n : n_slots;
+        const int64_t slots = (c->gmode != DS_CU_EAGER ? n : n_slots) -
+                              (gd_one(n, (int)dk) ? gd_smem_slots((int)dk) : 0);
         if (slots > 0) {
             const size_t nb = (size_t)slots * (size_t)hv * (size_t)(dk * dv) * 4;
             a.saved = (float *)ds_cuda_scratch(c, nb);

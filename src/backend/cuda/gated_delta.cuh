@@ -18,9 +18,11 @@ struct gd_args {
     int64_t t0;           // first row of this launch
     float q_scale, eps;
     int async16;          // qkv rows 16-byte aligned (q / k staged 16 bytes at a time)
-    const int32_t *src;   // trees, per row: -1 continue, -2 reload s_in, >= 0 reload saved slot
-    const int32_t *dst;   // trees, per row: -1 none, >= 0 save the state after the row there
-    float *saved;         // [slots][H_v][d_v][d_k]
+    // trees, per processed row i (row ord[i], or i where ord is NULL): src -1 continue from the
+    // state before it, -2 reload s_in, >= 0 reload that saved slot; dst -1 none, >= 0 save the
+    // state after the row there
+    const int32_t *src, *dst, *ord;
+    float *saved; // [slots][H_v][d_v][d_k] past those in shared memory (gd_smem_slots)
 };
 
 // ds_cu_warp_sum of N values at once (interleaved butterflies: the same order per value).
