@@ -6,21 +6,31 @@
 // Block: one kv head, one chunk of keys (att_chunk: 64 keys up to 8,192 visible, then longer, as
 // 64-key tiles with an online softmax), W warps of R rows of the launch (attn_tc_kernel): each
 // warp's rows' G query heads are the 16 rows of its mma tiles (rows past R G read a zero row).
-// The block stages each 64-key tile of K and V once (cp.async) and every warp with a row that
-// sees those keys uses it: chain rows always share their chunks' keys, tree rows share
-// those below n_past; otherwise (a chunk over a tree's own rows, attention_rows windows) the rows
-// take their tiles in turn. S = Q K^T and O += P V run on mma.sync m16n8k16 with f32 accumulators;
-// Q and P are split into two f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): ~22 bits),
-// so the products with the f16 cache are about as exact as f32 arithmetic (K and V are exact in
-// f16 already). Keys past a row's visible count are masked to p = 0 (a tile's keys past every
-// row's count are zero-filled, never read), and an mma's output row depends only on its own A
-// row, so a row's partials do not depend on the other rows of its block: bitwise the same in a
-// verify batch, a tree, or alone.
+// The block stages each 64-key tile of K and V once (cp.async) and every warp with a row that sees
+// those keys uses it: chain rows always share their chunks' keys, tree rows share those below
+// n_past; a chunk over a tree's own rows (up to TC_UNI_MAX rows) stages union tiles (the past keys
+// plus every batch row's K / V) whose rows each warp addresses per lane, its own row's keys at
+// their own positions; otherwise (attention_rows windows) the rows take their tiles in turn. 27B
+// DDTree of budget 16 (17 rows, short context): 40.9 -> 26.2 us per layer, verify -0.37 ms a step
+// (4K context: -0.23 ms). S = Q K^T and O += P V run on mma.sync m16n8k16 with f32 accumulators; Q
+// and P are split into two f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): ~22 bits), so the
+// products with the f16 cache are about as exact as f32 arithmetic (K and V are exact in f16
+// already). Keys past a row's visible count are masked to p = 0 (a tile's keys past every row's
+// count are zero-filled, never read), and an mma's output row depends only on its own A row, so a
+// row's partials do not depend on the other rows of its block: bitwise the same in a verify batch,
+// a tree, or alone.
 //   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to W R rows)
 //          + partials;  flops: 4*2*n*n_head*n_vis*hd on the tensor cores (two f16 parts each)
 #include "backend/cuda/attention.cuh"
 
-enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8 };
+enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8, TC_UNI_MAX = 64 };
+
+// Rows of a tree call's union tiles past the TC_BN key rows: every batch row's K / V (a row's
+// keys past n_past are its ancestors, batch rows), so the block's rows share one tile per step
+// and each warp reads its own keys through per-lane row addresses. 0: no union tiles.
+__host__ __device__ __forceinline__ int tc_union_rows(const attn_args &a) {
+    return a.vis && !a.lo && a.n_all <= TC_UNI_MAX ? a.n_all : 0;
+}
 
 // Rows [0, TC_BN) of the K and V tiles for a chunk's keys k0.. (of pcnt; past it: zero-filled),
 // key j at cache row key_row(a, np, pt, i0 + j).
@@ -34,6 +44,38 @@ __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn
         const int r = i / CPR, cc = i % CPR;
         const bool ok = k0 + r < pcnt;
         const int64_t row = ok ? key_row(a, np, pt, i0 + k0 + r) : 0;
+        const int sz = ok ? 16 : 0; // zero-fill
+        const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
+        const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk),
+                     "l"(a.k + row * a.k_nb1 + hoff + cc * 16), "r"(sz));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv),
+                     "l"(a.v + row * a.v_nb1 + hoff + cc * 16), "r"(sz));
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// A union tile (tc_union_rows): rows j < TC_BN hold the keys at list positions i0 + k0 + j below
+// np (the past every row shares; zero past pcnt or from np on), rows TC_BN + b batch row b's K / V
+// (cache row np + b) once the tile reaches np.
+template <int D, int W>
+__device__ __forceinline__ void tc_load_union(__half *sk, __half *sv, const attn_args &a, int kvh,
+                                              int64_t np, int64_t i0, int k0, int pcnt, int U) {
+    constexpr int LD = D + TC_PAD, CPR = D / 8;
+    const int64_t hoff = (int64_t)kvh * D * 2;
+    const int rows = TC_BN + (i0 + k0 + TC_BN > np ? U : 0);
+    for (int i = threadIdx.x; i < rows * CPR; i += W * 32) {
+        const int r = i / CPR, cc = i % CPR;
+        int64_t row = 0;
+        bool ok;
+        if (r < TC_BN) {
+            row = i0 + k0 + r;
+            ok = k0 + r < pcnt && row < np;
+        } else {
+            row = np + (r - TC_BN);
+            ok = true;
+        }
+        if (!ok) row = 0;
         const int sz = ok ? 16 : 0; // zero-fill
         const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
         const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
@@ -78,7 +120,8 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     extern __shared__ __align__(16) unsigned char tc_smem[];
     __shared__ int s_cnt[S], s_ch[S];
     const int G = a.group;
-    __half *sk = (__half *)tc_smem, *sv = sk + TC_BN * LD, *zr = sv + TC_BN * LD;
+    const int U = tc_union_rows(a);
+    __half *sk = (__half *)tc_smem, *sv = sk + (TC_BN + U) * LD, *zr = sv + (TC_BN + U) * LD;
     __half *sq = zr + LD; // [warp][hi, lo][R G][LD]
     const int kvh = blockIdx.x, s = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, c4 = lane % 4;
@@ -118,6 +161,9 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     }
     if (first < 0) return; // (uniform: no row of the block sees this chunk)
     const bool shared = same_ch && !a.lo && (!a.vis || (int64_t)s * ch0 + cnt_max <= np);
+    // a tree's rows whose keys in this chunk reach past np: one pass over union tiles
+    const bool uni = R == 1 && !shared && same_ch && U > 0;
+    const bool one = shared || uni; // (one pass: every warp takes its rows from the same tiles)
     // this thread's two accumulator rows g, g + 8: their slots (-1: no row) and key counts
     int jr[2], cnt[2];
     bool any = false; // a row of this warp sees the chunk
@@ -144,20 +190,49 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     const uint32_t v_a = (uint32_t)__cvta_generic_to_shared(
         sv + (size_t)((lane % 8) + 8 * ((lane / 8) % 2)) * LD + 8 * (lane / 16));
 
-    for (int pass = 0; pass < (shared ? 1 : S); pass++) {
-        const int pw = shared ? first : pass; // a row whose keys the tiles hold
+    for (int pass = 0; pass < (one ? 1 : S); pass++) {
+        const int pw = one ? first : pass; // a row whose keys the tiles hold
         if (s_cnt[pw] == 0) continue;          // (uniform)
-        const int pcnt = shared ? cnt_max : s_cnt[pw];
+        const int pcnt = one ? cnt_max : s_cnt[pw];
         const int64_t pt = a.t0 + slot0 + pw, pi0 = (int64_t)s * s_ch[pw];
-        const bool mine = shared ? any : pw / R == warp;
+        const bool mine = one ? any : pw / R == warp;
         // the keys of each accumulator row in this pass (0: the row sits this pass out)
-        const int pc0 = shared || jr[0] == pw ? cnt[0] : 0;
-        const int pc1 = shared || jr[1] == pw ? cnt[1] : 0;
+        const int pc0 = one || jr[0] == pw ? cnt[0] : 0;
+        const int pc1 = one || jr[1] == pw ? cnt[1] : 0;
         for (int k0 = 0; k0 < pcnt; k0 += TC_BN) {
             __syncthreads(); // the previous tile's readers are done
-            tc_load_tiles<D, W>(sk, sv, a, kvh, np, pt, pi0, k0, pcnt);
+            if (uni) tc_load_union<D, W>(sk, sv, a, kvh, np, pi0, k0, pcnt, U);
+            else tc_load_tiles<D, W>(sk, sv, a, kvh, np, pt, pi0, k0, pcnt);
             __syncthreads();
             if (!mine) continue;
+            // the ldmatrix addresses of this lane's keys: K for key n-tile pair jp, V for key step
+            // ks (16 keys each); in a union tile past np, key j of this warp's row (R == 1) sits
+            // at its batch row's slot -- the same K / V values at the same key positions as the
+            // row's own tile, so the same bits
+            uint32_t ka[4], va[4];
+#pragma unroll
+            for (int j4 = 0; j4 < 4; j4++) {
+                ka[j4] = k_a + (uint32_t)(j4 * 16 * LD) * 2;
+                va[j4] = v_a + (uint32_t)(j4 * 16 * LD) * 2;
+            }
+            if (uni && pi0 + k0 + TC_BN > np) {
+                const int64_t t = a.t0 + slot0 + warp;
+                const int mc = s_cnt[warp];
+                auto slot = [&](int j) -> int { // (masked keys: any row; their p is 0)
+                    const int64_t p = pi0 + k0 + j;
+                    return p < np || k0 + j >= mc ? j
+                                                  : TC_BN + a.vis[t * a.vis_stride + (p - np)];
+                };
+                const uint32_t skb = (uint32_t)__cvta_generic_to_shared(sk);
+                const uint32_t svb = (uint32_t)__cvta_generic_to_shared(sv);
+#pragma unroll
+                for (int j4 = 0; j4 < 4; j4++) {
+                    const int jk = j4 * 16 + (lane % 8) + 8 * (lane / 16);
+                    const int jv = j4 * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    ka[j4] = skb + (uint32_t)(slot(jk) * LD + 8 * ((lane / 8) % 2)) * 2;
+                    va[j4] = svb + (uint32_t)(slot(jv) * LD + 8 * (lane / 16)) * 2;
+                }
+            }
             // S = (Q_hi + Q_lo) K^T: 16 query heads x 64 keys
             float sc[8][4];
 #pragma unroll
@@ -170,7 +245,7 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
 #pragma unroll
                 for (int jp = 0; jp < 4; jp++) { // two 8-key n-tiles per ldmatrix.x4
                     uint32_t b0, b1, b2, b3;
-                    fa_ldsm_x4(k_a + (uint32_t)(jp * 16 * LD + kk * 16) * 2, b0, b1, b2, b3);
+                    fa_ldsm_x4(ka[jp] + (uint32_t)(kk * 16) * 2, b0, b1, b2, b3);
                     tc_mma_split(sc[2 * jp], h, l, b0, b1);
                     tc_mma_split(sc[2 * jp + 1], h, l, b2, b3);
                 }
@@ -225,7 +300,7 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
 #pragma unroll
                 for (int dp = 0; dp < NT / 2; dp++) { // two 8-dim n-tiles per ldmatrix.x4.trans
                     uint32_t b0, b1, b2, b3;
-                    fa_ldsm_x4_t(v_a + (uint32_t)(ks * 16 * LD + dp * 16) * 2, b0, b1, b2, b3);
+                    fa_ldsm_x4_t(va[ks] + (uint32_t)(dp * 16) * 2, b0, b1, b2, b3);
                     tc_mma_split(o[2 * dp], h, l, b0, b1);
                     tc_mma_split(o[2 * dp + 1], h, l, b2, b3);
                 }
@@ -260,7 +335,8 @@ bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16) {
 }
 
 template <int D, int W, int R> static bool tc_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
-    const size_t smem = (size_t)(2 * TC_BN + 1 + 2 * W * R * a.group) * (D + TC_PAD) * 2;
+    const size_t smem =
+        (size_t)(2 * (TC_BN + tc_union_rows(a)) + 1 + 2 * W * R * a.group) * (D + TC_PAD) * 2;
     // (a per-device kernel attribute: set at every launch, a cheap host call next to the kernel)
     if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(attn_tc_kernel<D, W, R>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -275,8 +351,10 @@ template <int D, int W, int R> static bool tc_launch(ds_cuda_ctx *c, const attn_
 // pair up in the 16 mma rows, where the packed blocks fill the GPU: 8 warps of 2 rows (one block
 // per kv head and chunk for 16 rows: the tiles staged once, half the mma work per row). Else a
 // warp per row: below that the 4x more blocks are the faster grid (27B verify N = 16, packed
-// against not: 2K keys 11.47 / 11.35 ms, 4K 11.85 / 12.02, 6K 12.53 / 12.88), and blocks whose
-// rows take their tiles in turn (trees, windows) would run 16 rows' turns in one block.
+// against not: 2K keys 11.47 / 11.35 ms, 4K 11.85 / 12.02, 6K 12.53 / 12.88), blocks whose
+// rows take their tiles in turn (windows) would run 16 rows' turns in one block, and trees'
+// union tiles address one row per warp. (Trees in blocks of 2 or 1 warps instead of 4, before
+// the union tiles: 27B budget 16 verify at 4K context 0.86 -> 0.94 / 0.99 s over 63 steps.)
 template <int D> static bool tc_pick(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
     const int64_t packed = (int64_t)n_kv * a.s_max * ((a.n_rows + 15) / 16);
     if (a.n_rows > TC_WARPS && 2 * a.group <= 16 && !a.lo && !a.vis && packed > c->n_sm) {

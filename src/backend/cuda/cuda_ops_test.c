@@ -1923,11 +1923,11 @@ static void test_attention(void **state) {
     static const int64_t shapes[][3] = {{64, 4, 2}, {256, 24, 4}, {128, 16, 2}};
     // (F32 caches, attention.cu's kernel: 2040: rows of one call on both sides of the 2048-key
     // chunk-length step; 2100: 32-key chunks; from 16 keys of prefix the verify rows share its
-    // whole chunks. F16, attention_tc.cu: 64-key chunks; 8190: rows of one call on both sides
-    // of the 8192-key step, whose blocks then take their rows' tiles in turn, as trees do for
-    // the chunks over their own rows; 5 and 17 chain rows take attention_tc.cu's packed blocks
-    // of 8 warps of two rows where that grid exceeds the SMs (tc_pick: from the 2100- and
-    // 8190-key prefixes, the H200's 132 SMs), else, as trees and single rows, a row per warp)
+    // whole chunks. F16, attention_tc.cu: 64-key chunks; 8190: rows of one call on both sides of
+    // the 8192-key step, whose blocks then take their rows' tiles in turn (trees stage union tiles
+    // for the chunks over their own rows); 5 and 17 chain rows take attention_tc.cu's packed blocks
+    // of 8 warps of two rows where that grid exceeds the SMs (tc_pick: from the 2100- and 8190-key
+    // prefixes, the H200's 132 SMs), else, as trees and single rows, a row per warp)
     static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100, 8190};
     for (size_t s = 0; s < DS_ARRAY_LEN(shapes); s++) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
