@@ -32,6 +32,19 @@ __host__ __device__ __forceinline__ int tc_union_rows(const attn_args &a) {
     return a.vis && !a.lo && a.n_all <= TC_UNI_MAX ? a.n_all : 0;
 }
 
+// 16-byte chunk cc of cache row `row`'s K and V into tile row r (zero-filled where !ok).
+template <int LD>
+__device__ __forceinline__ void tc_copy_kv(__half *sk, __half *sv, const attn_args &a, int r,
+                                           int cc, int64_t row, bool ok, int64_t hoff) {
+    const int sz = ok ? 16 : 0; // zero-fill
+    const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
+    const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk),
+                 "l"(a.k + row * a.k_nb1 + hoff + cc * 16), "r"(sz));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv),
+                 "l"(a.v + row * a.v_nb1 + hoff + cc * 16), "r"(sz));
+}
+
 // Rows [0, TC_BN) of the K and V tiles for a chunk's keys k0.. (of pcnt; past it: zero-filled),
 // key j at cache row key_row(a, np, pt, i0 + j).
 template <int D, int W>
@@ -43,14 +56,7 @@ __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn
     for (int i = threadIdx.x; i < TC_BN * CPR; i += W * 32) {
         const int r = i / CPR, cc = i % CPR;
         const bool ok = k0 + r < pcnt;
-        const int64_t row = ok ? key_row(a, np, pt, i0 + k0 + r) : 0;
-        const int sz = ok ? 16 : 0; // zero-fill
-        const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
-        const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk),
-                     "l"(a.k + row * a.k_nb1 + hoff + cc * 16), "r"(sz));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv),
-                     "l"(a.v + row * a.v_nb1 + hoff + cc * 16), "r"(sz));
+        tc_copy_kv<LD>(sk, sv, a, r, cc, ok ? key_row(a, np, pt, i0 + k0 + r) : 0, ok, hoff);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
@@ -75,14 +81,7 @@ __device__ __forceinline__ void tc_load_union(__half *sk, __half *sv, const attn
             row = np + (r - TC_BN);
             ok = true;
         }
-        if (!ok) row = 0;
-        const int sz = ok ? 16 : 0; // zero-fill
-        const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
-        const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk),
-                     "l"(a.k + row * a.k_nb1 + hoff + cc * 16), "r"(sz));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv),
-                     "l"(a.v + row * a.v_nb1 + hoff + cc * 16), "r"(sz));
+        tc_copy_kv<LD>(sk, sv, a, r, cc, ok ? row : 0, ok, hoff);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
