@@ -105,8 +105,9 @@ enum { GD_NV = 8 };
 // Rows per double-buffered tile (gd_body; ONE launches take twice as many in one tile).
 static constexpr int gd_tile_rows(int dk) { return dk <= 128 ? 16 : 8; }
 // Whether a depth-first tree of n rows runs the ONE form: more rows than a tile, at most two
-// tiles' worth (17 to 32 rows at d_k 128). Only there: the ONE form measured slower for the 27B
-// chain verify's 16 rows (10.9 -> 13.7 us per layer; fewer registers, 93 against 119).
+// tiles' worth (17 to 32 rows at d_k 128). Only there: the ONE form, then with its 8 KiB shared
+// slot, measured slower for the 27B chain verify's 16 rows (10.9 -> 13.7 us per layer; 93
+// registers against 119; which of the two cost it was not separated).
 static constexpr bool gd_one(int64_t n, int dk) {
     return n > gd_tile_rows(dk) && n <= 2 * gd_tile_rows(dk);
 }
