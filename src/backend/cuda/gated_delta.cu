@@ -422,9 +422,9 @@ static int gd_tree_rows(const int32_t *parent, int64_t n, int32_t *src, int32_t 
 // whatever the order, so no bit changes. Returns the slots used.
 static int gd_tree_dfs(const int32_t *parent, int64_t n, int32_t *src, int32_t *dst,
                        int32_t *ord) {
-    int32_t *nchild = (int32_t *)calloc((size_t)n * 3, sizeof(int32_t));
+    int32_t *nchild = (int32_t *)calloc((size_t)n * 4, sizeof(int32_t));
     DS_ASSERT(nchild != NULL);
-    int32_t *seen = nchild + n, *slot = nchild + 2 * n;
+    int32_t *seen = nchild + n, *slot = nchild + 2 * n, *stk = nchild + 3 * n;
     for (int64_t t = 0; t < n; t++) {
         DS_ASSERT(parent[t] >= -1 && parent[t] < t);
         if (parent[t] >= 0) nchild[parent[t]]++;
@@ -432,8 +432,6 @@ static int gd_tree_dfs(const int32_t *parent, int64_t n, int32_t *src, int32_t *
     // pre-order: pop a row, push its children in reverse row order (the first child on top);
     // roots (parent -1) in row order. The stack never holds more than the rows not yet emitted.
     int64_t top = 0, emitted = 0;
-    int32_t *stk = (int32_t *)malloc((size_t)n * sizeof(int32_t));
-    DS_ASSERT(stk != NULL);
     for (int64_t r = n - 1; r >= 0; r--) {
         if (parent[r] < 0) stk[top++] = (int32_t)r;
     }
@@ -465,7 +463,6 @@ static int gd_tree_dfs(const int32_t *parent, int64_t n, int32_t *src, int32_t *
         }
     }
     DS_ASSERT(emitted == n);
-    free(stk);
     free(nchild);
     return n_slots;
 }
