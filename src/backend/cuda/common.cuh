@@ -113,6 +113,9 @@ typedef struct ds_cuda_ctx {
     // cuTensorMapEncodeTiled, was found: tma_probed once).
     bool mmqs_tma, tma_probed;
     void *tma_encode;
+    // The weights' tensor maps, encoded once (matmul.cu tma_memo: a replayed step's host pass
+    // runs every launch's host code, and encoding a map is a driver call); freed with the ctx.
+    struct tma_memo_entry *tma_memo;
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
     // pointer). NULL: the one-block-per-row kernel runs.
@@ -203,9 +206,26 @@ void ds_cuda_readback(ds_cuda_ctx *c, void *dst_host, const void *src, size_t n)
 bool ds_cuda_graph_sig(ds_cuda_ctx *c, uint64_t sig);
 
 // FNV-1a style over 8-byte words (then the tail bytes): a replayed step hashes every argument.
+// Runs of 32 bytes go to four independent chains, folded into h after them, so that a large
+// argument (a staged matmul's ~1.1 KiB group) is not one dependent multiply per word.
 static inline uint64_t ds_cu_fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = (const unsigned char *)p;
     size_t i = 0;
+    if (n >= 32) {
+        uint64_t l[4] = {h, ~h, h ^ 0x9e3779b97f4a7c15ull, h ^ 0xc2b2ae3d27d4eb4full};
+        for (; i + 32 <= n; i += 32) {
+            for (int j = 0; j < 4; j++) {
+                uint64_t w;
+                memcpy(&w, b + i + 8 * j, 8);
+                l[j] = ds_fnv_mix(l[j], w);
+                l[j] ^= l[j] >> 29;
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            h = ds_fnv_mix(h, l[j]);
+            h ^= h >> 29;
+        }
+    }
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);

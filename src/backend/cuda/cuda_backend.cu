@@ -398,6 +398,7 @@ static void cuda_destroy(ds_backend *be) {
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->norm_cnt) cudaFree(c->norm_cnt);
     if (c->norm_sums) cudaFree(c->norm_sums);
+    free(c->tma_memo);
     stage_free(c);
     for (int i = 0; i < 2; i++) cudaEventDestroy(c->stage_ev[i]);
     if (c->ra_h) {
