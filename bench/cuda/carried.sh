@@ -5,10 +5,12 @@
 # Runs cuda_model_test, cuda_ops_test, then per mix: `dspec synth --preset 27b` and `dspec bench
 # --model --device cuda` (decode with graphs and launched kernel by kernel, verify widths,
 # prefill). Logs go to $OUT. See bench/cuda/README.md "Carried binaries".
-# Usage (repo root, on the GPU machine): [CTX="8192 32768"] [TESTS=0] [BIN=build-carry-b]
-#   bash bench/cuda/carried.sh [mix ...]      (BIN: the folder of the carried binaries)
+# Usage (repo root, on the GPU machine): [CTX="8192 32768"] [ALL_CTX=1] [TESTS=0]
+#   [BIN=build-carry-b] bash bench/cuda/carried.sh [mix ...]  (BIN: the carried binaries' folder)
 # (default mixes: q4_k_m iq4_xs q8_0; q4_k_m gets the full verify list, the others N = 1 and 16;
-# CTX adds q4_k_m runs at those prompt lengths; NCU=1 adds an Nsight Compute pass over the GEMV /
+# CTX adds q4_k_m runs at those prompt lengths; ALL_CTX=1 runs every mix at 512 and each CTX
+# length with the full verify list, one synthetic file per mix: the issue's whole table, ~4 min
+# per mix at CTX="2048 8192 32768"; NCU=1 adds an Nsight Compute pass over the GEMV /
 # GEMM kernels of a 27B Q4_K_M decode and verify; SPEC_STEP=1 times a speculative chain step with
 # synthetic DFlash / DFlash 2 / DSpark drafters of the 27B shapes, as model_bench.sh does)
 set -u
@@ -48,15 +50,24 @@ for mix in "${@:-q4_k_m iq4_xs q8_0}"; do
       done
     fi
     V=1,16
-    [ "$m" = q4_k_m ] && V=1,2,4,8,16,24,32
+    [ "$m" = q4_k_m ] || [ -n "${ALL_CTX:-}" ] && V=1,2,4,8,16,24,32
     timeout 150 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt 512 --decode 32 \
       --reps 5 --verify "$V" >"$OUT/bench_27b_$m.txt" 2>&1
     grep -vE "^dspec (info|debug)" "$OUT/bench_27b_$m.txt"
+    if [ -n "${ALL_CTX:-}" ]; then # the same file at each CTX length
+      for ctx in ${CTX:-}; do
+        t "27b $m at context $ctx"
+        timeout 200 "$B/dspec" bench --model /tmp/carried.gguf --device cuda --prompt "$ctx" \
+          --decode 16 --reps 3 --verify "$V" >"$OUT/bench_27b_${m}_ctx$ctx.txt" 2>&1
+        grep -vE "^dspec (info|debug)" "$OUT/bench_27b_${m}_ctx$ctx.txt"
+      done
+    fi
     rm -f /tmp/carried.gguf
   done
 done
 # CTX="8192 32768": q4_k_m again with those prompt lengths (prefill tok/s at that length, decode
 # and verify at that context)
+[ -n "${ALL_CTX:-}" ] && CTX=
 for ctx in ${CTX:-}; do
   t "27b q4_k_m at context $ctx"
   "$B/dspec" synth --preset 27b --mix q4_k_m /tmp/carried.gguf 2>&1 | tail -1
