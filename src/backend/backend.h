@@ -255,8 +255,9 @@ typedef struct ds_backend_ops {
                           float cap);
     // (optional) Whether the backend handles an op configuration; NULL = everything. kind:
     // DS_BE_CAP_MATMUL (a = ds_type, b = row length), DS_BE_CAP_GDN (a = d_k, b = d_v),
-    // DS_BE_CAP_ATTN (a = head dim, b = query heads per kv head). Model loaders ask at load time
-    // so an unsupported file is refused with a message, never an assert in the middle of a step.
+    // DS_BE_CAP_ATTN (a = head dim, b = query heads per kv head), DS_BE_CAP_KV (a = the K/V
+    // cache's ds_type). Model loaders and ds_state_new ask up front, so an unsupported file or
+    // cache type is refused with a message, never an assert in the middle of a step.
     bool (*supports)(ds_backend *be, int kind, int64_t a, int64_t b);
     // (optional; NULL: every op runs eagerly) A model step: step_begin(key, kv_len), the step's
     // ops, step_end(). The backend may record the ops once and replay them as one unit (CUDA
@@ -276,7 +277,7 @@ typedef struct ds_backend_ops {
     void (*prefill_mode)(ds_backend *be, bool on);
 } ds_backend_ops;
 
-enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3 };
+enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3, DS_BE_CAP_KV = 4 };
 enum { DS_READ_ASYNC_SLOTS = 4, DS_READ_ASYNC_BYTES = 256 };
 // Most k of the topk op (a sampler's top-k 40 plus a 64-token penalty window fit: sample.h).
 enum { DS_TOPK_MAX = 128 };

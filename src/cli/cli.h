@@ -18,3 +18,9 @@ int ds_cli_synth(int argc, char **argv);
 int ds_cli_bench_model(int argc, char **argv);
 int ds_cli_bench_spec(int argc, char **argv);
 
+// --kv-type (cli_kv.c): "f16", "f32" or "q8_0" into *t, or into the engine parameters; false
+// for anything else (the caller reports it).
+#define DS_CLI_KV_TYPES "f16, f32 or q8_0"
+bool ds_cli_kv_type(const char *s, ds_type *t);
+bool ds_cli_kv_params(const char *s, dspec_engine_params *ep);
+

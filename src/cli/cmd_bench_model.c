@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                   left on the device for the next step queued ahead)\n"
             "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
-            "  --kv-type T      f16 (default) or f32\n"
+            "  --kv-type T      f16 (default), f32 or q8_0 (CPU only for now)\n"
             "  -t, --threads N  CPU threads (default: all)\n"
             "  --device D       cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"
@@ -306,8 +306,8 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.threads = atoi(v), i++;
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
-        } else if (!strcmp(a, "--kv-type") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
-            o.kv = !strcmp(v, "f16") ? DS_TYPE_F16 : DS_TYPE_F32, i++;
+        } else if (!strcmp(a, "--kv-type") && v && ds_cli_kv_type(v, &o.kv)) {
+            i++;
         } else if (!strcmp(a, "--verify") && v) {
             o.n_verify = 0;
             for (const char *s = v; *s && o.n_verify < 16;) {

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "  --decode-from K        prefill the first K tokens in one batch, then feed the rest\n"
             "                         one token per forward (default: one batch for all)\n"
             "  --batch N              prefill chunk size (default 256)\n"
-            "  --kv-type f32|f16      KV cache type (default f32)\n"
+            "  --kv-type f32|f16|q8_0 KV cache type (default f32)\n"
             "  -t, --threads N        CPU threads (default: all)\n"
             "  --device D             cpu (default), cuda or cuda:N\n"
             "Without --out, prints the top-5 tokens of the last row and a checksum.\n");
@@ -149,10 +149,8 @@ int ds_cli_logits(int argc, char **argv) {
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
         } else if (!strcmp(a, "--kv-type") && v) {
-            if (!strcmp(v, "f16")) o.kv = DS_TYPE_F16;
-            else if (!strcmp(v, "f32")) o.kv = DS_TYPE_F32;
-            else {
-                fprintf(stderr, "dspec logits: --kv-type must be f32 or f16\n");
+            if (!ds_cli_kv_type(v, &o.kv)) {
+                fprintf(stderr, "dspec logits: --kv-type must be " DS_CLI_KV_TYPES "\n");
                 return 2;
             }
             i++;

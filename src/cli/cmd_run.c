@@ -48,7 +48,8 @@ static void usage(FILE *f) {
             "  --batch N                 prefill chunk (default 256; CUDA: 4096, 2048 or\n"
             "                            1024 rows, the widest whose activations fit 1/8 of\n"
             "                            the free device memory)\n"
-            "  --kv-type f32|f16         KV cache type (default f16)\n"
+            "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: half of f16's memory,\n"
+            "                            CPU only for now)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
@@ -145,12 +146,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (IS("-t") || IS("--threads")) o->ep.n_threads = atoi(NEXT());
         else if (IS("--device")) o->ep.device = NEXT();
         else if (IS("--kv-type")) {
-            const char *t = NEXT();
-            if (strcmp(t, "f16") && strcmp(t, "f32")) {
-                fprintf(stderr, "dspec run: --kv-type must be f16 or f32\n");
+            if (!ds_cli_kv_params(NEXT(), &o->ep)) {
+                fprintf(stderr, "dspec run: --kv-type must be " DS_CLI_KV_TYPES "\n");
                 return 2;
             }
-            o->ep.kv_f16 = !strcmp(t, "f16");
         } else {
             fprintf(stderr, "dspec run: unknown option %s\n", a);
             return 2;

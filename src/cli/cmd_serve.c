@@ -52,7 +52,8 @@ static void usage(FILE *f) {
             "  --batch N                 prefill chunk (default 256; CUDA: 4096, 2048 or\n"
             "                            1024 rows, the widest whose activations fit 1/8 of\n"
             "                            the free device memory)\n"
-            "  --kv-type f32|f16         KV cache type (default f16)\n"
+            "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: half of f16's memory,\n"
+            "                            CPU only for now)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
             "  --device D                cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
@@ -121,12 +122,10 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         else if (IS("-t") || IS("--threads")) p->ep.n_threads = atoi(NEXT());
         else if (IS("--device")) p->ep.device = NEXT();
         else if (IS("--kv-type")) {
-            const char *t = NEXT();
-            if (strcmp(t, "f16") && strcmp(t, "f32")) {
-                fprintf(stderr, "dspec serve: --kv-type must be f16 or f32\n");
+            if (!ds_cli_kv_params(NEXT(), &p->ep)) {
+                fprintf(stderr, "dspec serve: --kv-type must be " DS_CLI_KV_TYPES "\n");
                 return 2;
             }
-            p->ep.kv_f16 = !strcmp(t, "f16");
         } else {
             fprintf(stderr, "dspec serve: unknown option %s\n", a);
             return 2;

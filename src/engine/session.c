@@ -103,7 +103,9 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
     const ds_model_hparams *hp = ds_model_hparams_get(m);
     int64_t V = hp->n_vocab;
     s->sp = (ds_state_params){.n_ctx = ep->n_ctx, .n_batch = ep->n_batch,
-                              .kv_type = ep->kv_f16 ? DS_TYPE_F16 : DS_TYPE_F32};
+                              .kv_type = ep->kv_q8_0  ? DS_TYPE_Q8_0
+                                         : ep->kv_f16 ? DS_TYPE_F16
+                                                      : DS_TYPE_F32};
     dspec_status st = ds_state_new(&s->st, m, &s->sp, err);
     const ds_drafter *d = ds_engine_drafter(e);
     if (st == DSPEC_OK && d) {

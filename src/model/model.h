@@ -85,7 +85,9 @@ typedef struct ds_state_params {
     int64_t n_ctx;          // KV capacity in tokens (0 = 4096)
     int64_t n_batch;        // prefill chunk (rows per internal forward; 0 = 256)
     int64_t n_verify;       // max rows of a speculative batch (0 = 64)
-    ds_type kv_type;        // DS_TYPE_F32 or DS_TYPE_F16 (F16 is llama.cpp's default)
+    ds_type kv_type;        // DS_TYPE_F32, DS_TYPE_F16 (llama.cpp's default) or DS_TYPE_Q8_0
+                            // (32-element blocks, llama.cpp's -ctk / -ctv q8_0; where the
+                            // backend keeps one: DS_BE_CAP_KV)
 } ds_state_params;
 
 typedef struct ds_state ds_state;

@@ -93,7 +93,7 @@ static ds_state_params params_or_defaults(const ds_state_params *p) {
     if (q.n_ctx <= 0) q.n_ctx = 4096;
     if (q.n_batch <= 0) q.n_batch = 256;
     if (q.n_verify <= 0) q.n_verify = 64;
-    if (q.kv_type != DS_TYPE_F16) q.kv_type = DS_TYPE_F32;
+    if (q.kv_type != DS_TYPE_F16 && q.kv_type != DS_TYPE_Q8_0) q.kv_type = DS_TYPE_F32;
     return q;
 }
 
@@ -117,6 +117,14 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
         s = ds_err_set(err, DSPEC_ERR_INVALID, "state: n_ctx %" PRId64 " / n_batch %" PRId64
                        " / n_verify %" PRId64 " out of range", st->p.n_ctx, st->p.n_batch,
                        st->p.n_verify);
+    }
+    if (s == DSPEC_OK && st->p.kv_type == DS_TYPE_Q8_0 && hp->head_dim % 32 != 0) {
+        s = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "state: a Q8_0 KV cache needs heads of whole "
+                       "32-element blocks (head_dim %d)", (int)hp->head_dim);
+    }
+    if (s == DSPEC_OK && !ds_be_supports(m->be, DS_BE_CAP_KV, st->p.kv_type, 0)) {
+        s = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "state: the %s backend does not keep a %s KV "
+                       "cache (it keeps f16 and f32)", m->be->name, ds_type_name(st->p.kv_type));
     }
     int64_t rows = DS_MAX(st->p.n_batch, st->p.n_verify);
     st->kv = calloc((size_t)hp->n_layer, sizeof(ds_kv_layer));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The bundled tiny models (models/): a short speculative generation with every drafter equals
-plain greedy decoding (chain at several widths, DDTree, adaptive policy), drafters really accept
-tokens on the trained models (tau > 1.5 for DSpark and DFlash 2 on a code prompt), and the chat
-path runs."""
+plain greedy decoding (chain at several widths, DDTree, adaptive policy; also with a Q8_0 KV
+cache), drafters really accept tokens on the trained models (tau > 1.8 for DSpark and DFlash 2 on a
+code prompt), and the chat path runs."""
 import argparse
 import os
 import re
@@ -47,6 +47,18 @@ def main():
                 tau = float(m.group(1)) if m else 0.0
                 check(f"{d} {' '.join(extra + adaptive)}: spec == plain",
                       r.returncode == 0 and r.stdout == plain.stdout, f"tau {tau:.3f}")
+    # a Q8_0 KV cache: speculative == plain with the same cache type while drafts are accepted
+    # (a row's bytes do not depend on the step that stored it; commits move rows as bytes)
+    kv = ("--kv-type", "q8_0")
+    plain = run("-p", PROMPTS[0], "-n", "48", *kv)
+    for d, extra in (("dspark-g7", ()), ("dflash2-b8", ("--ddtree-budget", "16"))):
+        r = run("-p", PROMPTS[0], "-n", "48", "--no-adaptive", *kv, *extra, "--draft",
+                os.path.join(models, f"tiny-{d}-q8_0.gguf"))
+        m = re.search(r"tau ([0-9.]+)", r.stderr.decode())
+        tau = float(m.group(1)) if m else 0.0
+        check(f"q8_0 KV cache: {d} {' '.join(extra)}: spec == plain",
+              plain.returncode == 0 and r.returncode == 0 and r.stdout == plain.stdout and
+              tau > 1.2, f"tau {tau:.3f}")
     # the trained drafters accept tokens (deterministic: --no-adaptive, every step speculates;
     # the policy is timing-based). Measured: DSpark 3.17, DFlash 2 2.38 on this prompt.
     for d in ("dspark-g7", "dflash2-b8"):

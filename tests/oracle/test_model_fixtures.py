@@ -7,7 +7,7 @@ For every fixture config: `dspec convert` the HF checkpoint (fp32 and bf16 safet
   * logits of all rows (one prefill batch), relative max error <= TOL_F32
   * prefill + one-token decode steps (--decode-from) against HF's cached decode logits
   * hidden state after every layer (--dump-hidden) against HF hidden_states
-  * F16 KV cache and every quantized type within a per-type tolerance (see QUANT_TOL)
+  * F16 and Q8_0 KV caches and every quantized type within a per-type tolerance (see QUANT_TOL)
 Relative error = max|dspec - ref| / max|ref| over the compared array.
 """
 import argparse
@@ -23,6 +23,10 @@ import numpy as np
 TOL_F32 = 1e-4
 # F16 KV cache: K/V rounded to 11-bit mantissa. Measured max <see note in the output>.
 TOL_KV_F16 = 5e-2
+# Q8_0 KV cache: K/V in 32-element blocks, 8 bits and an fp16 scale (~1/254 of a block's largest
+# value per element), amplified like the weight types below. Measured max 3.5e-2 (moe_b; the
+# dense configs 8-9e-3), argmax agreement >= 99%.
+TOL_KV_Q8_0 = 0.1
 # Quantized weights (and activations, llama.cpp numerics). These random tiny models amplify any
 # perturbation ~100x through 8 layers (a bf16 rounding of the weights alone moves logits by up
 # to 0.67 relative), so these bounds are loose: they catch broken kernels (garbage logits), not
@@ -100,6 +104,11 @@ def check_config(r, d, name):
     got = r.logits(f32, toks, V, ("--kv-type", "f16"))
     e = rel(got, ref)
     r.check(f"{name} f16 KV cache", e <= TOL_KV_F16, f"rel {e:.2e} (tol {TOL_KV_F16:.0e})")
+    got = r.logits(f32, toks, V, ("--kv-type", "q8_0"))
+    e = rel(got, ref)
+    agree = float((got.argmax(1) == ref.argmax(1)).mean())
+    r.check(f"{name} q8_0 KV cache", e <= TOL_KV_Q8_0 and agree >= 0.95 and np.isfinite(got).all(),
+            f"rel {e:.2e} (tol {TOL_KV_Q8_0:.0e}), argmax agrees on {agree:.0%}")
 
     for typ, tol in QUANT_TOL.items():
         out = os.path.join(r.tmp, f"{name}_{typ}.gguf")

@@ -1,5 +1,6 @@
-// cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores and softmax attention over the cache with
-// chain or tree visibility. Spec: target-qwen35.md §2.7-2.8. Called through the op table.
+// cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores (F32, F16 or Q8_0: ds_cpu_kv_row reads
+// them back) and softmax attention over the cache with chain or tree visibility.
+// Spec: target-qwen35.md §2.7-2.8. Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
 void ds_cpu_rope_neox(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base) {
@@ -38,6 +39,8 @@ void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_te
         void *d = ds_cpu_row(dst, row0 + r, 0, 0);
         if (dst->type == DS_TYPE_F32) {
             memcpy(d, src, (size_t)ne0 * sizeof(float));
+        } else if (dst->type == DS_TYPE_Q8_0) { // (llama.cpp's runtime Q8_0, as -ctk q8_0)
+            ds_quantize_act(DS_TYPE_Q8_0, d, src, ne0);
         } else {
             DS_ASSERT(dst->type == DS_TYPE_F16);
             ds_fp16 *h = d;

@@ -55,6 +55,8 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
     const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];
     if (c->type == DS_TYPE_F32) {
         memcpy(dst, (const float *)base + off, (size_t)hd * sizeof(float));
+    } else if (c->type == DS_TYPE_Q8_0) { // (off and hd whole 32-blocks: ds_state_new checks)
+        ds_dequantize_row(DS_TYPE_Q8_0, dst, (const ds_block_q8_0 *)base + off / 32, hd);
     } else {
         const ds_fp16 *h = (const ds_fp16 *)base + off;
         for (int64_t i = 0; i < hd; i++) {

@@ -457,6 +457,8 @@ static bool cuda_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
         return (a == 32 || a == 64 || a == 128 || a == 256) && b % 32 == 0;
     case DS_BE_CAP_ATTN:
         return a % 32 == 0 && a <= 256 && b >= 1 && b <= 16;
+    case DS_BE_CAP_KV: // (the attention kernels read F16 or F32 K / V tiles)
+        return a == DS_TYPE_F32 || a == DS_TYPE_F16;
     }
     return false;
 }
