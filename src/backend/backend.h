@@ -256,8 +256,8 @@ typedef struct ds_backend_ops {
     // (optional) Whether the backend handles an op configuration; NULL = everything. kind:
     // DS_BE_CAP_MATMUL (a = ds_type, b = row length), DS_BE_CAP_GDN (a = d_k, b = d_v),
     // DS_BE_CAP_ATTN (a = head dim, b = query heads per kv head), DS_BE_CAP_KV (a = the K/V
-    // cache's ds_type). Model loaders and ds_state_new ask up front, so an unsupported file or
-    // cache type is refused with a message, never an assert in the middle of a step.
+    // cache's ds_type, b = head dim). Model loaders and ds_state_new ask up front, so an
+    // unsupported file or cache type is refused with a message, never an assert in a step.
     bool (*supports)(ds_backend *be, int kind, int64_t a, int64_t b);
     // (optional; NULL: every op runs eagerly) A model step: step_begin(key, kv_len), the step's
     // ops, step_end(). The backend may record the ops once and replay them as one unit (CUDA

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                   left on the device for the next step queued ahead)\n"
             "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
-            "  --kv-type T      f16 (default), f32 or q8_0 (CPU only for now)\n"
+            "  --kv-type T      f16 (default), f32 or q8_0\n"
             "  -t, --threads N  CPU threads (default: all)\n"
             "  --device D       cpu (default), cuda or cuda:N\n"
             "  --no-cuda-graphs launch every kernel (default on CUDA: step graphs, and the decode\n"

@@ -87,7 +87,7 @@ typedef struct ds_state_params {
     int64_t n_verify;       // max rows of a speculative batch (0 = 64)
     ds_type kv_type;        // DS_TYPE_F32, DS_TYPE_F16 (llama.cpp's default) or DS_TYPE_Q8_0
                             // (32-element blocks, llama.cpp's -ctk / -ctv q8_0; where the
-                            // backend keeps one: DS_BE_CAP_KV)
+                            // backend keeps one for the model's heads: DS_BE_CAP_KV)
 } ds_state_params;
 
 typedef struct ds_state ds_state;

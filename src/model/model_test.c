@@ -302,7 +302,8 @@ static void test_dense_f16(void **s) { (void)s; run_all(DS_ARCH_QWEN35, DS_TYPE_
 static void test_moe_q6_k(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_Q6_K, false, false); }
 static void test_moe_fused_iq4(void **s) { (void)s; run_all(DS_ARCH_QWEN35MOE, DS_TYPE_IQ4_XS, true, false); }
 
-// A backend that keeps no Q8_0 KV cache (as the CUDA backend, cuda_backend.cu cuda_supports).
+// A backend that keeps no Q8_0 KV cache (as the CUDA backend for heads of other than 64, 128 or
+// 256: cuda_backend.cu cuda_supports).
 static bool no_q8_0_kv(ds_backend *be, int kind, int64_t a, int64_t b) {
     (void)be, (void)b;
     return kind != DS_BE_CAP_KV || a != DS_TYPE_Q8_0;

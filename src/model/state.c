@@ -122,9 +122,10 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
         s = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "state: a Q8_0 KV cache needs heads of whole "
                        "32-element blocks (head_dim %d)", (int)hp->head_dim);
     }
-    if (s == DSPEC_OK && !ds_be_supports(m->be, DS_BE_CAP_KV, st->p.kv_type, 0)) {
+    if (s == DSPEC_OK && !ds_be_supports(m->be, DS_BE_CAP_KV, st->p.kv_type, hp->head_dim)) {
         s = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "state: the %s backend does not keep a %s KV "
-                       "cache (it keeps f16 and f32)", m->be->name, ds_type_name(st->p.kv_type));
+                       "cache for heads of %d", m->be->name, ds_type_name(st->p.kv_type),
+                       (int)hp->head_dim);
     }
     int64_t rows = DS_MAX(st->p.n_batch, st->p.n_verify);
     st->kv = calloc((size_t)hp->n_layer, sizeof(ds_kv_layer));

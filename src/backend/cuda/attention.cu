@@ -214,6 +214,7 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
     const int64_t kb = c->kv_bucket;
     const int64_t B = (DS_MAX(max_vis, (int64_t)1) + kb - 1) / kb * kb; // >= every row's keys
     const bool tc = ds_cuda_attn_tc_ok(a, kvt == DS_TYPE_F16);
+    DS_ASSERT(tc || kvt != DS_TYPE_Q8_0); // (cuda_supports: Q8_0 caches only at tc head dims)
     a.ch_base = tc ? ATT_TC_BASE : 16;
     a.ch_cap = tc ? (1 << 30) : ATT_CH_MAX;
     // (rows of up to 128 * ch_base keys: ceil(nv / ch_base) chunks; longer ones at most ~128)
@@ -259,7 +260,8 @@ static attn_args attn_common(const ds_tensor *out, const ds_tensor *q, const ds_
     const int64_t hd = q->ne[0], n_head = q->ne[1];
     DS_ASSERT(n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= ATT_GMAX);
     DS_ASSERT(hd % 32 == 0 && hd <= 256 && k->ne[0] == hd * n_kv && v->ne[0] == hd * n_kv);
-    DS_ASSERT(k->type == v->type && (k->type == DS_TYPE_F32 || k->type == DS_TYPE_F16));
+    DS_ASSERT(k->type == v->type && (k->type == DS_TYPE_F32 || k->type == DS_TYPE_F16 ||
+                                     k->type == DS_TYPE_Q8_0));
     DS_ASSERT(q->type == DS_TYPE_F32 && q->nb[0] == 4 && out->nb[0] == 4 && out->nb[1] % 4 == 0);
     DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == q->ne[2] && n_kv <= 65535);
     attn_args a;
@@ -268,6 +270,7 @@ static attn_args attn_common(const ds_tensor *out, const ds_tensor *q, const ds_
     a.k = (const char *)k->data, a.v = (const char *)v->data;
     a.k_nb1 = (int64_t)k->nb[1], a.v_nb1 = (int64_t)v->nb[1];
     a.hd = (int)hd, a.n_head = (int)n_head, a.group = (int)(n_head / n_kv), a.scale = scale;
+    a.kq8 = k->type == DS_TYPE_Q8_0;
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     return a;
 }

@@ -1,7 +1,7 @@
 // attention.cuh: what the split-KV attention kernels of decode and verify share (attention.cu:
 // the f32 kernel, the chunk combine and the host side; attention_tc.cu: the tensor-core kernel
-// for F16 caches): the launch arguments, the chunking of a row's visible keys and the cache row
-// of its i-th visible key. Calls common.cuh.
+// for F16 and Q8_0 caches): the launch arguments, the chunking of a row's visible keys and the
+// cache row of its i-th visible key. Calls common.cuh.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -28,6 +28,7 @@ struct attn_args {
     int64_t out_nb1;        // floats
     int64_t t0;             // first batch row of this launch
     int n_rows;             // rows of this launch (from t0)
+    int kq8;                // 1: Q8_0 caches (attention_tc.cu dequantizes its tiles to f16)
 };
 
 // Keys per chunk of a row with nv visible keys: ch_base while that makes at most 128 chunks, then

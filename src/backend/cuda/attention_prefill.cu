@@ -7,7 +7,7 @@
 //
 // Block: FA_BM = 64 query rows of one head, 4 warps of 16 rows. Q (f16, unscaled) stays in shared
 // memory; per tile of FA_BN = 64 keys the block loads K and V (F16 cache: cp.async; F32: converted
-// to f16) and each warp computes S = Q K^T (mma.sync m16n8k16, f32 accumulators), the causal mask
+// to f16; Q8_0: dequantized, then rounded to f16) and each warp computes S = Q K^T (mma.sync m16n8k16, f32 accumulators), the causal mask
 // on the diagonal tiles, the online softmax in f32 (exp2 of scaled scores), P rounded to f16, and
 // O += P V. GQA: the kv head's tiles are shared through L2 by its query heads' blocks.
 // Numerics: Q, K, V, P in f16 (11-bit mantissas) with f32 accumulation and softmax statistics:
@@ -15,6 +15,9 @@
 //   bytes: n_head*ceil(n/64)*(visible keys)*hd*2*sizeof(KV) (L2-served across a kv head's query
 //          heads) + n*n_head*hd*8;  flops: 4*n_head*hd*sum over rows of visible keys
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/quant.cuh"
+
+#include <type_traits>
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -34,6 +37,17 @@ struct fa_args {
     int64_t out_nb1;       // floats
 };
 
+// The cache element types: __half, float, or kv_q8 (Q8_0 blocks: quant.cuh kv_q8_chunk8 makes
+// the tile's halves).
+struct kv_q8 {
+    char b;
+};
+// Bytes from a cache row to kv head h's first element.
+template <typename KV, int D> __device__ __forceinline__ int64_t fa_head_off(int h) {
+    return std::is_same<KV, kv_q8>::value ? (int64_t)h * (D / 32) * 34
+                                          : (int64_t)h * D * (int64_t)sizeof(KV);
+}
+
 // Rows [0, FA_BN) of a K or V tile from cache rows key0.. (rows at or past `lim`: zeros) into
 // shared memory (row stride D + FA_PAD halves).
 template <typename KV, int D>
@@ -44,7 +58,10 @@ __device__ __forceinline__ void fa_load_tile(__half *dst, const char *src, int64
         const int r = i / CPR, ch = i % CPR;
         __half *d = dst + r * LD + ch * 8;
         const int64_t key = key0 + r;
-        if (sizeof(KV) == 2) {
+        if constexpr (std::is_same<KV, kv_q8>::value) {
+            *(uint4 *)d = key < lim ? kv_q8_chunk8(src + key * nb1 + (ch >> 2) * 34, ch & 3)
+                                    : make_uint4(0u, 0u, 0u, 0u);
+        } else if (sizeof(KV) == 2) {
             const uint32_t sa = (uint32_t)__cvta_generic_to_shared(d);
             const char *g = src + (key < lim ? key : 0) * nb1 + ch * 16;
             const int sz = key < lim ? 16 : 0; // zero-fill past the visible keys
@@ -81,7 +98,7 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
         if (r0 + r < a.n) x = *(const float4 *)(a.q + (r0 + r) * a.q_nb2 + h * a.q_nb1 + c * 4);
         *(uint2 *)(sq + r * LD + c) = make_uint2(fa_pack(x.x, x.y), fa_pack(x.z, x.w));
     }
-    const char *kb = a.k + (int64_t)kvh * D * sizeof(KV), *vb = a.v + (int64_t)kvh * D * sizeof(KV);
+    const char *kb = a.k + fa_head_off<KV, D>(kvh), *vb = a.v + fa_head_off<KV, D>(kvh);
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -223,13 +240,15 @@ void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, co
     a.group = (int)(n_head / n_kv), a.n = q->ne[2], a.n_past = p->n_past;
     a.scale_log2 = p->scale * 1.4426950408889634f;
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
-    const bool f16 = k->type == DS_TYPE_F16;
-    const int nh = (int)n_head;
-    bool ok;
-    switch (hd) {
-    case 64: ok = f16 ? fa_launch<__half, 64>(c, a, nh) : fa_launch<float, 64>(c, a, nh); break;
-    case 128: ok = f16 ? fa_launch<__half, 128>(c, a, nh) : fa_launch<float, 128>(c, a, nh); break;
-    default: ok = f16 ? fa_launch<__half, 256>(c, a, nh) : fa_launch<float, 256>(c, a, nh); break;
-    }
+    const int kc = kv_code(k->type), nh = (int)n_head;
+    auto go = [&](auto dv) {
+        constexpr int D = decltype(dv)::value;
+        return kc == 1 ? fa_launch<__half, D>(c, a, nh)
+               : kc == 2 ? fa_launch<kv_q8, D>(c, a, nh)
+                         : fa_launch<float, D>(c, a, nh);
+    };
+    const bool ok = hd == 64    ? go(std::integral_constant<int, 64>{})
+                    : hd == 128 ? go(std::integral_constant<int, 128>{})
+                                : go(std::integral_constant<int, 256>{});
     if (ok) ds_cuda_launched(c, "attention");
 }

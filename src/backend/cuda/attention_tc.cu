@@ -1,6 +1,7 @@
 // attention_tc.cu: the split-KV attention of decode and verify rows on the tensor cores, for F16
-// caches of head dim 64 / 128 / 256 (attention.cu picks it per model shape and merges its chunk
-// partials with attn_combine_kernel). Calls attention.cuh. Spec: backend.h (attention,
+// and Q8_0 caches of head dim 64 / 128 / 256 (attention.cu picks it per model shape and merges its
+// chunk partials with attn_combine_kernel; Q8_0 tiles are dequantized to f16 as they are loaded:
+// synchronous loads, no cp.async). Calls attention.cuh, quant.cuh. Spec: backend.h (attention,
 // attention_rows), target-qwen35.md §2.8, docs/cuda.md "Decode and verify attention".
 //
 // Block: one kv head, one chunk of keys (att_chunk: 64 keys up to 8,192 visible, then longer, as
@@ -22,6 +23,7 @@
 //   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to W R rows)
 //          + partials;  flops: 4*2*n*n_head*n_vis*hd on the tensor cores (two f16 parts each)
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/quant.cuh"
 
 enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8, TC_UNI_MAX = 64 };
 
@@ -33,9 +35,18 @@ __host__ __device__ __forceinline__ int tc_union_rows(const attn_args &a) {
 }
 
 // 16-byte chunk cc of cache row `row`'s K and V into tile row r (zero-filled where !ok).
+// Q8_0 caches (a.kq8): chunk cc is elements 8 cc .. 8 cc + 7 of the head, in its block cc / 4,
+// dequantized (kv_q8_chunk8) and stored; hoff is then the head's byte offset in blocks of 34.
 template <int LD>
 __device__ __forceinline__ void tc_copy_kv(__half *sk, __half *sv, const attn_args &a, int r,
                                            int cc, int64_t row, bool ok, int64_t hoff) {
+    if (a.kq8) {
+        const int64_t bo = hoff + (int64_t)(cc >> 2) * 34;
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        *(uint4 *)(sk + r * LD + cc * 8) = ok ? kv_q8_chunk8(a.k + row * a.k_nb1 + bo, cc & 3) : z;
+        *(uint4 *)(sv + r * LD + cc * 8) = ok ? kv_q8_chunk8(a.v + row * a.v_nb1 + bo, cc & 3) : z;
+        return;
+    }
     const int sz = ok ? 16 : 0; // zero-fill
     const uint32_t dk = (uint32_t)__cvta_generic_to_shared(sk + r * LD + cc * 8);
     const uint32_t dv = (uint32_t)__cvta_generic_to_shared(sv + r * LD + cc * 8);
@@ -52,7 +63,7 @@ __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn
                                               int kvh, int64_t np, int64_t pt, int64_t i0,
                                               int k0, int pcnt) {
     constexpr int LD = D + TC_PAD, CPR = D / 8; // 16-byte chunks (8 halves) per row
-    const int64_t hoff = (int64_t)kvh * D * 2;
+    const int64_t hoff = a.kq8 ? (int64_t)kvh * (D / 32) * 34 : (int64_t)kvh * D * 2;
     for (int i = threadIdx.x; i < TC_BN * CPR; i += W * 32) {
         const int r = i / CPR, cc = i % CPR;
         const bool ok = k0 + r < pcnt;
@@ -68,7 +79,7 @@ template <int D, int W>
 __device__ __forceinline__ void tc_load_union(__half *sk, __half *sv, const attn_args &a, int kvh,
                                               int64_t np, int64_t i0, int k0, int pcnt, int U) {
     constexpr int LD = D + TC_PAD, CPR = D / 8;
-    const int64_t hoff = (int64_t)kvh * D * 2;
+    const int64_t hoff = a.kq8 ? (int64_t)kvh * (D / 32) * 34 : (int64_t)kvh * D * 2;
     const int rows = TC_BN + (i0 + k0 + TC_BN > np ? U : 0);
     for (int i = threadIdx.x; i < rows * CPR; i += W * 32) {
         const int r = i / CPR, cc = i % CPR;
@@ -328,9 +339,9 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
 }
 
 bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16) {
-    return f16 && (a.hd == 64 || a.hd == 128 || a.hd == 256) && a.group <= 16 &&
-           a.k_nb1 % 16 == 0 && a.v_nb1 % 16 == 0 && (uintptr_t)a.k % 16 == 0 &&
-           (uintptr_t)a.v % 16 == 0;
+    const bool cp16 = f16 && a.k_nb1 % 16 == 0 && a.v_nb1 % 16 == 0 &&
+                      (uintptr_t)a.k % 16 == 0 && (uintptr_t)a.v % 16 == 0; // (the tile copies)
+    return (cp16 || a.kq8) && (a.hd == 64 || a.hd == 128 || a.hd == 256) && a.group <= 16;
 }
 
 template <int D, int W, int R> static bool tc_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {

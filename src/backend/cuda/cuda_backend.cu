@@ -457,8 +457,9 @@ static bool cuda_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
         return (a == 32 || a == 64 || a == 128 || a == 256) && b % 32 == 0;
     case DS_BE_CAP_ATTN:
         return a % 32 == 0 && a <= 256 && b >= 1 && b <= 16;
-    case DS_BE_CAP_KV: // (the attention kernels read F16 or F32 K / V tiles)
-        return a == DS_TYPE_F32 || a == DS_TYPE_F16;
+    case DS_BE_CAP_KV: // (b = head dim; Q8_0 tiles are dequantized by the tensor-core kernels)
+        return a == DS_TYPE_F32 || a == DS_TYPE_F16 ||
+               (a == DS_TYPE_Q8_0 && (b == 64 || b == 128 || b == 256));
     }
     return false;
 }

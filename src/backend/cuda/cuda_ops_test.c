@@ -27,6 +27,9 @@
 #define TOL_ULPS_ABS 1e-6
 // Softmax attention: reordered dot products and exp sums over up to 1000 keys.
 #define TOL_ATTN_REL 2e-5
+// Q8_0 caches: the CPU attends over the dequantized f32 values, the tensor-core kernel over them
+// rounded to f16 (relative L2)
+#define TOL_ATTN_Q8_L2 2e-3
 // Gated delta rule: reordered dot products compounded through up to 16 recurrent steps; measured
 // as a relative L2 error of the whole output / state.
 #define TOL_GDN_L2 1e-4
@@ -1532,10 +1535,11 @@ static void test_attn_prologue(void **state) {
     const int32_t pos[5] = {7, 8, 4100, 4101, 30000};
     const float eps = 1e-6f, base = 1e7f;
     for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
-        for (int f16 = 0; f16 < 2; f16++) {
+        static const ds_type cts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
+        for (size_t ti = 0; ti < DS_ARRAY_LEN(cts); ti++) {
             const int64_t hd = cs[ci].hd, nh = cs[ci].nh, nkv = cs[ci].nkv, n = cs[ci].n;
             const int64_t kvd = hd * nkv, n_ctx = cs[ci].row0 + n + 3;
-            const ds_type ct = f16 ? DS_TYPE_F16 : DS_TYPE_F32;
+            const ds_type ct = cts[ti];
             const size_t qb = (size_t)(2 * hd * nh * n) * 4, kb = (size_t)(kvd * n) * 4;
             const size_t cb = ds_type_row_size(ct, kvd) * (size_t)n_ctx;
             float *q = xmalloc(qb), *k = xmalloc(kb), *v = xmalloc(kb), *wq = xmalloc(hd * 4),
@@ -1600,8 +1604,9 @@ static void test_attn_prologue(void **state) {
 static void test_store_rows(void **state) {
     ENV(state);
     const int64_t ne0 = 1024, n_ctx = 20, n = 3;
-    for (int f16 = 0; f16 < 2; f16++) {
-        ds_type kt = f16 ? DS_TYPE_F16 : DS_TYPE_F32;
+    static const ds_type kts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(kts); ti++) {
+        const ds_type kt = kts[ti];
         size_t cb = ds_type_row_size(kt, ne0) * (size_t)n_ctx;
         uint8_t *cache = calloc(1, cb), *got = xmalloc(cb);
         float *x = xmalloc((size_t)(ne0 * n) * 4);
@@ -1887,7 +1892,12 @@ static void run_attention(env *e, const att_case *c) {
     snprintf(what, sizeof(what), "attention hd=%lld nh=%lld nkv=%lld n_past=%lld n=%lld %s%s",
              (long long)c->hd, (long long)c->nh, (long long)c->nkv, (long long)c->n_past,
              (long long)c->n, ds_type_name(c->kvt), c->parent ? " tree" : "");
-    expect_close(what, got, ref, c->hd * c->nh * c->n, TOL_ATTN_REL, TOL_ATTN_REL * rms(ref, c->hd * c->nh * c->n));
+    if (c->kvt == DS_TYPE_Q8_0) { // (the tiles hold the dequantized values rounded to f16)
+        expect_rel_l2(what, got, ref, c->hd * c->nh * c->n, TOL_ATTN_Q8_L2);
+    } else {
+        expect_close(what, got, ref, c->hd * c->nh * c->n, TOL_ATTN_REL,
+                     TOL_ATTN_REL * rms(ref, c->hd * c->nh * c->n));
+    }
     // Batch invariance: each row alone, on a cache holding exactly its visible rows in order
     // (the committed prefix, then its ancestors: what AR decoding would have stored).
     uint8_t *kd2 = e->gpu->ops.alloc(e->gpu, cb), *vd2 = e->gpu->ops.alloc(e->gpu, cb);
@@ -1931,8 +1941,10 @@ static void test_attention(void **state) {
     static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100, 8190};
     for (size_t s = 0; s < DS_ARRAY_LEN(shapes); s++) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
-            for (int f16 = 0; f16 < 2; f16++) {
-                ds_type kvt = f16 ? DS_TYPE_F16 : DS_TYPE_F32;
+            static const ds_type kvts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
+            for (size_t ti = 0; ti < DS_ARRAY_LEN(kvts); ti++) {
+                const ds_type kvt = kvts[ti];
+                const bool f16 = kvt != DS_TYPE_F32; // (the tensor-core kernel)
                 att_case a = {shapes[s][0], shapes[s][1], shapes[s][2], pasts[pi], 1, kvt, NULL};
                 run_attention(e, &a);
                 att_case b = {shapes[s][0], shapes[s][1], shapes[s][2], pasts[pi], 5, kvt, NULL};
@@ -1995,7 +2007,8 @@ static void test_attention_prefill(void **state) {
     const att_case cases[] = {
         {256, 24, 4, 0, 100, DS_TYPE_F16, NULL}, {256, 12, 2, 37, 200, DS_TYPE_F32, NULL},
         {128, 4, 4, 70, 130, DS_TYPE_F16, NULL}, {64, 6, 1, 5, 65, DS_TYPE_F16, NULL},
-        {256, 24, 4, 300, 257, DS_TYPE_F16, NULL},
+        {256, 24, 4, 300, 257, DS_TYPE_F16, NULL}, {256, 24, 4, 0, 100, DS_TYPE_Q8_0, NULL},
+        {128, 4, 4, 70, 130, DS_TYPE_Q8_0, NULL},
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         run_attention_prefill(e, &cases[i], 1.0f, true);

@@ -243,7 +243,8 @@ extern "C" void ds_cuda_scale_softcap(ds_backend *be, ds_tensor *y, const ds_ten
 
 // ---- K/V row stores ------------------------------------------------------------------------------
 
-template <bool F16>
+// KC: quant.cuh kv_put (Q8_0: a row of whole 32-blocks, so every warp is in or out whole).
+template <int KC>
 static __global__ __launch_bounds__(256) void store_rows_kernel(char *dst, int64_t d_nb1,
                                                                 int64_t row0, const int64_t *row0p,
                                                                 ds_cu_rows x) {
@@ -253,11 +254,7 @@ static __global__ __launch_bounds__(256) void store_rows_kernel(char *dst, int64
     if (i >= x.ne0) return;
     const float v = ds_cu_row(x, r)[i];
     char *d = dst + ((row0p ? *row0p : row0) + r) * d_nb1;
-    if (F16) {
-        ((__half *)d)[i] = __float2half_rn(v);
-    } else {
-        ((float *)d)[i] = v;
-    }
+    kv_put<KC>(d, i, v);
 }
 
 extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
@@ -266,7 +263,8 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
     if (!ds_cuda_alive(c, "store_rows")) return;
     const int64_t ne0 = x->ne[0], n = ds_cuda_nrows(x);
     DS_ASSERT(dst->ne[0] == ne0 && row0 >= 0 && row0 + n <= dst->ne[1] && x->nb[0] == 4);
-    DS_ASSERT(dst->type == DS_TYPE_F32 || dst->type == DS_TYPE_F16);
+    DS_ASSERT(dst->type == DS_TYPE_F32 || dst->type == DS_TYPE_F16 ||
+              (dst->type == DS_TYPE_Q8_0 && ne0 % 32 == 0));
     if (n == 0) return;
     dim3 grid((unsigned)n, (unsigned)((ne0 + 255) / 256));
     // inside a step graph row0 is staged (like token ids), so a replay stores at its own row; the
@@ -277,13 +275,10 @@ extern "C" void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0,
         if (!r0) return;
     }
     const int64_t r0v = r0 ? 0 : row0;
-    if (dst->type == DS_TYPE_F16) {
-        ds_cu_launch(c, store_rows_kernel<true>, grid, 256, 0, (char *)dst->data,
-                     (int64_t)dst->nb[1], r0v, r0, ds_cu_rows_of(x));
-    } else {
-        ds_cu_launch(c, store_rows_kernel<false>, grid, 256, 0, (char *)dst->data,
-                     (int64_t)dst->nb[1], r0v, r0, ds_cu_rows_of(x));
-    }
+    const int kc = kv_code(dst->type);
+    auto k = kc == 1 ? store_rows_kernel<1> : kc == 2 ? store_rows_kernel<2> : store_rows_kernel<0>;
+    ds_cu_launch(c, k, grid, 256, 0, (char *)dst->data, (int64_t)dst->nb[1], r0v, r0,
+                 ds_cu_rows_of(x));
     ds_cuda_launched(c, "store_rows");
 }
 

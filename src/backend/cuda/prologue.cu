@@ -1,11 +1,13 @@
 // prologue.cu: the attention prologue (backend.h attn_prologue) in one launch: per head of q and
 // k the RMSNorm with its weight, the NEOX RoPE of the first n_rot dims, in place, then the rows of
-// k and v stored into the K/V cache (F32 or F16). Bitwise rmsnorm, rope_neox and store_rows (the
-// same arithmetic: norm.cuh, rope.cuh), in one kernel instead of six (a decode step of the 27B
-// ran 80 such launches). Calls norm.cuh, rope.cuh. Called through the op table.
+// k and v stored into the K/V cache (F32, F16 or Q8_0: quant.cuh kv_put). Bitwise rmsnorm,
+// rope_neox and store_rows (the same arithmetic: norm.cuh, rope.cuh, quant.cuh), in one kernel
+// instead of six (a decode step of the 27B ran 80 such launches). Calls norm.cuh, rope.cuh,
+// quant.cuh. Called through the op table.
 // Spec: backend.h (attn_prologue), target-qwen35.md §2.7-2.8.
 //   bytes: n*((n_head + n_kv)*hd*8 + n_kv*hd*(4 + 2*sizeof(cache)));  flops: ~n*(n_head+n_kv)*hd*6
 #include "backend/cuda/norm.cuh"
+#include "backend/cuda/quant.cuh"
 #include "backend/cuda/rope.cuh"
 
 extern "C" {
@@ -29,7 +31,7 @@ struct prologue_args {
 // store NT * EPT elements of v each. The norm is rmsnorm_kernel's EPT path, thread for thread
 // (each thread holds elements tid, tid + NT, ...); the rotation reads its pair partner from
 // shared memory after the norm.
-template <int EPT, bool F16>
+template <int EPT, int KC>
 static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ double sh[32];
@@ -44,10 +46,7 @@ static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
 #pragma unroll
         for (int k = 0; k < EPT; k++) {
             const int64_t i = i0 + tid + (int64_t)k * nt;
-            if (i < n) {
-                if (F16) ((__half *)d)[i] = __float2half_rn(vr[i]);
-                else ((float *)d)[i] = vr[i];
-            }
+            if (i < n) kv_put<KC>(d, i, vr[i]); // (i < n: whole warps where KC == 2)
         }
         return;
     }
@@ -97,9 +96,7 @@ static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
         }
         x[i] = o;
         if (!isq) {
-            const int64_t c = (int64_t)h * hd + i;
-            if (F16) ((__half *)kd)[c] = __float2half_rn(o);
-            else ((float *)kd)[c] = o;
+            kv_put<KC>(kd, (int64_t)h * hd + i, o);
         }
     }
 }
@@ -119,7 +116,8 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
     DS_ASSERT(!wk || (wk->ne[0] == hd && wk->type == DS_TYPE_F32));
     DS_ASSERT(n_rot % 2 == 0 && n_rot >= 2 && n_rot <= hd);
     DS_ASSERT(kc->ne[0] == hd * nkv && vc->ne[0] == hd * nkv && kc->type == vc->type);
-    DS_ASSERT(kc->type == DS_TYPE_F32 || kc->type == DS_TYPE_F16);
+    DS_ASSERT(kc->type == DS_TYPE_F32 || kc->type == DS_TYPE_F16 ||
+              (kc->type == DS_TYPE_Q8_0 && hd % 32 == 0));
     DS_ASSERT(row0 >= 0 && row0 + n <= kc->ne[1] && row0 + n <= vc->ne[1]);
     if (n == 0) return;
     const int nt = norm_threads(hd);
@@ -145,10 +143,11 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
     const int64_t nvb = (hd * nkv + (int64_t)nt * ept - 1) / ((int64_t)nt * ept);
     DS_ASSERT(nh + nkv + nvb <= 65535 && n <= 0x7fffffff); // (grid.y, grid.x)
     dim3 grid((unsigned)n, (unsigned)(nh + nkv + nvb));
-    const bool f16 = kc->type == DS_TYPE_F16;
+    const int kcode = kv_code(kc->type);
 #define PROLOGUE_GO(E)                                                                             \
-    (f16 ? ds_cu_launch(c, prologue_kernel<E, true>, grid, nt, 0, a)                              \
-         : ds_cu_launch(c, prologue_kernel<E, false>, grid, nt, 0, a))
+    (kcode == 1   ? ds_cu_launch(c, prologue_kernel<E, 1>, grid, nt, 0, a)                        \
+     : kcode == 2 ? ds_cu_launch(c, prologue_kernel<E, 2>, grid, nt, 0, a)                        \
+                  : ds_cu_launch(c, prologue_kernel<E, 0>, grid, nt, 0, a))
     if (ept <= 2) PROLOGUE_GO(2);
     else if (ept <= 4) PROLOGUE_GO(4);
     else PROLOGUE_GO(8);

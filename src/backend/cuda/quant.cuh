@@ -227,6 +227,40 @@ struct q8k_out {
     int perm, q80;
     __nv_bfloat16 *bf;
 };
+// K/V cache rows in Q8_0 (DS_TYPE_Q8_0 blocks of 34 bytes: fp16 scale, 32 int8), quantized as the
+// CPU backend's store_rows does (ds_quantize_act: the q80_* formula above). kv_q8_put: element i
+// of the row at `row`, held by lane i % 32 of a whole warp (the warp holds block i / 32).
+__device__ __forceinline__ void kv_q8_put(char *row, int64_t i, float v) {
+    const float amax = ds_cu_warp_max(fabsf(v));
+    char *blk = row + (i >> 5) * 34;
+    blk[2 + (i & 31)] = (char)(int8_t)q80_q(v, q80_id(amax));
+    if ((i & 31) == 0) *(__half *)blk = __float2half_rn(q80_d(amax));
+}
+// Element i of a cache row of type KC: 0 F32, 1 F16, 2 Q8_0 (kv_q8_put: whole warps).
+template <int KC> __device__ __forceinline__ void kv_put(char *row, int64_t i, float v) {
+    if (KC == 1) ((__half *)row)[i] = __float2half_rn(v);
+    else if (KC == 0) ((float *)row)[i] = v;
+    else kv_q8_put(row, i, v);
+}
+static inline int kv_code(ds_type t) {
+    return t == DS_TYPE_F16 ? 1 : t == DS_TYPE_Q8_0 ? 2 : 0;
+}
+// Elements 8 p .. 8 p + 7 of the Q8_0 block at blk as 8 halves: d q in f32 (the CPU's dequantized
+// value, exact), rounded to f16 for the f16 tensor-core tiles.
+__device__ __forceinline__ uint4 kv_q8_chunk8(const char *blk, int p) {
+    const float d = __half2float(*(const __half *)blk);
+    const uint16_t *w = (const uint16_t *)(blk + 2 + 8 * p); // (2-byte aligned)
+    uint32_t o[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint16_t x = w[j];
+        const __half lo = __float2half_rn(__fmul_rn(d, (float)(int8_t)(x & 0xff)));
+        const __half hi = __float2half_rn(__fmul_rn(d, (float)(int8_t)(x >> 8)));
+        o[j] = (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 // Thread i (0..255) of a group of 256 holds element i of unit u of column c (q8k_group's
 // layout; the q8_0 form needs no block barrier: a warp is one 32-block).
 __device__ __forceinline__ void q8k_group_out(const q8k_out &o, float v, int64_t c, int64_t u,
