@@ -7,9 +7,10 @@
 //
 // Block: FA_BM = 64 query rows of one head, 4 warps of 16 rows. Q (f16, unscaled) stays in shared
 // memory; per tile of FA_BN = 64 keys the block loads K and V (F16 cache: cp.async; F32: converted
-// to f16; Q8_0: dequantized, then rounded to f16) and each warp computes S = Q K^T (mma.sync m16n8k16, f32 accumulators), the causal mask
-// on the diagonal tiles, the online softmax in f32 (exp2 of scaled scores), P rounded to f16, and
-// O += P V. GQA: the kv head's tiles are shared through L2 by its query heads' blocks.
+// to f16; Q8_0: dequantized, then rounded to f16) and each warp computes S = Q K^T (mma.sync
+// m16n8k16, f32 accumulators), the causal mask on the diagonal tiles, the online softmax in f32
+// (exp2 of scaled scores), P rounded to f16, and O += P V. GQA: the kv head's tiles are shared
+// through L2 by its query heads' blocks.
 // Numerics: Q, K, V, P in f16 (11-bit mantissas) with f32 accumulation and softmax statistics:
 // rows differ from the split-KV kernel's f32 arithmetic by ~1e-3 relative (tested against it).
 //   bytes: n_head*ceil(n/64)*(visible keys)*hd*2*sizeof(KV) (L2-served across a kv head's query
