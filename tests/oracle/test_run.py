@@ -148,6 +148,10 @@ def main():
         R.check("error: prompt longer than the context",
                 r.returncode != 0 and b"context" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
+        r = run(a.dspec, "run", "-m", model, "-p", "x", "--kv-type", "q4_0", ok=False)
+        R.check("error: unknown --kv-type",
+                r.returncode == 2 and b"f16, f32 or q8_0" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
         spec_checks(a.dspec, here, tmp)
     print(f"{R.passed} passed, {R.failed} failed")
     return 1 if R.failed or not R.passed else 0
