@@ -98,8 +98,8 @@ typedef struct ds_backend_ops {
     // In-place NEOX RoPE on the first n_rot dims of each head of x {head_dim, n_head, n}
     // (x may be strided), positions pos (host int32 [n]), theta_i = pos * base^(-2i/n_rot).
     void (*rope_neox)(ds_backend *be, ds_tensor *x, const int32_t *pos, int n_rot, float base);
-    // Copies x {ne0, n} (f32) into rows [row0, row0+n) of dst {ne0, n_ctx} (F32 or F16),
-    // converting.
+    // Copies x {ne0, n} (f32) into rows [row0, row0+n) of dst {ne0, n_ctx} (F32, F16, or Q8_0
+    // with ne0 a multiple of 32: llama.cpp's runtime q8_0, ds_quantize_act), converting.
     void (*store_rows)(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
     // (optional; NULL: callers copy row by row) In each of n_bufs buffers of backend memory with
     // rows row_bytes apart (a multiple of 4), row dst[i] = row src[i] for i = 0 .. n-1 in that
@@ -110,14 +110,14 @@ typedef struct ds_backend_ops {
     // bitwise those ops in this order: rmsnorm(q, wq) and rmsnorm(k, wk) per head (eps, in
     // place), rope_neox(q) and rope_neox(k) (pos, n_rot, base), store_rows(kc, row0, k as
     // {hd * n_kv, n}) and store_rows(vc, row0, v). q {hd, n_head, n} and k {hd, n_kv, n} f32
-    // (strided views allowed); v {hd * n_kv, n} f32; kc, vc {hd * n_kv, n_ctx} F32 or F16.
+    // (strided views allowed); v {hd * n_kv, n} f32; kc, vc {hd * n_kv, n_ctx} F32, F16 or Q8_0.
     void (*attn_prologue)(ds_backend *be, ds_tensor *q, ds_tensor *k, const ds_tensor *v,
                           const ds_tensor *wq, const ds_tensor *wk, float eps,
                           const int32_t *pos, int n_rot, float base, ds_tensor *kc,
                           ds_tensor *vc, int64_t row0);
     // Causal softmax attention of q {hd, n_head, n} against cache rows k/v {hd * n_kv, n_ctx}
-    // (F32 or F16; batch rows already stored at [n_past, n_past + n)). GQA: head h uses kv head
-    // h / (n_head / n_kv). out {hd * n_head, n} f32.
+    // (F32, F16 or Q8_0; batch rows already stored at [n_past, n_past + n)). GQA: head h uses kv
+    // head h / (n_head / n_kv). out {hd * n_head, n} f32.
     void (*attention)(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
                       const ds_tensor *v, int n_kv, const ds_attn_params *p);
     // DeltaNet causal conv + SiLU: for batch row t and channel ch,

@@ -49,7 +49,7 @@ static inline float ds_cpu_softplus(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// K or V cache row `row`, elements [off, off + hd) as f32 (the cache is F32 or F16).
+// K or V cache row `row`, elements [off, off + hd) as f32 (the cache is F32, F16 or Q8_0).
 static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, int64_t off,
                                  int64_t hd) {
     const uint8_t *base = (const uint8_t *)c->data + (size_t)row * c->nb[1];

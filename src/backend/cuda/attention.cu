@@ -1,4 +1,4 @@
-// attention.cu: softmax attention of a batch of query rows against the K/V cache (F32 or F16),
+// attention.cu: softmax attention of a batch of query rows against the K/V cache (F32, F16, Q8_0),
 // with chain, tree (parent chains) or explicit per-row [lo, hi) visibility; GQA (one block serves
 // the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
 // Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys

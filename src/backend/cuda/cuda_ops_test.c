@@ -1525,6 +1525,9 @@ static void test_rope(void **state) {
 // attn_prologue (prologue.cu) against the six ops it fuses, run on the GPU: bitwise q, k and
 // both caches (F16 / F32; the 27B's shape with partial RoPE at positions past 4096, and head dim
 // 128 with full RoPE, no norm weights, 3 rows at cache row 0); and against the CPU's six ops.
+// The K/V cache types the CUDA backend keeps (cuda_backend.cu cuda_supports, DS_BE_CAP_KV).
+static const ds_type k_kv_types[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
+
 static void test_attn_prologue(void **state) {
     ENV(state);
     static const struct {
@@ -1535,11 +1538,10 @@ static void test_attn_prologue(void **state) {
     const int32_t pos[5] = {7, 8, 4100, 4101, 30000};
     const float eps = 1e-6f, base = 1e7f;
     for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
-        static const ds_type cts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
-        for (size_t ti = 0; ti < DS_ARRAY_LEN(cts); ti++) {
+        for (size_t ti = 0; ti < DS_ARRAY_LEN(k_kv_types); ti++) {
             const int64_t hd = cs[ci].hd, nh = cs[ci].nh, nkv = cs[ci].nkv, n = cs[ci].n;
             const int64_t kvd = hd * nkv, n_ctx = cs[ci].row0 + n + 3;
-            const ds_type ct = cts[ti];
+            const ds_type ct = k_kv_types[ti];
             const size_t qb = (size_t)(2 * hd * nh * n) * 4, kb = (size_t)(kvd * n) * 4;
             const size_t cb = ds_type_row_size(ct, kvd) * (size_t)n_ctx;
             float *q = xmalloc(qb), *k = xmalloc(kb), *v = xmalloc(kb), *wq = xmalloc(hd * 4),
@@ -1604,9 +1606,8 @@ static void test_attn_prologue(void **state) {
 static void test_store_rows(void **state) {
     ENV(state);
     const int64_t ne0 = 1024, n_ctx = 20, n = 3;
-    static const ds_type kts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
-    for (size_t ti = 0; ti < DS_ARRAY_LEN(kts); ti++) {
-        const ds_type kt = kts[ti];
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(k_kv_types); ti++) {
+        const ds_type kt = k_kv_types[ti];
         size_t cb = ds_type_row_size(kt, ne0) * (size_t)n_ctx;
         uint8_t *cache = calloc(1, cb), *got = xmalloc(cb);
         float *x = xmalloc((size_t)(ne0 * n) * 4);
@@ -1941,9 +1942,8 @@ static void test_attention(void **state) {
     static const int64_t pasts[] = {0, 7, 300, 1000, 2040, 2100, 8190};
     for (size_t s = 0; s < DS_ARRAY_LEN(shapes); s++) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
-            static const ds_type kvts[] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_Q8_0};
-            for (size_t ti = 0; ti < DS_ARRAY_LEN(kvts); ti++) {
-                const ds_type kvt = kvts[ti];
+            for (size_t ti = 0; ti < DS_ARRAY_LEN(k_kv_types); ti++) {
+                const ds_type kvt = k_kv_types[ti];
                 const bool f16 = kvt != DS_TYPE_F32; // (the tensor-core kernel)
                 att_case a = {shapes[s][0], shapes[s][1], shapes[s][2], pasts[pi], 1, kvt, NULL};
                 run_attention(e, &a);
