@@ -212,9 +212,14 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
     auto put = [&](float ov, int64_t row) {
         if (!RP && l == 0 && row >= 0) a.out[row * a.out_nb1 + (int64_t)h * a.dv + j0 + jc] = ov;
     };
-    issue(0, 0);
     float4 S[M];
-    load(S, a.s_in + (size_t)h * hs);
+    if constexpr (RP) { // (the replay's issue computes the conv: its loads wait, the state's not)
+        load(S, a.s_in + (size_t)h * hs);
+        issue(0, 0);
+    } else {
+        issue(0, 0);
+        load(S, a.s_in + (size_t)h * hs);
+    }
     for (int tt = 0, buf = 0; tt < a.n; tt += T, buf ^= ONE ? 0 : 1) {
         if constexpr (!RP) asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads(); // tile tt is in every thread's view; the other buffer's readers are done
@@ -327,8 +332,11 @@ static __global__ __launch_bounds__(GD_THREADS) void gd_kernel(gd_args a) {
 }
 
 // Layer blockIdx.z of a replay launch (KT: gd_conv's).
+// (Width-4 convs and d_k <= 128: held to 64 registers, 8 blocks per SM instead of 5, more state
+// loads in flight; with the state loaded before the conv's inputs, the 27B commit of one row
+// 195 -> 153 us: CUPTI, H200. d_k 256 or the generic width would spill hundreds of bytes there.)
 template <int DK, int KT>
-static __global__ __launch_bounds__(GD_THREADS) void gd_replay_kernel(
+static __global__ __launch_bounds__(GD_THREADS, DK <= 128 && KT == 4 ? 8 : 1) void gd_replay_kernel(
     const __grid_constant__ gd_replay_args r) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int z = blockIdx.z;
