@@ -5,6 +5,8 @@
 #include "core/core.h"
 #include "engine/engine.h"
 
+#include <stdio.h>
+
 // Each subcommand: argv[0] is the subcommand name. Returns the process exit code.
 int ds_cli_info(int argc, char **argv);
 int ds_cli_tensor(int argc, char **argv);
@@ -24,3 +26,16 @@ int ds_cli_bench_spec(int argc, char **argv);
 bool ds_cli_kv_type(const char *s, ds_type *t);
 bool ds_cli_kv_params(const char *s, dspec_engine_params *ep);
 
+
+// cli_gen.c: the options `dspec run` and `dspec serve` share (-m, --draft, -c, -n, sampling,
+// speculative decoding, engine). ds_cli_gen_opt takes option a (value v: the next argument, or
+// NULL) into ep / gp: DS_CLI_OPT_FLAG (a alone taken), DS_CLI_OPT_VALUE (a and v taken),
+// DS_CLI_OPT_NONE (not a shared option), DS_CLI_OPT_ERROR (a missing value or a bad --kv-type,
+// reported as "dspec CMD: ..."). The help lines of the sampling, speculative (but --draft /
+// --no-spec) and engine options, for each command's usage.
+enum { DS_CLI_OPT_ERROR = -1, DS_CLI_OPT_NONE, DS_CLI_OPT_FLAG, DS_CLI_OPT_VALUE };
+int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
+                   dspec_gen_params *gp);
+void ds_cli_sampling_help(FILE *f);
+void ds_cli_spec_help(FILE *f);
+void ds_cli_engine_help(FILE *f);

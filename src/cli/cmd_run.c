@@ -19,47 +19,16 @@ static void usage(FILE *f) {
             "  --chat                    wrap the prompt as a user message in the chat template\n"
             "  --system TEXT             system message (with --chat)\n"
             "  --no-think                chat: disable thinking (empty <think> block)\n"
-            "  -n, --max-tokens N        tokens to generate at most (default 256; 0 = until end)\n"
-            "  --temp T                  temperature (default 0 = greedy)\n"
-            "  --top-k K                 top-k (default 0 = off)\n"
-            "  --top-p P                 top-p (default 1 = off)\n"
-            "  --min-p P                 min-p (default 0 = off)\n"
-            "  --repeat-penalty R        repetition penalty (default 1 = off)\n"
-            "  --repeat-last-n N         penalty window (default 64, -1 = all)\n"
-            "  --frequency-penalty F     (default 0)\n"
-            "  --presence-penalty F      (default 0)\n"
-            "  --seed S                  RNG seed (default 0)\n"
-            "  --draft FILE              drafter (GGUF or HF directory): speculative decoding\n"
-            "  --no-spec                 with --draft loaded, decode without speculation\n"
-            "  --draft-block-size N      verify width incl. the anchor (2 .. 2x the drafter's)\n"
-            "  --proposer NAME           auto | argmax | markov | selector (default auto)\n"
-            "  --ddtree-budget N         verify a DDTree of N drafted nodes (default 0 = chain;\n"
-            "                            N + 1 rows: on CUDA 7, 15, 23 or 31 fill the verify's\n"
-            "                            8-row tiles)\n"
-            "  --ddtree-topk K           DDTree candidates per depth (default min(N, 8))\n"
-            "  --ddtree-raw              DDTree from raw per-slot logits (default: DSpark Markov /\n"
-            "                            DFlash 2 selector scores along each branch's parent)\n"
-            "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
-            "                            acceptance is below the measured break-even)\n"
-            "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
-            "  --long-ctx N              past N context tokens verify at most W rows (default\n"
-            "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
+            "  --special                 parse control tokens in a raw prompt (<|im_start|>, ...)\n"
             "  -c, --ctx N               context size in tokens (default 4096)\n"
-            "  --batch N                 prefill chunk (default 256; CUDA: 4096, 2048 or\n"
-            "                            1024 rows, the widest whose activations fit 1/8 of\n"
-            "                            the free device memory)\n"
-            "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: ~53%% of f16's\n"
-            "                            memory, slower attention on CUDA at long contexts)\n"
-            "  -t, --threads N           CPU threads (default: all)\n"
-            "  --device D                cpu (default), cuda or cuda:N\n"
-            "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
-            "  --no-pipeline             plain greedy decoding waits for each token before it\n"
-            "                            runs the next step (default: the next step runs from\n"
-            "                            the token in device memory meanwhile; same output)\n"
-            "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
-            "                            bitwise those of decode steps; slower) instead of the\n"
-            "                            bf16 tensor-core GEMM\n"
-            "  --special                 parse control tokens in a raw prompt (<|im_start|>, ...)\n");
+            "  -n, --max-tokens N        tokens to generate at most (default 256; 0 = until\n"
+            "                            the end)\n");
+    ds_cli_sampling_help(f);
+    fprintf(f,
+            "  --draft FILE              drafter (GGUF or HF directory): speculative decoding\n"
+            "  --no-spec                 with --draft loaded, decode without speculation\n");
+    ds_cli_spec_help(f);
+    ds_cli_engine_help(f);
 }
 
 static int write_out(const char *text, size_t len, void *user) {
@@ -110,47 +79,18 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--no-think")) { o->no_think = true; continue; }
         if (IS("--no-spec")) { o->no_spec = true; continue; }
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
-        if (IS("--no-adaptive")) { o->gp.adaptive = 0; continue; }
-        if (IS("--no-cuda-graphs")) { o->ep.no_cuda_graphs = 1; continue; }
-        if (IS("--no-pipeline")) { o->ep.no_pipeline = 1; continue; }
-        if (IS("--exact-prefill")) { o->ep.exact_prefill = 1; continue; }
-        if (IS("--ddtree-raw")) { o->gp.ddtree_raw = 1; continue; }
+        const int g = ds_cli_gen_opt("run", a, v, &o->ep, &o->gp);
+        if (g == DS_CLI_OPT_ERROR) return 2;
+        if (g == DS_CLI_OPT_VALUE) i++;
+        if (g != DS_CLI_OPT_NONE) continue;
         if (!v) {
             fprintf(stderr, "dspec run: unknown option or missing value: %s\n", a);
             return 2;
         }
-        if (IS("-m") || IS("--model")) o->ep.model_path = NEXT();
-        else if (IS("-p") || IS("--prompt")) o->prompt = NEXT();
+        if (IS("-p") || IS("--prompt")) o->prompt = NEXT();
         else if (IS("-f") || IS("--file")) o->file = NEXT();
         else if (IS("--system")) o->system = NEXT();
-        else if (IS("-n") || IS("--max-tokens")) o->gp.max_tokens = atoll(NEXT());
-        else if (IS("--temp")) o->gp.temperature = strtof(NEXT(), NULL);
-        else if (IS("--top-k")) o->gp.top_k = atoll(NEXT());
-        else if (IS("--top-p")) o->gp.top_p = strtof(NEXT(), NULL);
-        else if (IS("--min-p")) o->gp.min_p = strtof(NEXT(), NULL);
-        else if (IS("--repeat-penalty")) o->gp.repeat_penalty = strtof(NEXT(), NULL);
-        else if (IS("--repeat-last-n")) o->gp.repeat_last_n = atoll(NEXT());
-        else if (IS("--frequency-penalty")) o->gp.frequency_penalty = strtof(NEXT(), NULL);
-        else if (IS("--presence-penalty")) o->gp.presence_penalty = strtof(NEXT(), NULL);
-        else if (IS("--seed")) o->gp.seed = strtoull(NEXT(), NULL, 10);
-        else if (IS("--draft")) o->ep.draft_path = NEXT();
-        else if (IS("--draft-block-size")) o->gp.draft_block_size = atoi(NEXT());
-        else if (IS("--proposer")) o->gp.proposer = NEXT();
-        else if (IS("--ddtree-budget")) o->gp.ddtree_budget = atoi(NEXT());
-        else if (IS("--ddtree-topk")) o->gp.ddtree_topk = atoi(NEXT());
-        else if (IS("--draft-conf-threshold")) o->gp.draft_conf_threshold = strtof(NEXT(), NULL);
-        else if (IS("--long-ctx")) o->gp.long_ctx_threshold = atoll(NEXT());
-        else if (IS("--long-ctx-width")) o->gp.long_ctx_width = atoi(NEXT());
-        else if (IS("-c") || IS("--ctx")) o->ep.n_ctx = atoll(NEXT());
-        else if (IS("--batch")) o->ep.n_batch = atoll(NEXT());
-        else if (IS("-t") || IS("--threads")) o->ep.n_threads = atoi(NEXT());
-        else if (IS("--device")) o->ep.device = NEXT();
-        else if (IS("--kv-type")) {
-            if (!ds_cli_kv_params(NEXT(), &o->ep)) {
-                fprintf(stderr, "dspec run: --kv-type must be " DS_CLI_KV_TYPES "\n");
-                return 2;
-            }
-        } else {
+        else {
             fprintf(stderr, "dspec run: unknown option %s\n", a);
             return 2;
         }

@@ -31,39 +31,14 @@ static void usage(FILE *f) {
             "  --cache-ram MB            prefix snapshot budget in MiB (default 2048, 0 = off)\n"
             "  --max-body BYTES          request body limit (default 16777216)\n"
             "  --timeout S               idle connection timeout in seconds (default 600)\n"
+            "  -v, --verbose             log requests and debug detail\n"
             "request defaults (OpenAI fields override them):\n"
-            "  -n, --max-tokens N        tokens per completion (default 0 = until end/context)\n"
-            "  --temp T                  temperature (default 0 = greedy)\n"
-            "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N,\n"
-            "  --frequency-penalty F, --presence-penalty F, --seed S\n"
-            "  --no-spec                 with --draft loaded, decode without speculation\n"
-            "  --no-adaptive             always speculate\n"
-            "  --draft-block-size N      verify width incl. the anchor\n"
-            "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
-            "  --long-ctx N              past N context tokens verify at most W rows (default\n"
-            "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
-            "  --proposer NAME           auto | argmax | markov | selector\n"
-            "  --ddtree-budget N         verify a DDTree of N drafted nodes (0 = chain; on CUDA\n"
-            "                            7, 15, 23 or 31 fill the verify's 8-row tiles)\n"
-            "  --ddtree-topk K           DDTree candidates per depth\n"
-            "  --ddtree-raw              DDTree from raw per-slot logits, not the DSpark Markov /\n"
-            "                            DFlash 2 selector scores along each branch's parent\n"
-            "engine:\n"
-            "  --batch N                 prefill chunk (default 256; CUDA: 4096, 2048 or\n"
-            "                            1024 rows, the widest whose activations fit 1/8 of\n"
-            "                            the free device memory)\n"
-            "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: ~53%% of f16's\n"
-            "                            memory, slower attention on CUDA at long contexts)\n"
-            "  -t, --threads N           CPU threads (default: all)\n"
-            "  --device D                cpu (default), cuda or cuda:N\n"
-            "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
-            "  --no-pipeline             plain greedy decoding waits for each token before it\n"
-            "                            runs the next step (default: the next step runs from\n"
-            "                            the token in device memory meanwhile; same output)\n"
-            "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
-            "                            bitwise those of decode steps; slower) instead of the\n"
-            "                            bf16 tensor-core GEMM\n"
-            "  -v, --verbose             log requests and debug detail\n");
+            "  -n, --max-tokens N        tokens per completion (default 0 = until end/context)\n");
+    ds_cli_sampling_help(f);
+    fprintf(f, "  --no-spec                 with --draft loaded, decode without speculation\n");
+    ds_cli_spec_help(f);
+    fprintf(f, "engine:\n");
+    ds_cli_engine_help(f);
 }
 
 static void on_listen(const char *host, int port, void *user) {
@@ -79,54 +54,25 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
 #define NEXT() (i++, v)
         if (IS("-h") || IS("--help")) return -1;
         if (IS("--no-spec")) { p->gp.speculative = 0; continue; }
-        if (IS("--no-adaptive")) { p->gp.adaptive = 0; continue; }
-        if (IS("--no-cuda-graphs")) { p->ep.no_cuda_graphs = 1; continue; }
-        if (IS("--no-pipeline")) { p->ep.no_pipeline = 1; continue; }
-        if (IS("--exact-prefill")) { p->ep.exact_prefill = 1; continue; }
-        if (IS("--ddtree-raw")) { p->gp.ddtree_raw = 1; continue; }
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }
+        const int g = ds_cli_gen_opt("serve", a, v, &p->ep, &p->gp);
+        if (g == DS_CLI_OPT_ERROR) return 2;
+        if (g == DS_CLI_OPT_VALUE) i++;
+        if (g != DS_CLI_OPT_NONE) continue;
         if (!v) {
             fprintf(stderr, "dspec serve: unknown option or missing value: %s\n", a);
             return 2;
         }
-        if (IS("-m") || IS("--model")) p->ep.model_path = NEXT();
-        else if (IS("--draft")) p->ep.draft_path = NEXT();
-        else if (IS("--host")) p->host = NEXT();
+        if (IS("--host")) p->host = NEXT();
         else if (IS("--port")) p->port = atoi(NEXT());
         else if (IS("--api-key")) p->api_key = NEXT();
         else if (IS("--alias")) p->alias = NEXT();
-        else if (IS("-c") || IS("--ctx")) p->ep.n_ctx = atoll(NEXT());
         else if (IS("--parallel")) p->n_parallel = atoi(NEXT());
         else if (IS("--queue")) p->queue_max = atoi(NEXT());
         else if (IS("--cache-ram")) p->cache_ram_mb = atoll(NEXT());
         else if (IS("--max-body")) p->max_body = (size_t)strtoull(NEXT(), NULL, 10);
         else if (IS("--timeout")) p->timeout_s = atoi(NEXT());
-        else if (IS("-n") || IS("--max-tokens")) p->gp.max_tokens = atoll(NEXT());
-        else if (IS("--temp")) p->gp.temperature = strtof(NEXT(), NULL);
-        else if (IS("--top-k")) p->gp.top_k = atoll(NEXT());
-        else if (IS("--top-p")) p->gp.top_p = strtof(NEXT(), NULL);
-        else if (IS("--min-p")) p->gp.min_p = strtof(NEXT(), NULL);
-        else if (IS("--repeat-penalty")) p->gp.repeat_penalty = strtof(NEXT(), NULL);
-        else if (IS("--repeat-last-n")) p->gp.repeat_last_n = atoll(NEXT());
-        else if (IS("--frequency-penalty")) p->gp.frequency_penalty = strtof(NEXT(), NULL);
-        else if (IS("--presence-penalty")) p->gp.presence_penalty = strtof(NEXT(), NULL);
-        else if (IS("--seed")) p->gp.seed = strtoull(NEXT(), NULL, 10);
-        else if (IS("--draft-block-size")) p->gp.draft_block_size = atoi(NEXT());
-        else if (IS("--draft-conf-threshold")) p->gp.draft_conf_threshold = strtof(NEXT(), NULL);
-        else if (IS("--long-ctx")) p->gp.long_ctx_threshold = atoll(NEXT());
-        else if (IS("--long-ctx-width")) p->gp.long_ctx_width = atoi(NEXT());
-        else if (IS("--proposer")) p->gp.proposer = NEXT();
-        else if (IS("--ddtree-budget")) p->gp.ddtree_budget = atoi(NEXT());
-        else if (IS("--ddtree-topk")) p->gp.ddtree_topk = atoi(NEXT());
-        else if (IS("--batch")) p->ep.n_batch = atoll(NEXT());
-        else if (IS("-t") || IS("--threads")) p->ep.n_threads = atoi(NEXT());
-        else if (IS("--device")) p->ep.device = NEXT();
-        else if (IS("--kv-type")) {
-            if (!ds_cli_kv_params(NEXT(), &p->ep)) {
-                fprintf(stderr, "dspec serve: --kv-type must be " DS_CLI_KV_TYPES "\n");
-                return 2;
-            }
-        } else {
+        else {
             fprintf(stderr, "dspec serve: unknown option %s\n", a);
             return 2;
         }

@@ -152,6 +152,25 @@ def main():
         R.check("error: unknown --kv-type",
                 r.returncode == 2 and b"f16, f32 or q8_0" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
+        # run and serve share their model / sampling / speculative / engine options (cli_gen.c)
+        shared = ["--model", "--draft", "--ctx", "--max-tokens", "--temp", "--top-k", "--top-p",
+                  "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
+                  "--presence-penalty", "--seed", "--no-spec", "--draft-block-size",
+                  "--proposer", "--ddtree-budget", "--ddtree-topk", "--ddtree-raw",
+                  "--no-adaptive", "--draft-conf-threshold", "--long-ctx", "--long-ctx-width",
+                  "--batch", "--kv-type", "--threads", "--device", "--no-cuda-graphs",
+                  "--no-pipeline", "--exact-prefill"]
+        helps = [run(a.dspec, c, "--help").stdout.decode() for c in ("run", "serve")]
+        missing = [(c, o) for c, h in zip(("run", "serve"), helps) for o in shared if o not in h]
+        R.check("run / serve --help list the shared options", not missing, str(missing))
+        r = run(a.dspec, "serve", "-m", model, "--kv-type", "q4_0", ok=False)
+        R.check("serve: unknown --kv-type",
+                r.returncode == 2 and b"dspec serve: --kv-type must be" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
+        r = run(a.dspec, "run", "-m", model, "-p", "x", "--seed", ok=False)
+        R.check("run: option without its value",
+                r.returncode == 2 and b"missing value for --seed" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
         spec_checks(a.dspec, here, tmp)
     print(f"{R.passed} passed, {R.failed} failed")
     return 1 if R.failed or not R.passed else 0

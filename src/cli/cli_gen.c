@@ -1,0 +1,121 @@
+// cli_gen.c: the options `dspec run` and `dspec serve` share -- model, drafter, context,
+// sampling, speculative decoding, engine -- parsed and documented in one place (cli.h).
+#include "cli/cli.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IS(s) (!strcmp(a, s))
+
+// The shared options that take no value.
+static bool gen_flag(const char *a, dspec_engine_params *ep, dspec_gen_params *gp) {
+    if (IS("--no-adaptive")) gp->adaptive = 0;
+    else if (IS("--ddtree-raw")) gp->ddtree_raw = 1;
+    else if (IS("--no-cuda-graphs")) ep->no_cuda_graphs = 1;
+    else if (IS("--no-pipeline")) ep->no_pipeline = 1;
+    else if (IS("--exact-prefill")) ep->exact_prefill = 1;
+    else return false;
+    return true;
+}
+
+// The shared options that take a value (ds_cli_gen_opt sets them).
+static const char *const gen_valued[] = {
+    "-m", "--model", "--draft", "-c", "--ctx", "-n", "--max-tokens", "--temp", "--top-k",
+    "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
+    "--presence-penalty", "--seed", "--draft-block-size", "--proposer", "--ddtree-budget",
+    "--ddtree-topk", "--draft-conf-threshold", "--long-ctx", "--long-ctx-width", "--batch", "-t",
+    "--threads", "--device", "--kv-type"};
+
+int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
+                   dspec_gen_params *gp) {
+    if (gen_flag(a, ep, gp)) return DS_CLI_OPT_FLAG;
+    bool valued = false;
+    for (size_t k = 0; k < sizeof(gen_valued) / sizeof(gen_valued[0]); k++) {
+        valued = valued || IS(gen_valued[k]);
+    }
+    if (!valued) return DS_CLI_OPT_NONE;
+    if (!v) {
+        fprintf(stderr, "dspec %s: missing value for %s\n", cmd, a);
+        return DS_CLI_OPT_ERROR;
+    }
+    if (IS("-m") || IS("--model")) ep->model_path = v;
+    else if (IS("--draft")) ep->draft_path = v;
+    else if (IS("-c") || IS("--ctx")) ep->n_ctx = atoll(v);
+    else if (IS("-n") || IS("--max-tokens")) gp->max_tokens = atoll(v);
+    else if (IS("--temp")) gp->temperature = strtof(v, NULL);
+    else if (IS("--top-k")) gp->top_k = atoll(v);
+    else if (IS("--top-p")) gp->top_p = strtof(v, NULL);
+    else if (IS("--min-p")) gp->min_p = strtof(v, NULL);
+    else if (IS("--repeat-penalty")) gp->repeat_penalty = strtof(v, NULL);
+    else if (IS("--repeat-last-n")) gp->repeat_last_n = atoll(v);
+    else if (IS("--frequency-penalty")) gp->frequency_penalty = strtof(v, NULL);
+    else if (IS("--presence-penalty")) gp->presence_penalty = strtof(v, NULL);
+    else if (IS("--seed")) gp->seed = strtoull(v, NULL, 10);
+    else if (IS("--draft-block-size")) gp->draft_block_size = atoi(v);
+    else if (IS("--proposer")) gp->proposer = v;
+    else if (IS("--ddtree-budget")) gp->ddtree_budget = atoi(v);
+    else if (IS("--ddtree-topk")) gp->ddtree_topk = atoi(v);
+    else if (IS("--draft-conf-threshold")) gp->draft_conf_threshold = strtof(v, NULL);
+    else if (IS("--long-ctx")) gp->long_ctx_threshold = atoll(v);
+    else if (IS("--long-ctx-width")) gp->long_ctx_width = atoi(v);
+    else if (IS("--batch")) ep->n_batch = atoll(v);
+    else if (IS("-t") || IS("--threads")) ep->n_threads = atoi(v);
+    else if (IS("--device")) ep->device = v;
+    else if (IS("--kv-type") && !ds_cli_kv_params(v, ep)) {
+        fprintf(stderr, "dspec %s: --kv-type must be " DS_CLI_KV_TYPES "\n", cmd);
+        return DS_CLI_OPT_ERROR;
+    }
+    return DS_CLI_OPT_VALUE;
+}
+#undef IS
+
+void ds_cli_sampling_help(FILE *f) {
+    fprintf(f,
+            "  --temp T                  temperature (default 0 = greedy)\n"
+            "  --top-k K                 top-k (default 0 = off)\n"
+            "  --top-p P                 top-p (default 1 = off)\n"
+            "  --min-p P                 min-p (default 0 = off)\n"
+            "  --repeat-penalty R        repetition penalty (default 1 = off)\n"
+            "  --repeat-last-n N         penalty window (default 64, -1 = all)\n"
+            "  --frequency-penalty F     (default 0)\n"
+            "  --presence-penalty F      (default 0)\n"
+            "  --seed S                  RNG seed (default 0)\n");
+}
+
+void ds_cli_spec_help(FILE *f) {
+    fprintf(f,
+            "  --draft-block-size N      verify width incl. the anchor (2 .. 2x the drafter's)\n"
+            "  --proposer NAME           auto | argmax | markov | selector (default auto)\n"
+            "  --ddtree-budget N         verify a DDTree of N drafted nodes (default 0 = chain;\n"
+            "                            N + 1 rows: on CUDA 7, 15, 23 or 31 fill the verify's\n"
+            "                            8-row tiles)\n"
+            "  --ddtree-topk K           DDTree candidates per depth (default min(N, 8))\n"
+            "  --ddtree-raw              DDTree from raw per-slot logits (default: DSpark\n"
+            "                            Markov / DFlash 2 selector scores along each branch's\n"
+            "                            parent)\n"
+            "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
+            "                            acceptance is below the measured break-even)\n"
+            "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
+            "  --long-ctx N              past N context tokens verify at most W rows (default\n"
+            "                            8192; 0 = off); --long-ctx-width W (default 8)\n");
+}
+
+void ds_cli_engine_help(FILE *f) {
+    fprintf(f,
+            "  --batch N                 prefill chunk (default 256; CUDA: 4096, 2048 or\n"
+            "                            1024 rows, the widest whose activations fit 1/8 of\n"
+            "                            the free device memory)\n"
+            "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: ~53%% of f16's\n"
+            "                            memory, slower attention on CUDA at long contexts)\n"
+            "  -t, --threads N           CPU threads (default: all)\n"
+            "  --device D                cpu (default), cuda or cuda:N\n"
+            "  --no-cuda-graphs          launch every kernel (no CUDA step graphs; same output)\n"
+            "  --no-pipeline             plain greedy decoding waits for each token before it\n"
+            "                            runs the next step (default: the next step runs from\n"
+            "                            the token in device memory meanwhile; same output)\n"
+            "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
+            "                            bitwise those of decode steps; slower) instead of the\n"
+            "                            bf16 tensor-core GEMM\n");
+}
