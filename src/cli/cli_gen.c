@@ -20,26 +20,13 @@ static bool gen_flag(const char *a, dspec_engine_params *ep, dspec_gen_params *g
     return true;
 }
 
-// The shared options that take a value (ds_cli_gen_opt sets them).
-static const char *const gen_valued[] = {
-    "-m", "--model", "--draft", "-c", "--ctx", "-n", "--max-tokens", "--temp", "--top-k",
-    "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
-    "--presence-penalty", "--seed", "--draft-block-size", "--proposer", "--ddtree-budget",
-    "--ddtree-topk", "--draft-conf-threshold", "--long-ctx", "--long-ctx-width", "--batch", "-t",
-    "--threads", "--device", "--kv-type"};
-
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
                    dspec_gen_params *gp) {
     if (gen_flag(a, ep, gp)) return DS_CLI_OPT_FLAG;
-    bool valued = false;
-    for (size_t k = 0; k < sizeof(gen_valued) / sizeof(gen_valued[0]); k++) {
-        valued = valued || IS(gen_valued[k]);
-    }
-    if (!valued) return DS_CLI_OPT_NONE;
-    if (!v) {
-        fprintf(stderr, "dspec %s: missing value for %s\n", cmd, a);
-        return DS_CLI_OPT_ERROR;
-    }
+    // the options that take a value (a missing one reads as "": reported below, the command
+    // then exits, so what it set does not matter)
+    const bool missing = !v;
+    if (missing) v = "";
     if (IS("-m") || IS("--model")) ep->model_path = v;
     else if (IS("--draft")) ep->draft_path = v;
     else if (IS("-c") || IS("--ctx")) ep->n_ctx = atoll(v);
@@ -63,8 +50,16 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
     else if (IS("--batch")) ep->n_batch = atoll(v);
     else if (IS("-t") || IS("--threads")) ep->n_threads = atoi(v);
     else if (IS("--device")) ep->device = v;
-    else if (IS("--kv-type") && !ds_cli_kv_params(v, ep)) {
-        fprintf(stderr, "dspec %s: --kv-type must be " DS_CLI_KV_TYPES "\n", cmd);
+    else if (IS("--kv-type")) {
+        if (!missing && !ds_cli_kv_params(v, ep)) {
+            fprintf(stderr, "dspec %s: --kv-type must be " DS_CLI_KV_TYPES "\n", cmd);
+            return DS_CLI_OPT_ERROR;
+        }
+    } else {
+        return DS_CLI_OPT_NONE;
+    }
+    if (missing) {
+        fprintf(stderr, "dspec %s: missing value for %s\n", cmd, a);
         return DS_CLI_OPT_ERROR;
     }
     return DS_CLI_OPT_VALUE;
