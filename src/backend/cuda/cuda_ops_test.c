@@ -1239,10 +1239,11 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
 // that it prepares its output for the next (norm.cu gated_unit_kernel), against the same call
 // with fused preparations off (the row kernel, then the matmul's own preparation): y and the next
 // matmul's output bitwise, no preparation launched when fused; y against the CPU. d = 128 (2
-// heads per unit: the 27B) and 64 (4), 1 / 5 / 16 rows.
+// heads per unit: the 27B), 64 (4) and 256 (1 head of 2 elements per virtual thread), 1 / 5 / 16
+// rows (from 2 rows gated_uwarp_kernel, which replays the row kernel's sum order in a warp).
 static void test_gated_norm_prep(void **state) {
     ENV(state);
-    static const int64_t dh[][2] = {{128, 48}, {64, 8}};
+    static const int64_t dh[][2] = {{128, 48}, {64, 8}, {256, 4}};
     static const int64_t ns[] = {1, 5, 16};
     enum { N_OUT = 64 };
     for (size_t di = 0; di < DS_ARRAY_LEN(dh); di++) {

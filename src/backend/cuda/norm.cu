@@ -9,7 +9,8 @@
 // prefill GEMM takes, its bf16 copy instead (ds_cuda_prep_fused_bf16). add_rmsnorm of a
 // matmul output whose split-K reduce was held back (matmul.cu) adds its partials itself:
 // part_sums_kernel, then sums_unit_kernel. The gated norm of narrow rows (d <= 511) runs one warp
-// per row (gated_warp_kernel), bitwise the row kernel. Calls norm.cuh, quant.cuh. Called through
+// per row (gated_warp_kernel), bitwise the row kernel; where it prepares the next matmul's input,
+// one block per unit (gated_unit_kernel), from 2 rows one warp per unit (gated_uwarp_kernel). Calls norm.cuh, quant.cuh. Called through
 // the op table. Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
 //   flops: ~4*rows*ne0.
@@ -327,6 +328,65 @@ static __global__ __launch_bounds__(256) void gated_unit_kernel(ds_cu_rows y, ds
     q8k_group_out(qo, o, t, u, (int64_t)d * heads);
 }
 
+// gated_unit_kernel's call with one warp per (unit, row), lane l holding elements 8l .. 8l + 7 of
+// the unit (16-byte loads of x and z), for heads of d = 64, 128 or 256 elements whose NT =
+// norm_threads(d) is d or d / 2: a head is d / 8 lanes, virtual thread vt's elements are vt and,
+// where NT = d / 2, vt + NT (NT / 8 lanes on, the same slot), and virtual warp k (vt = 32k ..
+// 32k + 31) is lanes 4k .. 4k + 3 of the head. ds_cu_warp_sum_d's butterfly over a virtual warp
+// pairs vt with vt ^ 16, then ^ 8, ^ 4, ^ 2, ^ 1: here lanes 2 apart, lanes 1 apart, then the
+// lane's own slots s and s ^ 4, s ^ 2, s ^ 1 -- the same additions of the same operands (a + b
+// == b + a), so the same double; the head's sum adds its virtual warps' sums in order from 0.0.
+// Then gated_unit_kernel's products and q8k_warp (q8k_group's bytes, no block barrier): bitwise
+// its output. (A 16-row verify's 384 blocks of 256 threads, three barriers each, are 48 here:
+// CUPTI, 27B chain verify graph, H200: 6.4 -> 5.0 us a layer.)
+static __global__ __launch_bounds__(256) void gated_uwarp_kernel(ds_cu_rows y, ds_cu_rows x,
+                                                                 const float *w, ds_cu_rows z,
+                                                                 float eps, q8k_out qo, int d,
+                                                                 int nt, int heads) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int lane = threadIdx.x & 31, lph = d / 8; // lanes per head
+    const int64_t t = blockIdx.y, u = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (u >= (int64_t)d * heads / 256) return; // (whole warps; no barrier below)
+    const int jh = lane / lph, e = (lane % lph) * 8;
+    const int64_t r = t * heads + u * (256 / d) + jh; // head row
+    const float *xr = ds_cu_row(x, r) + e, *zr = ds_cu_row(z, r) + e;
+    const float4 x0 = *(const float4 *)xr, x1 = *(const float4 *)(xr + 4);
+    const float4 z0 = *(const float4 *)zr, z1 = *(const float4 *)(zr + 4);
+    float wv[8]; // (the weight: any 4-byte alignment)
+#pragma unroll
+    for (int j = 0; j < 8; j++) wv[j] = w[e + j];
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float zv[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+    double q[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        q[j] = sq_acc(0.0, xv[j]);
+        // (NT = d / 2: the element NT on, second; the head's upper lanes' q are not used)
+        const float xo = __shfl_xor_sync(0xffffffffu, xv[j], nt / 8);
+        if (d == 2 * nt) q[j] = sq_acc(q[j], xo);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) q[j] += __shfl_xor_sync(0xffffffffu, q[j], 2); // i ^ 16
+#pragma unroll
+    for (int j = 0; j < 8; j++) q[j] += __shfl_xor_sync(0xffffffffu, q[j], 1); // i ^ 8
+    const double q4[4] = {q[0] + q[4], q[1] + q[5], q[2] + q[6], q[3] + q[7]};  // i ^ 4
+    const double g = (q4[0] + q4[2]) + (q4[1] + q4[3]);                          // i ^ 2, i ^ 1
+    double s = 0.0;
+    for (int k = 0; k < nt / 32; k++) s += __shfl_sync(0xffffffffu, g, jh * lph + 4 * k);
+    const float scale = norm_scale(s, d, eps);
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        o[j] = __fmul_rn(xv[j], scale);
+        o[j] = __fmul_rn(o[j], wv[j]);
+        o[j] = __fmul_rn(o[j], ds_cu_silu(zv[j]));
+    }
+    float *yr = ds_cu_row(y, r) + e;
+    *(float4 *)yr = make_float4(o[0], o[1], o[2], o[3]);
+    *(float4 *)(yr + 4) = make_float4(o[4], o[5], o[6], o[7]);
+    q8k_warp_out(qo, o, t, u, (int64_t)d * heads);
+}
+
 // The gated norm with one warp per row, 8 rows per block, for rows of d <= 511 (norm_threads
 // 64 or 128: 2 or 4 warps in rmsnorm_kernel): the warp plays the row block's NW warps lane for
 // lane (virtual thread 32 vw + l adds the squares of elements 32 vw + l + k NT in order, each
@@ -491,9 +551,19 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
     if (y->ne[3] == 1 && d >= 64 && 256 % d == 0 && (d * heads) % 256 == 0 &&
         y->nb[1] == (size_t)d * 4 && y->nb[2] == (size_t)(d * heads) * 4 && x->ne[1] == heads &&
         z->ne[1] == heads && ds_cuda_prep_fused(c, &y2, &qo)) {
-        dim3 grid((unsigned)(d * heads / 256), (unsigned)y->ne[2]);
-        ds_cu_launch(c, gated_unit_kernel, grid, 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                     (const float *)w->data, ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
+        const int64_t units = d * heads / 256;
+        // (a decode row keeps the block per unit: one row as 3 warp blocks measured ~0.6 us a
+        // layer slower on the 27B, H200; from 2 rows the warps: 16 rows 6.4 -> 5.0 us a layer)
+        if (y->ne[2] >= 2 && (d == 64 || d == 128 || d == 256) && (nt == d || 2 * nt == d) &&
+            ds_cu_rows_a16(x) && ds_cu_rows_a16(y) && ds_cu_rows_a16(z)) {
+            ds_cu_launch(c, gated_uwarp_kernel, dim3((unsigned)((units + 7) / 8),
+                         (unsigned)y->ne[2]), 256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x),
+                         (const float *)w->data, ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
+        } else {
+            ds_cu_launch(c, gated_unit_kernel, dim3((unsigned)units, (unsigned)y->ne[2]), 256,
+                         0, ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data,
+                         ds_cu_rows_of(z), eps, qo, (int)d, nt, heads);
+        }
     } else {
         // (a prompt chunk: the bf16 copy of the {d H, n} rows for the GEMM, where y is contiguous)
         const bool packed = y->ne[3] == 1 && y->nb[1] == (size_t)d * 4 &&
