@@ -4,10 +4,11 @@
 # tests, then `dspec bench --model` of A, B..., A, B... on one synthetic 27B file (the A-A and B-B
 # spreads show the noise). Carry every folder (bench/cuda/README.md "A/B of two builds").
 # Usage (repo root, on the GPU machine): [PRESET=27b] [MIX=q4_k_m] [PROMPT=512]
-#   [VERIFY=1,2,4,8,16,32] [TESTS=0] [BS="build-carry-b build-carry-c"] [SPEC=1]
+#   [VERIFY=1,2,4,8,16,32] [ACCEPT=K] [TESTS=0] [BS="build-carry-b build-carry-c"] [SPEC=1]
 #   bash bench/cuda/ab.sh
 #   (PRESET: a `dspec synth --preset`, e.g. 35b-a3b; TESTS=0 skips the CUDA tests; BS: the B
 #   folders, each named by its folder in the output, tested where it holds the test binaries;
+#   ACCEPT: rows each verify commits, `dspec bench --accept` (builds from session 30 on);
 #   SPEC=1: also each build's speculative steps -- a DFlash block-16 chain and a DDTree of budget
 #   16 over 63 steps with a synthetic drafter -- which needs models/tiny-target-q8_0.gguf in the
 #   carried tree, the synthetic target's tokenizer)
@@ -49,7 +50,7 @@ for round in 1 2; do
     run=$(label "$D")$round
     echo "== $run (${PRESET:-27b} $MIX, prompt ${PROMPT:-512})"
     timeout 240 "$D/dspec" bench --model /tmp/ab.gguf --device cuda --prompt "${PROMPT:-512}" \
-      --decode 32 --reps 5 --verify "${VERIFY:-1,2,4,8,16,32}" \
+      --decode 32 --reps 5 --verify "${VERIFY:-1,2,4,8,16,32}" ${ACCEPT:+--accept "$ACCEPT"} \
       >"$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt" 2>&1
     grep -E "^prefill|^decode \(step|^greedy|^  N =" \
       "$OUT/ab_${PRESET:-27b}_p${PROMPT:-512}_$run.txt"

@@ -1,7 +1,8 @@
 // cmd_bench_model.c: `dspec bench --model FILE`: speed of the target forward on this machine:
 // prefill tok/s, decode ms/token against the memory-bandwidth roofline (weight bytes per token /
 // measured copy bandwidth), and speculative verify-step time for N rows (the ratio to N = 1
-// decides speculative speed). Calls model/, backend/.
+// decides speculative speed), each verify followed by the commit of --accept rows (default 0: a
+// draft wholly rejected). Calls model/, backend/.
 #include "cli/cli.h"
 #include "model/model.h"
 
@@ -11,7 +12,7 @@
 
 typedef struct bm_opts {
     const char *model, *device;
-    int64_t prompt, decode, reps, batch;
+    int64_t prompt, decode, reps, batch, accept;
     int threads, no_graphs, exact_prefill;
     int64_t verify[16];
     int n_verify;
@@ -28,6 +29,8 @@ static void usage(FILE *f) {
             "                   left on the device for the next step queued ahead)\n"
             "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
             "  --reps N         repetitions per verify size (default 5; median reported)\n"
+            "  --accept K       rows committed after each verify (default 0; at most N): times\n"
+            "                   the commit of an accepted run with the verify\n"
             "  --kv-type T      f16 (default), f32 or q8_0\n"
             "  -t, --threads N  CPU threads (default: all)\n"
             "  --device D       cpu (default), cuda or cuda:N\n"
@@ -104,8 +107,9 @@ static double time_greedy(const ds_model *m, ds_state *st, ds_pipe *pipe, const 
     return (ds_time_now() - t0) / (double)o->decode;
 }
 
-// decode timed as the default, then the three comparisons (CUDA); greedy decoding twice
-enum { BM_DECODE_RUNS = 4, BM_GREEDY_ROWS = 2 * (BM_GREEDY_WARM + 1) };
+// decode timed as the default, then the three comparisons (CUDA); greedy decoding twice; most
+// verify repetitions per size
+enum { BM_DECODE_RUNS = 4, BM_GREEDY_ROWS = 2 * (BM_GREEDY_WARM + 1), BM_MAX_REPS = 64 };
 
 static int run_bench(const bm_opts *o) {
     dspec_err err = {0};
@@ -123,10 +127,14 @@ static int run_bench(const bm_opts *o) {
     const bool graphs = !o->no_graphs && !strcmp(be->name, "cuda");
     ds_engine_backend_graphs(be, graphs);
     const ds_model_hparams *hp = ds_model_hparams_get(m);
-    int64_t max_v = 1;
-    for (int i = 0; i < o->n_verify; i++) max_v = DS_MAX(max_v, o->verify[i]);
+    int64_t max_v = 1, committed = 0; // (the verifies' commits advance the context too)
+    const int64_t reps = DS_MIN(o->reps, BM_MAX_REPS);
+    for (int i = 0; i < o->n_verify; i++) {
+        max_v = DS_MAX(max_v, o->verify[i]);
+        committed += reps * DS_MIN(o->accept, o->verify[i]);
+    }
     ds_state_params sp = {.n_ctx = o->prompt + (BM_DECODE_RUNS + 2) * o->decode +
-                                   BM_GREEDY_ROWS + max_v + 8,
+                                   BM_GREEDY_ROWS + max_v + committed + 8,
                           .n_batch = o->batch > 0 ? o->batch : o->prompt, .n_verify = max_v, .kv_type = o->kv};
     if (ds_state_new(&st, m, &sp, &err) || ds_pipe_new(&pipe, m, st, &err)) {
         fprintf(stderr, "dspec bench: %s\n", err.msg);
@@ -234,19 +242,19 @@ static int run_bench(const bm_opts *o) {
         ds_cuda_set_graph_pdl(be, true);
     }
 #endif
-    printf("verify step (speculative batch + commit of 0 rows), median of %" PRId64 ":\n",
-           o->reps);
+    printf("verify step (speculative batch + commit of min(N, %" PRId64 ") rows), median of %" PRId64
+           ":\n", o->accept, reps);
     double t1 = 0.0;
     int32_t *amv = calloc((size_t)max_v, sizeof(int32_t));
     for (int vi = 0; vi < o->n_verify; vi++) {
         int64_t n = o->verify[vi];
-        double times[64];
-        int64_t reps = DS_MIN(o->reps, 64);
+        double times[BM_MAX_REPS];
         for (int64_t r = 0; r < reps; r++) {
             ds_batch vb = {.n = n, .tokens = next, .n_logits = n,
                            .argmax = amv, .speculative = true};
             t0 = ds_time_now();
-            if (ds_model_forward(m, st, &vb, &err) || ds_state_commit(st, 0, NULL, &err)) {
+            if (ds_model_forward(m, st, &vb, &err) ||
+                ds_state_commit(st, DS_MIN(o->accept, n), NULL, &err)) {
                 free(amv);
                 goto fail;
             }
@@ -302,6 +310,8 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.decode = atoll(v), i++;
         } else if (!strcmp(a, "--reps") && v && atoll(v) > 0) {
             o.reps = atoll(v), i++;
+        } else if (!strcmp(a, "--accept") && v && atoll(v) >= 0 && atoll(v) <= 4096) {
+            o.accept = atoll(v), i++;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
             o.threads = atoi(v), i++;
         } else if (!strcmp(a, "--device") && v) {

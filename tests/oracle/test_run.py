@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`dspec run` end to end on a converted fixture model with a small byte-level BPE tokenizer:
 text out, greedy output == the argmax chain of `dspec logits`, chat prompts, seeded sampling is
-reproducible, and clear errors (missing file, not a model, prompt longer than the context).
+reproducible, and clear errors (missing file, not a model, prompt longer than the context);
+`dspec bench --model` runs and rejects bad lists.
 The tokenizer (built here, deterministic) also checks our ids against HF tokenizers."""
 import argparse
 import numpy as np
@@ -171,6 +172,22 @@ def main():
         R.check("run: option without its value",
                 r.returncode == 2 and b"missing value for --seed" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
+        # dspec bench --model: prefill, decode and verify lines; --accept commits rows
+        r = run(a.dspec, "bench", "--model", model, "--prompt", "8", "--decode", "2",
+                "--reps", "2", "--verify", "1,3", "--accept", "2", "-t", "1", ok=False)
+        out = r.stdout.decode(errors="replace")
+        ok = (r.returncode == 0 and "prefill 8 tokens" in out and "decode" in out and
+              "commit of min(N, 2) rows" in out and "N =   1:" in out and "N =   3:" in out)
+        R.check("bench --model: prefill, decode and verify rows", ok,
+                "" if ok else (out + r.stderr.decode(errors="replace"))[-300:])
+        r = run(a.dspec, "bench", "--model", model, "--verify", "0", ok=False)
+        R.check("bench --model: bad --verify list",
+                r.returncode == 2 and b"bad --verify list" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
+        r = run(a.dspec, "bench", "--model", model, "--accept", "-1", ok=False)
+        R.check("bench --model: bad --accept",
+                r.returncode == 2 and b"bad or incomplete option '--accept'" in r.stderr,
+                r.stderr.decode(errors="replace").strip().splitlines()[0][:120])
         spec_checks(a.dspec, here, tmp)
     print(f"{R.passed} passed, {R.failed} failed")
     return 1 if R.failed or not R.passed else 0
