@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
             "            weight bytes read; then quantizer throughput in MB/s of f32 input.\n"
             "--n N       row length (multiple of 256)       --rows R   weight rows\n"
-            "--threads T threads of the multi-threaded run   --time S   seconds per measurement\n"
+            "-t, --threads T  threads of the multi-threaded run\n"
+            "--time S    seconds per measurement (default 0.5)\n"
             "--type T    only this weight type (e.g. q4_K); may repeat\n");
 }
 
@@ -102,7 +103,7 @@ static int bench_kernels(const bench_opts *o) {
     }
     const ds_cpu_features *cpu = ds_cpu_get();
     int nthr = ds_pool_n_threads(pool);
-    printf("dspec bench --kernels: one activation row . %" PRId64 " x %" PRId64
+    printf("dspec bench --kernels: one activation row against a %" PRId64 " x %" PRId64
            " weight matrix; cpu avx2=%d avx512=%d vnni=%d; max level %d; %d threads\n",
            o->rows, o->n, cpu->avx2, cpu->avx512, cpu->avx512_vnni, ds_cpu_max_level(), nthr);
     printf("GB/s = weight bytes / best time of a full pass (single thread per level; last column:"
@@ -262,7 +263,8 @@ int ds_cli_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--rows") && v && parse_i64(v, &iv)) {
             o.rows = iv;
             i++;
-        } else if (!strcmp(a, "--threads") && v && parse_i64(v, &iv) && iv <= 4096) {
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v && parse_i64(v, &iv) &&
+                   iv <= 4096) {
             o.threads = (int)iv;
             i++;
         } else if (!strcmp(a, "--time") && v && atof(v) > 0 && atof(v) < 3600) {

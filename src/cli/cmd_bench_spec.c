@@ -3,6 +3,7 @@
 // block size, tau (tokens committed per target step), per-position acceptance and tok/s, next to
 // plain decoding of the same prompts in the same run. Calls engine/ (token-id generation).
 #include "cli/cli.h"
+#include "model/model.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -81,12 +82,49 @@ static int run_prompts(dspec_session *s, json_t *list, const bs_opts *o, bool sp
     return 0;
 }
 
+// Every domain an array of prompts, every prompt a non-empty array of token ids in [0, V); else
+// a message naming the first bad one.
+static bool prompts_ok(json_t *root, int64_t V, const char *path) {
+    const char *dom;
+    json_t *list;
+    json_object_foreach(root, dom, list) {
+        if (!json_is_array(list)) {
+            fprintf(stderr, "dspec bench: %s: domain '%s' is not an array of prompts\n", path, dom);
+            return false;
+        }
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            json_t *arr = json_array_get(list, i);
+            if (!json_is_array(arr) || json_array_size(arr) == 0) {
+                fprintf(stderr, "dspec bench: %s: domain '%s', prompt %zu: expected a non-empty "
+                        "array of token ids\n", path, dom, i + 1);
+                return false;
+            }
+            for (size_t j = 0; j < json_array_size(arr); j++) {
+                json_t *v = json_array_get(arr, j);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) >= V) {
+                    fprintf(stderr, "dspec bench: %s: domain '%s', prompt %zu, position %zu: not "
+                            "a token id of the model's vocabulary [0, %" PRId64 ")\n", path, dom,
+                            i + 1, j, V);
+                    return false;
+                }
+            }
+        }
+    }
+    return true;
+}
+
 static int bench_spec(const bs_opts *o) {
     json_error_t jerr;
     json_t *root = json_load_file(o->prompts, 0, &jerr);
     if (!root || !json_is_object(root)) {
-        fprintf(stderr, "dspec bench: %s: %s (line %d)\n", o->prompts,
-                root ? "expected an object of domains" : jerr.text, jerr.line);
+        if (root) {
+            fprintf(stderr, "dspec bench: %s: expected an object of domains\n", o->prompts);
+        } else if (jerr.line > 0) {
+            fprintf(stderr, "dspec bench: %s: %s (line %d)\n", o->prompts, jerr.text, jerr.line);
+        } else {
+            fprintf(stderr, "dspec bench: %s: %s\n", o->prompts, jerr.text);
+        }
         json_decref(root);
         return 2;
     }
@@ -100,6 +138,10 @@ static int bench_spec(const bs_opts *o) {
     int rc = 1;
     if (dspec_engine_new(&e, &ep, &err) || dspec_session_new(&s, e, &err)) {
         fprintf(stderr, "dspec bench: %s\n", err.msg);
+        goto done;
+    }
+    if (!prompts_ok(root, ds_model_hparams_get(ds_engine_model(e))->n_vocab, o->prompts)) {
+        rc = 2;
         goto done;
     }
     int blocks[8], nb = o->n_blocks;

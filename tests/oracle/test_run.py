@@ -2,7 +2,7 @@
 """`dspec run` end to end on a converted fixture model with a small byte-level BPE tokenizer:
 text out, greedy output == the argmax chain of `dspec logits`, chat prompts, seeded sampling is
 reproducible, and clear errors (missing file, not a model, prompt longer than the context);
-`dspec bench --model` runs and rejects bad lists.
+`dspec bench --model`, `--spec` and `--kernels` print their tables and reject bad input.
 The tokenizer (built here, deterministic) also checks our ids against HF tokenizers."""
 import argparse
 import numpy as np
@@ -73,6 +73,48 @@ def spec_checks(dspec, here, tmp):
                 "-p", prompt, "-n", "16", "--temp", "0.8", "--seed", "3", ok=False)
         R.check("sampled speculative run", r.returncode == 0,
                 r.stderr.decode(errors="replace").strip()[-160:])
+    bench_checks(dspec, model, os.path.join(tmp, "dflash_b4_trained.gguf"), tmp)
+
+
+def bench_checks(dspec, model, draft, tmp):
+    """`dspec bench --spec` (acceptance on token-id prompt sets) and `dspec bench --kernels`: their
+    tables, and clear errors on bad prompt files."""
+    texts = {"code": ["def hello(self):\n    return self.value", "for i in range(10):\n"],
+             "prose": ["the data and the list of names"]}
+    prompts = {d: [json.loads(run(dspec, "tokenize", "-m", model, "-p", t, "--ids-only")
+                              .stdout) for t in ts] for d, ts in texts.items()}
+    path = os.path.join(tmp, "prompts.json")
+    with open(path, "w") as f:
+        json.dump(prompts, f)
+    r = run(dspec, "bench", "--spec", "--model", model, "--draft", draft, "--prompts", path,
+            "-n", "16", "--blocks", "2,4", "-t", "2", ok=False)
+    rows = [l.split() for l in r.stdout.decode().splitlines()[1:]]
+    ok = r.returncode == 0 and [(w[0], w[1]) for w in rows] == [
+        ("code", "2"), ("code", "4"), ("prose", "2"), ("prose", "4")]
+    for w in rows if ok else []:  # domain block tau spec plain speedup acceptance...
+        tau, acc = float(w[2]), [float(x) for x in w[6:]]
+        ok = ok and 1.0 <= tau <= int(w[1]) and float(w[3]) > 0 and float(w[4]) > 0
+        ok = ok and len(acc) == int(w[1]) - 1 and all(0.0 <= x <= 1.0 for x in acc)
+    R.check("bench --spec: a row per domain and block, tau in [1, block]", ok,
+            "" if ok else (r.stdout + r.stderr).decode(errors="replace")[-300:])
+    bad = {"not-object.json": ("[1, 2]", b"expected an object of domains"),
+           "not-ids.json": ('{"code": [[1, 2], "x"]}', b"domain 'code', prompt 2"),
+           "out-of-vocab.json": ('{"code": [[1, 999999]]}', b"not a token id of the model"),
+           "broken.json": ('{"code": [[1, 2', b"line")}
+    for name, (text, want) in bad.items():
+        with open(os.path.join(tmp, name), "w") as f:
+            f.write(text)
+        r = run(dspec, "bench", "--spec", "--model", model, "--draft", draft, "--prompts",
+                os.path.join(tmp, name), "-n", "4", ok=False)
+        R.check(f"bench --spec: error for {name}",
+                r.returncode == 2 and want in r.stderr and not r.stdout,
+                r.stderr.decode(errors="replace").strip()[-120:])
+    r = run(dspec, "bench", "--kernels", "--n", "256", "--rows", "64", "--time", "0.01",
+            "--type", "q4_K", "-t", "1", ok=False)
+    out = r.stdout.decode(errors="replace")
+    row = [w for w in (l.split() for l in out.splitlines()) if w[:2] == ["q4_K", "q8_K"]]
+    ok = r.returncode == 0 and len(row) == 1 and float(row[0][3]) > 0
+    R.check("bench --kernels: a q4_K row with GB/s", ok, "" if ok else out[-200:])
 
 
 def main():
