@@ -26,13 +26,19 @@ int ds_cli_bench_spec(int argc, char **argv);
 bool ds_cli_kv_type(const char *s, ds_type *t);
 bool ds_cli_kv_params(const char *s, dspec_engine_params *ep);
 
+// cli_num.c: an option's value as a number, strictly (the whole string; false on anything else,
+// the caller reports it): an integer in [lo, hi], a finite float, an unsigned 64-bit integer.
+bool ds_cli_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool ds_cli_float(const char *s, double *out);
+bool ds_cli_u64(const char *s, uint64_t *out);
 
 // cli_gen.c: the options `dspec run` and `dspec serve` share (-m, --draft, -c, -n, sampling,
 // speculative decoding, engine). ds_cli_gen_opt takes option a (value v: the next argument, or
 // NULL) into ep / gp: DS_CLI_OPT_FLAG (a alone taken), DS_CLI_OPT_VALUE (a and v taken),
-// DS_CLI_OPT_NONE (not a shared option), DS_CLI_OPT_ERROR (a missing value or a bad --kv-type,
-// reported as "dspec CMD: ..."). The help lines of the sampling, speculative (but --draft /
-// --no-spec) and engine options, for each command's usage.
+// DS_CLI_OPT_NONE (not a shared option), DS_CLI_OPT_ERROR (a missing value, a value that is not
+// the option's kind of number, or a bad --kv-type, reported as "dspec CMD: ..."). The help lines
+// of the sampling, speculative (but --draft / --no-spec) and engine options, for each command's
+// usage.
 enum { DS_CLI_OPT_ERROR = -1, DS_CLI_OPT_NONE, DS_CLI_OPT_FLAG, DS_CLI_OPT_VALUE };
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
                    dspec_gen_params *gp);

@@ -20,35 +20,59 @@ static bool gen_flag(const char *a, dspec_engine_params *ep, dspec_gen_params *g
     return true;
 }
 
+// The shared options with a number for value: integers (in int32 range: every one of them fits)
+// or floats; --seed is read as unsigned.
+static const char *const gen_ints[] = {"-c", "--ctx", "-n", "--max-tokens", "--top-k",
+                                       "--repeat-last-n", "--draft-block-size", "--ddtree-budget",
+                                       "--ddtree-topk", "--long-ctx", "--long-ctx-width",
+                                       "--batch", "-t", "--threads"};
+static const char *const gen_floats[] = {"--temp", "--top-p", "--min-p", "--repeat-penalty",
+                                         "--frequency-penalty", "--presence-penalty",
+                                         "--draft-conf-threshold"};
+static bool listed(const char *a, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(a, list[i])) return true;
+    }
+    return false;
+}
+
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
                    dspec_gen_params *gp) {
     if (gen_flag(a, ep, gp)) return DS_CLI_OPT_FLAG;
-    // the options that take a value (a missing one reads as "": reported below, the command
+    // the options that take a value (a missing or malformed one is reported below, the command
     // then exits, so what it set does not matter)
     const bool missing = !v;
     if (missing) v = "";
+    int64_t iv = 0;
+    double fv = 0.0;
+    uint64_t uv = 0;
+    const bool is_int = listed(a, gen_ints, DS_ARRAY_LEN(gen_ints));
+    const bool is_float = listed(a, gen_floats, DS_ARRAY_LEN(gen_floats));
+    const bool bad = !missing && ((is_int && !ds_cli_int(v, INT32_MIN, INT32_MAX, &iv)) ||
+                                  (is_float && !ds_cli_float(v, &fv)) ||
+                                  (IS("--seed") && !ds_cli_u64(v, &uv)));
     if (IS("-m") || IS("--model")) ep->model_path = v;
     else if (IS("--draft")) ep->draft_path = v;
-    else if (IS("-c") || IS("--ctx")) ep->n_ctx = atoll(v);
-    else if (IS("-n") || IS("--max-tokens")) gp->max_tokens = atoll(v);
-    else if (IS("--temp")) gp->temperature = strtof(v, NULL);
-    else if (IS("--top-k")) gp->top_k = atoll(v);
-    else if (IS("--top-p")) gp->top_p = strtof(v, NULL);
-    else if (IS("--min-p")) gp->min_p = strtof(v, NULL);
-    else if (IS("--repeat-penalty")) gp->repeat_penalty = strtof(v, NULL);
-    else if (IS("--repeat-last-n")) gp->repeat_last_n = atoll(v);
-    else if (IS("--frequency-penalty")) gp->frequency_penalty = strtof(v, NULL);
-    else if (IS("--presence-penalty")) gp->presence_penalty = strtof(v, NULL);
-    else if (IS("--seed")) gp->seed = strtoull(v, NULL, 10);
-    else if (IS("--draft-block-size")) gp->draft_block_size = atoi(v);
+    else if (IS("-c") || IS("--ctx")) ep->n_ctx = iv;
+    else if (IS("-n") || IS("--max-tokens")) gp->max_tokens = iv;
+    else if (IS("--temp")) gp->temperature = (float)fv;
+    else if (IS("--top-k")) gp->top_k = iv;
+    else if (IS("--top-p")) gp->top_p = (float)fv;
+    else if (IS("--min-p")) gp->min_p = (float)fv;
+    else if (IS("--repeat-penalty")) gp->repeat_penalty = (float)fv;
+    else if (IS("--repeat-last-n")) gp->repeat_last_n = (int)iv;
+    else if (IS("--frequency-penalty")) gp->frequency_penalty = (float)fv;
+    else if (IS("--presence-penalty")) gp->presence_penalty = (float)fv;
+    else if (IS("--seed")) gp->seed = uv;
+    else if (IS("--draft-block-size")) gp->draft_block_size = (int)iv;
     else if (IS("--proposer")) gp->proposer = v;
-    else if (IS("--ddtree-budget")) gp->ddtree_budget = atoi(v);
-    else if (IS("--ddtree-topk")) gp->ddtree_topk = atoi(v);
-    else if (IS("--draft-conf-threshold")) gp->draft_conf_threshold = strtof(v, NULL);
-    else if (IS("--long-ctx")) gp->long_ctx_threshold = atoll(v);
-    else if (IS("--long-ctx-width")) gp->long_ctx_width = atoi(v);
-    else if (IS("--batch")) ep->n_batch = atoll(v);
-    else if (IS("-t") || IS("--threads")) ep->n_threads = atoi(v);
+    else if (IS("--ddtree-budget")) gp->ddtree_budget = (int)iv;
+    else if (IS("--ddtree-topk")) gp->ddtree_topk = (int)iv;
+    else if (IS("--draft-conf-threshold")) gp->draft_conf_threshold = (float)fv;
+    else if (IS("--long-ctx")) gp->long_ctx_threshold = iv;
+    else if (IS("--long-ctx-width")) gp->long_ctx_width = (int)iv;
+    else if (IS("--batch")) ep->n_batch = iv;
+    else if (IS("-t") || IS("--threads")) ep->n_threads = (int)iv;
     else if (IS("--device")) ep->device = v;
     else if (IS("--kv-type")) {
         if (!missing && !ds_cli_kv_params(v, ep)) {
@@ -60,6 +84,11 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
     }
     if (missing) {
         fprintf(stderr, "dspec %s: missing value for %s\n", cmd, a);
+        return DS_CLI_OPT_ERROR;
+    }
+    if (bad) {
+        fprintf(stderr, "dspec %s: %s needs %s, not '%s'\n", cmd, a,
+                is_int ? "an integer" : is_float ? "a number" : "a non-negative integer", v);
         return DS_CLI_OPT_ERROR;
     }
     return DS_CLI_OPT_VALUE;

@@ -252,6 +252,7 @@ int ds_cli_bench(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t iv;
+        double fv;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -267,8 +268,8 @@ int ds_cli_bench(int argc, char **argv) {
                    iv <= 4096) {
             o.threads = (int)iv;
             i++;
-        } else if (!strcmp(a, "--time") && v && atof(v) > 0 && atof(v) < 3600) {
-            o.time = atof(v);
+        } else if (!strcmp(a, "--time") && ds_cli_float(v, &fv) && fv > 0 && fv < 3600) {
+            o.time = fv;
             i++;
         } else if (!strcmp(a, "--type") && v) {
             ds_type t;

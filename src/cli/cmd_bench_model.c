@@ -293,6 +293,7 @@ int ds_cli_bench_model(int argc, char **argv) {
                  .verify = {1, 2, 4, 8, 16, 24, 32}, .n_verify = 7};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t iv;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -302,18 +303,19 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.exact_prefill = 1;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
-        } else if (!strcmp(a, "--prompt") && v && atoll(v) > 0) {
-            o.prompt = atoll(v), i++;
-        } else if (!strcmp(a, "--batch") && v && atoll(v) > 0) {
-            o.batch = atoll(v), i++;
-        } else if (!strcmp(a, "--decode") && v && atoll(v) > 0) {
-            o.decode = atoll(v), i++;
-        } else if (!strcmp(a, "--reps") && v && atoll(v) > 0) {
-            o.reps = atoll(v), i++;
-        } else if (!strcmp(a, "--accept") && v && atoll(v) >= 0 && atoll(v) <= 4096) {
-            o.accept = atoll(v), i++;
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
-            o.threads = atoi(v), i++;
+        } else if (!strcmp(a, "--prompt") && ds_cli_int(v, 1, 1 << 30, &o.prompt)) {
+            i++;
+        } else if (!strcmp(a, "--batch") && ds_cli_int(v, 1, 1 << 30, &o.batch)) {
+            i++;
+        } else if (!strcmp(a, "--decode") && ds_cli_int(v, 1, 1 << 20, &o.decode)) {
+            i++;
+        } else if (!strcmp(a, "--reps") && ds_cli_int(v, 1, 1 << 20, &o.reps)) {
+            i++;
+        } else if (!strcmp(a, "--accept") && ds_cli_int(v, 0, 4096, &o.accept)) {
+            i++;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) &&
+                   ds_cli_int(v, 0, 4096, &iv)) {
+            o.threads = (int)iv, i++;
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
         } else if (!strcmp(a, "--kv-type") && v && ds_cli_kv_type(v, &o.kv)) {

@@ -180,6 +180,8 @@ int ds_cli_bench_spec(int argc, char **argv) {
     bs_opts o = {.n_new = 256};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t iv;
+        double fv;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -197,18 +199,19 @@ int ds_cli_bench_spec(int argc, char **argv) {
             o.prompts = v, i++;
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
-            o.threads = atoi(v), i++;
-        } else if (!strcmp(a, "-n") && v && atoll(v) > 0) {
-            o.n_new = atoll(v), i++;
-        } else if (!strcmp(a, "--max-prompts") && v && atoll(v) > 0) {
-            o.max_prompts = atoll(v), i++;
-        } else if (!strcmp(a, "--temp") && v && atof(v) >= 0) {
-            o.temp = (float)atof(v), i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            o.seed = strtoull(v, NULL, 10), i++;
-        } else if (!strcmp(a, "--ddtree-budget") && v && atoi(v) >= 0) {
-            o.ddtree = atoi(v), i++;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) &&
+                   ds_cli_int(v, 0, 4096, &iv)) {
+            o.threads = (int)iv, i++;
+        } else if (!strcmp(a, "-n") && ds_cli_int(v, 1, 1 << 30, &o.n_new)) {
+            i++;
+        } else if (!strcmp(a, "--max-prompts") && ds_cli_int(v, 1, INT64_MAX, &o.max_prompts)) {
+            i++;
+        } else if (!strcmp(a, "--temp") && ds_cli_float(v, &fv) && fv >= 0) {
+            o.temp = (float)fv, i++;
+        } else if (!strcmp(a, "--seed") && ds_cli_u64(v, &o.seed)) {
+            i++;
+        } else if (!strcmp(a, "--ddtree-budget") && ds_cli_int(v, 0, 4096, &iv)) {
+            o.ddtree = (int)iv, i++;
         } else if (!strcmp(a, "--blocks") && v) {
             for (const char *p = v; *p && o.n_blocks < 8;) {
                 char *end;

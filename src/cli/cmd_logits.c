@@ -129,6 +129,7 @@ int ds_cli_logits(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t iv;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -140,12 +141,13 @@ int ds_cli_logits(int argc, char **argv) {
             o.out = v, i++;
         } else if (!strcmp(a, "--dump-hidden") && v) {
             o.hidden = v, i++;
-        } else if (!strcmp(a, "--decode-from") && v) {
-            o.decode_from = atoll(v), i++;
-        } else if (!strcmp(a, "--batch") && v) {
-            o.batch = atoll(v), i++;
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) {
-            o.threads = atoi(v), i++;
+        } else if (!strcmp(a, "--decode-from") && ds_cli_int(v, 0, 1 << 30, &o.decode_from)) {
+            i++;
+        } else if (!strcmp(a, "--batch") && ds_cli_int(v, 0, 1 << 30, &o.batch)) {
+            i++;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) &&
+                   ds_cli_int(v, 0, 4096, &iv)) {
+            o.threads = (int)iv, i++;
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
         } else if (!strcmp(a, "--kv-type") && v) {

@@ -46,6 +46,14 @@ static void on_listen(const char *host, int port, void *user) {
     fprintf(stderr, "dspec serve: listening on http://%s:%d\n", host, port);
 }
 
+// serve's own numeric options: the value of option a in [lo, hi], else a message and false.
+static bool serve_int(const char *a, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (ds_cli_int(v, lo, hi, out)) return true;
+    fprintf(stderr, "dspec serve: %s needs an integer in [%" PRId64 ", %" PRId64 "], not '%s'\n",
+            a, lo, hi, v);
+    return false;
+}
+
 // Returns -1 on --help, 0 on success, 2 on a usage error (message printed).
 static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
     for (int i = 1; i < argc; i++) {
@@ -63,19 +71,24 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
             fprintf(stderr, "dspec serve: unknown option or missing value: %s\n", a);
             return 2;
         }
+        int64_t n = 0;
+        bool ok = true;
         if (IS("--host")) p->host = NEXT();
-        else if (IS("--port")) p->port = atoi(NEXT());
         else if (IS("--api-key")) p->api_key = NEXT();
         else if (IS("--alias")) p->alias = NEXT();
-        else if (IS("--parallel")) p->n_parallel = atoi(NEXT());
-        else if (IS("--queue")) p->queue_max = atoi(NEXT());
-        else if (IS("--cache-ram")) p->cache_ram_mb = atoll(NEXT());
-        else if (IS("--max-body")) p->max_body = (size_t)strtoull(NEXT(), NULL, 10);
-        else if (IS("--timeout")) p->timeout_s = atoi(NEXT());
-        else {
+        else if (IS("--port")) ok = serve_int(a, NEXT(), 0, 65535, &n), p->port = (int)n;
+        else if (IS("--parallel")) ok = serve_int(a, NEXT(), 1, 64, &n), p->n_parallel = (int)n;
+        else if (IS("--queue")) ok = serve_int(a, NEXT(), 1, 1 << 20, &n), p->queue_max = (int)n;
+        else if (IS("--cache-ram")) ok = serve_int(a, NEXT(), 0, 1 << 30, &n), p->cache_ram_mb = n;
+        else if (IS("--max-body")) {
+            ok = serve_int(a, NEXT(), 1024, INT32_MAX, &n), p->max_body = (size_t)n;
+        } else if (IS("--timeout")) {
+            ok = serve_int(a, NEXT(), 0, 365 * 86400, &n), p->timeout_s = (int)n;
+        } else {
             fprintf(stderr, "dspec serve: unknown option %s\n", a);
             return 2;
         }
+        if (!ok) return 2;
 #undef IS
 #undef NEXT
     }
@@ -83,10 +96,8 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         fprintf(stderr, "dspec serve: need -m MODEL\n");
         return 2;
     }
-    if (p->ep.n_ctx < 0 || p->gp.max_tokens < 0 || p->ep.n_threads < 0 || p->cache_ram_mb < 0 ||
-        p->timeout_s < 0 || p->max_body < 1024) {
-        fprintf(stderr, "dspec serve: --ctx, --max-tokens, --threads, --cache-ram, --timeout "
-                        "must be >= 0 and --max-body >= 1024\n");
+    if (p->ep.n_ctx < 0 || p->gp.max_tokens < 0 || p->ep.n_threads < 0) {
+        fprintf(stderr, "dspec serve: --ctx, --max-tokens and --threads must be >= 0\n");
         return 2;
     }
     return 0;

@@ -201,12 +201,12 @@ int ds_cli_synth(int argc, char **argv) {
             preset = v, i++;
         } else if (!strcmp(a, "--mix") && v) {
             mix = v, i++;
-        } else if (!strcmp(a, "--layers") && v) {
-            layers = atoll(v), i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            seed = strtoull(v, NULL, 10), i++;
-        } else if (!strcmp(a, "--pool") && v) {
-            pool = atoll(v), i++;
+        } else if (!strcmp(a, "--layers") && ds_cli_int(v, 0, 1 << 20, &layers)) {
+            i++;
+        } else if (!strcmp(a, "--seed") && ds_cli_u64(v, &seed)) {
+            i++;
+        } else if (!strcmp(a, "--pool") && ds_cli_int(v, 0, INT64_MAX, &pool)) {
+            i++;
         } else if (!strcmp(a, "--draft") && v) {
             draft = v, i++;
         } else if (!strcmp(a, "--target") && v) {
@@ -215,8 +215,8 @@ int ds_cli_synth(int argc, char **argv) {
             target = v, i++;
         } else if (!strcmp(a, "--tokenizer") && v) {
             tokenizer = v, i++;
-        } else if (!strcmp(a, "--block") && v) {
-            block = atoll(v), i++;
+        } else if (!strcmp(a, "--block") && ds_cli_int(v, 0, 1 << 20, &block)) {
+            i++;
         } else if (a[0] != '-' && !out) {
             out = a;
         } else {

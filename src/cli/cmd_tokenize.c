@@ -241,6 +241,7 @@ int ds_cli_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
+        int64_t bn;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -250,8 +251,8 @@ int ds_cli_tokenize(int argc, char **argv) {
             prompt = argv[++i];
         } else if (!strcmp(a, "-f") && has_val) {
             file = argv[++i];
-        } else if (!strcmp(a, "--bench") && has_val) {
-            bench = atoi(argv[++i]);
+        } else if (!strcmp(a, "--bench") && has_val && ds_cli_int(argv[i + 1], 1, 1 << 24, &bn)) {
+            bench = (int)bn, i++;
         } else if (!strcmp(a, "--special")) {
             special = true;
         } else if (!strcmp(a, "--ids-only")) {

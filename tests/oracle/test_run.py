@@ -214,6 +214,17 @@ def main():
         R.check("run: option without its value",
                 r.returncode == 2 and b"missing value for --seed" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
+        # option values are read strictly: a malformed number is an error, not 0
+        for cmd, opt, val, want in (("run", "--temp", "0.7x", b"--temp needs a number"),
+                                    ("run", "--ctx", "1e3", b"--ctx needs an integer"),
+                                    ("run", "--seed", "-1", b"--seed needs a non-negative"),
+                                    ("serve", "--top-k", "abc", b"--top-k needs an integer"),
+                                    ("serve", "--port", "http", b"--port needs an integer in"),
+                                    ("serve", "--parallel", "0", b"[1, 64]")):
+            args = ("-p", "x") if cmd == "run" else ()
+            r = run(a.dspec, cmd, "-m", model, *args, opt, val, ok=False)
+            R.check(f"{cmd}: {opt} {val} refused", r.returncode == 2 and want in r.stderr,
+                    r.stderr.decode(errors="replace").strip().splitlines()[0][:120])
         # dspec bench --model: prefill, decode and verify lines; --accept commits rows
         r = run(a.dspec, "bench", "--model", model, "--prompt", "8", "--decode", "2",
                 "--reps", "2", "--verify", "1,3", "--accept", "2", "-t", "1", ok=False)
