@@ -242,8 +242,8 @@ static int run_bench(const bm_opts *o) {
         ds_cuda_set_graph_pdl(be, true);
     }
 #endif
-    printf("verify step (speculative batch + commit of min(N, %" PRId64 ") rows), median of %" PRId64
-           ":\n", o->accept, reps);
+    printf("verify step (speculative batch + commit of min(N, %" PRId64 ") rows), median of %"
+           PRId64 ":\n", o->accept, reps);
     double t1 = 0.0;
     int32_t *amv = calloc((size_t)max_v, sizeof(int32_t));
     for (int vi = 0; vi < o->n_verify; vi++) {

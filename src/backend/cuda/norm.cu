@@ -10,8 +10,9 @@
 // matmul output whose split-K reduce was held back (matmul.cu) adds its partials itself:
 // part_sums_kernel, then sums_unit_kernel. The gated norm of narrow rows (d <= 511) runs one warp
 // per row (gated_warp_kernel), bitwise the row kernel; where it prepares the next matmul's input,
-// one block per unit (gated_unit_kernel), from 2 rows one warp per unit (gated_uwarp_kernel). Calls norm.cuh, quant.cuh. Called through
-// the op table. Spec: backend.h (rmsnorm, gated_rmsnorm), target-qwen35.md §2.6.
+// one block per unit (gated_unit_kernel), from 2 rows one warp per unit (gated_uwarp_kernel).
+// Calls norm.cuh, quant.cuh. Called through the op table. Spec: backend.h (rmsnorm,
+// gated_rmsnorm), target-qwen35.md §2.6.
 //   bytes: rows*ne0*8 (+4 for z; unit blocks: each reads its whole row from L2);
 //   flops: ~4*rows*ne0.
 #include "backend/cuda/norm.cuh"
