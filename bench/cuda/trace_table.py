@@ -2,6 +2,7 @@
 """trace_table.py: where a replayed step graph spends its time, from kernel_trace.c's CSV.
 
 Usage: python3 trace_table.py kernel_trace.csv [--graph-kernels N] [--top K] [--eager]
+                                                 [--by-launch]
 
 Splits the kernels of replayed graphs into step instances (a run of one graph id; a node id
 seen again starts the next instance), takes the graphs with at least N kernels (default 300:
@@ -17,6 +18,9 @@ so far, when positive): the price of a launch or a copy that breaks the chain.
 them as one run, by kind: count, share, durations (the share is the right column under
 programmatic launch: the prompt's chunked gated delta measured 686 us of "duration" per prep
 launch that was ~100 us of its own).
+--by-launch: kinds split by launch shape (grid x*y*z / block threads), so that one kernel's
+matrix shapes get rows of their own (a GEMV's weight bytes / its "us each" is the bandwidth that
+shape reaches inside the step: bench/RESULTS.md session 30).
 """
 import csv
 import re
@@ -33,6 +37,13 @@ def kind(name):
     n = re.sub(r"<.*", "", name)         # template arguments
     n = re.sub(r"\(.*", "", n)           # parameter list
     return n.split("::")[-1].split(" ")[-1].strip() or name[:40]
+
+
+def key_of(k, by_launch):
+    """The row a kernel is counted in: its kind, or its kind and launch shape."""
+    if not by_launch:
+        return kind(k["name"])
+    return f"{kind(k['name'])} {k['grid']}/{k['block']}"
 
 
 def instances(rows):
@@ -69,7 +80,7 @@ def analyse(inst):
     return t0, t1, busy, idle_before, ext
 
 
-def eager(rows, top):
+def eager(rows, top, by_launch):
     """The kernels outside graphs as one run (analyse's accounting), by kind."""
     ks = [r for r in rows if r["graph"] == 0]
     if not ks:
@@ -80,7 +91,7 @@ def eager(rows, top):
           f"{busy / 1e6:.2f} ms")
     agg = defaultdict(lambda: [0, 0, 0])
     for k, e in zip(ks, ext):
-        a = agg[kind(k["name"])]
+        a = agg[key_of(k, by_launch)]
         a[0] += 1
         a[1] += e
         a[2] += k["end"] - k["start"]
@@ -103,10 +114,13 @@ def main():
             if r["what"] != "K":
                 continue
             rows.append({"start": int(r["start"]), "end": int(r["end"]), "graph": int(r["graph"]),
-                         "node": int(r["node"]), "name": r["name"]})
+                         "node": int(r["node"]), "name": r["name"],
+                         "grid": f"{r['grid_x_or_bytes']}x{r['grid_y']}x{r['grid_z']}",
+                         "block": r["block"]})
     rows.sort(key=lambda r: r["start"])
+    by_launch = "--by-launch" in args
     if "--eager" in args:
-        return eager(rows, top)
+        return eager(rows, top, by_launch)
     insts = instances(rows)
     by_graph = defaultdict(list)
     for i, inst in enumerate(insts):
@@ -136,7 +150,7 @@ def main():
                   f"{statistics.median(betw) / 1e3:.1f} us")
         agg = defaultdict(lambda: [0, 0, 0, 0])
         for k, gap, e in zip(inst["k"], idle, ext):
-            a = agg[kind(k["name"])]
+            a = agg[key_of(k, by_launch)]
             a[0] += 1
             a[1] += e
             a[2] += k["end"] - k["start"]
