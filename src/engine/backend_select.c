@@ -10,7 +10,16 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
     *out = NULL;
     if (!device || !strcmp(device, "cpu")) return ds_backend_cpu_new(out, n_threads, err);
     if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
-        int idx = device[4] == ':' ? atoi(device + 5) : 0;
+        int idx = 0;
+        if (device[4] == ':') { // (digits only: "cuda:x" or "cuda:-1" are not device 0)
+            char *end = (char *)device;
+            long v = device[5] >= '0' && device[5] <= '9' ? strtol(device + 5, &end, 10) : -1;
+            if (v < 0 || v > 1024 || *end) {
+                return ds_err_set(err, DSPEC_ERR_INVALID,
+                                  "--device %s: expected cpu, cuda or cuda:N", device);
+            }
+            idx = (int)v;
+        }
 #ifdef DSPEC_HAVE_CUDA
         if (ds_cuda_device_count() <= idx) {
             return ds_err_set(err, DSPEC_ERR_DEVICE, "--device %s: %d CUDA device(s) visible",

@@ -225,6 +225,10 @@ def main():
             r = run(a.dspec, cmd, "-m", model, *args, opt, val, ok=False)
             R.check(f"{cmd}: {opt} {val} refused", r.returncode == 2 and want in r.stderr,
                     r.stderr.decode(errors="replace").strip().splitlines()[0][:120])
+        r = run(a.dspec, "run", "-m", model, "-p", "x", "--device", "cuda:x", ok=False)
+        R.check("run: --device cuda:x refused (not device 0)",
+                r.returncode != 0 and b"expected cpu, cuda or cuda:N" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
         # dspec bench --model: prefill, decode and verify lines; --accept commits rows
         r = run(a.dspec, "bench", "--model", model, "--prompt", "8", "--decode", "2",
                 "--reps", "2", "--verify", "1,3", "--accept", "2", "-t", "1", ok=False)
