@@ -20,20 +20,25 @@ static bool gen_flag(const char *a, dspec_engine_params *ep, dspec_gen_params *g
     return true;
 }
 
-// The shared options with a number for value: integers (in int32 range: every one of them fits)
-// or floats; --seed is read as unsigned.
-static const char *const gen_ints[] = {"-c", "--ctx", "-n", "--max-tokens", "--top-k",
-                                       "--repeat-last-n", "--draft-block-size", "--ddtree-budget",
-                                       "--ddtree-topk", "--long-ctx", "--long-ctx-width",
-                                       "--batch", "-t", "--threads"};
-static const char *const gen_floats[] = {"--temp", "--top-p", "--min-p", "--repeat-penalty",
-                                         "--frequency-penalty", "--presence-penalty",
-                                         "--draft-conf-threshold"};
-static bool listed(const char *a, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        if (!strcmp(a, list[i])) return true;
-    }
-    return false;
+// Value setters: each reads v strictly (cli_num.c) and stores it only when it is the kind of
+// number the field takes, else leaves the field and names the kind in *want for the message.
+// (Every integer option fits int32.)
+static bool set_i64(const char *v, int64_t *dst, const char **want) {
+    *want = "an integer";
+    return ds_cli_int(v, INT32_MIN, INT32_MAX, dst);
+}
+static bool set_int(const char *v, int *dst, const char **want) {
+    int64_t x;
+    if (!set_i64(v, &x, want)) return false;
+    *dst = (int)x;
+    return true;
+}
+static bool set_f32(const char *v, float *dst, const char **want) {
+    *want = "a number";
+    double x;
+    if (!ds_cli_float(v, &x)) return false;
+    *dst = (float)x;
+    return true;
 }
 
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
@@ -43,36 +48,30 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
     // then exits, so what it set does not matter)
     const bool missing = !v;
     if (missing) v = "";
-    int64_t iv = 0;
-    double fv = 0.0;
-    uint64_t uv = 0;
-    const bool is_int = listed(a, gen_ints, DS_ARRAY_LEN(gen_ints));
-    const bool is_float = listed(a, gen_floats, DS_ARRAY_LEN(gen_floats));
-    const bool bad = !missing && ((is_int && !ds_cli_int(v, INT32_MIN, INT32_MAX, &iv)) ||
-                                  (is_float && !ds_cli_float(v, &fv)) ||
-                                  (IS("--seed") && !ds_cli_u64(v, &uv)));
+    bool ok = true;
+    const char *want = NULL;
     if (IS("-m") || IS("--model")) ep->model_path = v;
     else if (IS("--draft")) ep->draft_path = v;
-    else if (IS("-c") || IS("--ctx")) ep->n_ctx = iv;
-    else if (IS("-n") || IS("--max-tokens")) gp->max_tokens = iv;
-    else if (IS("--temp")) gp->temperature = (float)fv;
-    else if (IS("--top-k")) gp->top_k = iv;
-    else if (IS("--top-p")) gp->top_p = (float)fv;
-    else if (IS("--min-p")) gp->min_p = (float)fv;
-    else if (IS("--repeat-penalty")) gp->repeat_penalty = (float)fv;
-    else if (IS("--repeat-last-n")) gp->repeat_last_n = (int)iv;
-    else if (IS("--frequency-penalty")) gp->frequency_penalty = (float)fv;
-    else if (IS("--presence-penalty")) gp->presence_penalty = (float)fv;
-    else if (IS("--seed")) gp->seed = uv;
-    else if (IS("--draft-block-size")) gp->draft_block_size = (int)iv;
+    else if (IS("-c") || IS("--ctx")) ok = set_i64(v, &ep->n_ctx, &want);
+    else if (IS("-n") || IS("--max-tokens")) ok = set_i64(v, &gp->max_tokens, &want);
+    else if (IS("--temp")) ok = set_f32(v, &gp->temperature, &want);
+    else if (IS("--top-k")) ok = set_i64(v, &gp->top_k, &want);
+    else if (IS("--top-p")) ok = set_f32(v, &gp->top_p, &want);
+    else if (IS("--min-p")) ok = set_f32(v, &gp->min_p, &want);
+    else if (IS("--repeat-penalty")) ok = set_f32(v, &gp->repeat_penalty, &want);
+    else if (IS("--repeat-last-n")) ok = set_i64(v, &gp->repeat_last_n, &want);
+    else if (IS("--frequency-penalty")) ok = set_f32(v, &gp->frequency_penalty, &want);
+    else if (IS("--presence-penalty")) ok = set_f32(v, &gp->presence_penalty, &want);
+    else if (IS("--seed")) ok = ds_cli_u64(v, &gp->seed), want = "a non-negative integer";
+    else if (IS("--draft-block-size")) ok = set_int(v, &gp->draft_block_size, &want);
     else if (IS("--proposer")) gp->proposer = v;
-    else if (IS("--ddtree-budget")) gp->ddtree_budget = (int)iv;
-    else if (IS("--ddtree-topk")) gp->ddtree_topk = (int)iv;
-    else if (IS("--draft-conf-threshold")) gp->draft_conf_threshold = (float)fv;
-    else if (IS("--long-ctx")) gp->long_ctx_threshold = iv;
-    else if (IS("--long-ctx-width")) gp->long_ctx_width = (int)iv;
-    else if (IS("--batch")) ep->n_batch = iv;
-    else if (IS("-t") || IS("--threads")) ep->n_threads = (int)iv;
+    else if (IS("--ddtree-budget")) ok = set_int(v, &gp->ddtree_budget, &want);
+    else if (IS("--ddtree-topk")) ok = set_int(v, &gp->ddtree_topk, &want);
+    else if (IS("--draft-conf-threshold")) ok = set_f32(v, &gp->draft_conf_threshold, &want);
+    else if (IS("--long-ctx")) ok = set_i64(v, &gp->long_ctx_threshold, &want);
+    else if (IS("--long-ctx-width")) ok = set_int(v, &gp->long_ctx_width, &want);
+    else if (IS("--batch")) ok = set_i64(v, &ep->n_batch, &want);
+    else if (IS("-t") || IS("--threads")) ok = set_int(v, &ep->n_threads, &want);
     else if (IS("--device")) ep->device = v;
     else if (IS("--kv-type")) {
         if (!missing && !ds_cli_kv_params(v, ep)) {
@@ -86,9 +85,8 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
         fprintf(stderr, "dspec %s: missing value for %s\n", cmd, a);
         return DS_CLI_OPT_ERROR;
     }
-    if (bad) {
-        fprintf(stderr, "dspec %s: %s needs %s, not '%s'\n", cmd, a,
-                is_int ? "an integer" : is_float ? "a number" : "a non-negative integer", v);
+    if (!ok) {
+        fprintf(stderr, "dspec %s: %s needs %s, not '%s'\n", cmd, a, want, v);
         return DS_CLI_OPT_ERROR;
     }
     return DS_CLI_OPT_VALUE;
