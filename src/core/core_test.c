@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void test_err_set_and_prefix(void **state) {
     (void)state;
@@ -81,6 +82,21 @@ static void test_pool(void **state) {
             for (int64_t i = 0; i < n; i++) {
                 assert_int_equal(out[i], i * i);
             }
+            // every 5th run after a pause past the workers' polling (they sleep and are woken)
+            if (rep % 5 == 4) {
+                nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+            }
+        }
+        // thousands of short runs back to back (the workers poll from one to the next), each
+        // complete when ds_pool_run returns; then freed while the workers still poll
+        for (int rep = 0; rep < 5000; rep++) {
+            sum_ctx c = {.out = out};
+            atomic_store(&c.calls, 0);
+            const int64_t n = 2 + rep % 7;
+            out[n - 1] = -1;
+            ds_pool_run(pool, square_task, &c, n);
+            assert_int_equal(atomic_load(&c.calls), n);
+            assert_int_equal(out[n - 1], (n - 1) * (n - 1));
         }
         ds_pool_free(pool);
     }
