@@ -258,16 +258,20 @@ static void act_copy_f32(void *restrict y, const float *restrict x, int64_t n) {
 // ---- dispatch ----------------------------------------------------------------------------------
 
 typedef struct kernel_set {
-    ds_vec_dot_fn dot[3];      // [level]: scalar, AVX2, AVX-512 (NULL: fall back to lower)
+    ds_vec_dot_fn dot[3];       // [level]: scalar, AVX2, AVX-512 (NULL: fall back to lower)
+    ds_vec_dot_rows_fn rows[3]; // several activation rows at once (NULL: dot per row)
 } kernel_set;
 
 static const kernel_set k_dots[DS_TYPE_COUNT] = {
     [DS_TYPE_F32] = {{ds_dot_f32_scalar, ds_dot_f32_avx2, NULL}},
     [DS_TYPE_F16] = {{ds_dot_f16_scalar, ds_dot_f16_avx2, NULL}},
     [DS_TYPE_BF16] = {{ds_dot_bf16_scalar, ds_dot_bf16_avx2, NULL}},
-    [DS_TYPE_Q8_0] = {{ds_dot_q8_0_scalar, ds_dot_q8_0_avx2, NULL}},
-    [DS_TYPE_Q4_0] = {{ds_dot_q4_0_scalar, ds_dot_q4_0_avx2, NULL}},
-    [DS_TYPE_IQ4_NL] = {{ds_dot_iq4_nl_scalar, ds_dot_iq4_nl_avx2, NULL}},
+    [DS_TYPE_Q8_0] = {{ds_dot_q8_0_scalar, ds_dot_q8_0_avx2, NULL},
+                      {NULL, ds_dot_rows_q8_0_avx2, NULL}},
+    [DS_TYPE_Q4_0] = {{ds_dot_q4_0_scalar, ds_dot_q4_0_avx2, NULL},
+                      {NULL, ds_dot_rows_q4_0_avx2, NULL}},
+    [DS_TYPE_IQ4_NL] = {{ds_dot_iq4_nl_scalar, ds_dot_iq4_nl_avx2, NULL},
+                        {NULL, ds_dot_rows_iq4_nl_avx2, NULL}},
     [DS_TYPE_Q4_K] = {{ds_dot_q4_k_scalar, ds_dot_q4_k_avx2, NULL}},
     [DS_TYPE_Q5_K] = {{ds_dot_q5_k_scalar, ds_dot_q5_k_avx2, NULL}},
     [DS_TYPE_Q6_K] = {{ds_dot_q6_k_scalar, ds_dot_q6_k_avx2, NULL}},
@@ -335,6 +339,14 @@ void ds_vec_dot_rows(ds_type t, int64_t n, int64_t nr, float *s, int64_t s_strid
                      const void *a, size_t a_stride) {
     ds_vec_dot_fn f = ds_vec_dot_get(t, 2);
     DS_ASSERT(f != NULL && nr >= 0 && n % ds_type_traits_get(t)->block_elems == 0);
+    // (the rows kernel of the level the single-row kernel comes from: the same bits)
+    if (nr > 1) {
+        const ds_vec_dot_rows_fn fr = k_dots[t].rows[ds_vec_dot_level(t, 2)];
+        if (fr != NULL) {
+            fr(n, nr, s, s_stride, w, a, a_stride);
+            return;
+        }
+    }
     const uint8_t *ar = a;
     for (int64_t r = 0; r < nr; r++) {
         f(n, s + r * s_stride, w, ar + (size_t)r * a_stride);
@@ -351,6 +363,16 @@ ds_from_float_fn ds_quantize_act_get(ds_type t, int level) {
         }
     }
     return NULL;
+}
+
+void ds_fp16_to_f32_row(float *restrict dst, const ds_fp16 *restrict src, int64_t n) {
+    if (ds_cpu_max_level() >= 1) {
+        ds_fp16_to_f32_row_avx2(dst, src, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        dst[i] = ds_fp16_to_f32(src[i]);
+    }
 }
 
 void ds_quantize_act(ds_type t, void *restrict y, const float *restrict x, int64_t n) {

@@ -187,6 +187,112 @@ void ds_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w,
     Q8_0_FAMILY_DOT(ds_block_iq4_nl, isum_iq4_nl)
 }
 
+// ---- one weight row against several activation rows (ds_vec_dot_rows) --------------------------
+
+// The 8 fp16 scales of 8 consecutive blocks (stride bytes apart, the scale first) as floats:
+// F16C conversions, the same values as h2f.
+static inline __m256 scales8(const void *first, size_t stride) {
+    const uint8_t *p = first;
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) memcpy(&h[k], p + (size_t)k * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+// R (1..4) activation rows at a time: per group of 8 weight blocks, each block's weights are
+// decoded, and their absolute values and signs taken, once for all R rows, as are the 8 weight
+// scales. Each row's 8 integer block sums are exact (any order of integer adds: here a pairwise
+// tree as the blocks come, 4 vectors live per row instead of 8), its products dw*da and its lane
+// accumulators the single-row kernel's, so every output is bitwise Q8_0_FAMILY_DOT's (the tail
+// blocks run its scalar code).
+#define Q8_0_FAMILY_ROWS(NAME, BLOCK_T, WQ)                                                        \
+    static inline __attribute__((always_inline)) void NAME##_r(                                    \
+        const int R, int64_t n, float *s, int64_t s_stride, const BLOCK_T *x, const uint8_t *a,    \
+        size_t a_stride) {                                                                         \
+        const int64_t nb = n / DS_QK;                                                              \
+        const ds_block_q8_0 *y[4];                                                                 \
+        __m256 acc[4];                                                                             \
+        for (int r = 0; r < R; r++) {                                                              \
+            y[r] = (const ds_block_q8_0 *)(a + (size_t)r * a_stride);                              \
+            acc[r] = _mm256_setzero_ps();                                                          \
+        }                                                                                          \
+        int64_t ib = 0;                                                                            \
+        for (; ib + 8 <= nb; ib += 8) {                                                            \
+            __m256i half[2][4];                                                                    \
+            for (int hb = 0; hb < 2; hb++) {                                                       \
+                __m256i pr[4][2];                                                                  \
+                for (int pp = 0; pp < 2; pp++) {                                                   \
+                    const int64_t k = ib + 4 * hb + 2 * pp;                                        \
+                    const __m256i q0 = WQ(&x[k]), q1 = WQ(&x[k + 1]);                              \
+                    const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);    \
+                    for (int r = 0; r < R; r++) {                                                  \
+                        const __m256i s0 = _mm256_sign_epi8(                                       \
+                            _mm256_loadu_si256((const __m256i *)y[r][k].qs), q0);                  \
+                        const __m256i s1 = _mm256_sign_epi8(                                       \
+                            _mm256_loadu_si256((const __m256i *)y[r][k + 1].qs), q1);              \
+                        const __m256i one = _mm256_set1_epi16(1);                                  \
+                        pr[r][pp] = _mm256_hadd_epi32(                                             \
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(a0, s0), one),                  \
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(a1, s1), one));                 \
+                    }                                                                              \
+                }                                                                                  \
+                for (int r = 0; r < R; r++) half[hb][r] = _mm256_hadd_epi32(pr[r][0], pr[r][1]);   \
+            }                                                                                      \
+            const __m256 dw = scales8(&x[ib].d, sizeof(BLOCK_T));                                  \
+            for (int r = 0; r < R; r++) { /* hsum8_i32's last steps */                             \
+                const __m256i lo = _mm256_permute2x128_si256(half[0][r], half[1][r], 0x20);        \
+                const __m256i hi = _mm256_permute2x128_si256(half[0][r], half[1][r], 0x31);        \
+                const __m256 dd = _mm256_mul_ps(dw, scales8(&y[r][ib].d, sizeof(ds_block_q8_0)));  \
+                const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), dd);  \
+                acc[r] = _mm256_add_ps(acc[r], t);                                                 \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < R; r++) {                                                              \
+            float lanes[8];                                                                        \
+            _mm256_storeu_ps(lanes, acc[r]);                                                       \
+            for (int64_t i = ib; i < nb; i++) {                                                    \
+                const __m256i yq = _mm256_loadu_si256((const __m256i *)y[r][i].qs);                \
+                float t = (float)hsum_i32(dot_i8_32(WQ(&x[i]), yq)) *                              \
+                          (h2f(x[i].d) * h2f(y[r][i].d));                                          \
+                lanes[i % 8] += t;                                                                 \
+            }                                                                                      \
+            s[r * s_stride] = ds_lanes8_reduce(lanes);                                             \
+        }                                                                                          \
+    }                                                                                              \
+    void NAME(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w, const void *a,     \
+              size_t a_stride) {                                                                   \
+        for (int64_t r = 0; r < nr;) {                                                             \
+            float *sr = s + r * s_stride;                                                          \
+            const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
+            if (nr - r >= 4) {                                                                     \
+                NAME##_r(4, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 4;                                                                            \
+            } else if (nr - r == 3) {                                                              \
+                NAME##_r(3, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 3;                                                                            \
+            } else if (nr - r == 2) {                                                              \
+                NAME##_r(2, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 2;                                                                            \
+            } else {                                                                               \
+                NAME##_r(1, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 1;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+static inline __m256i wq_q8_0(const ds_block_q8_0 *x) {
+    return _mm256_loadu_si256((const __m256i *)x->qs);
+}
+static inline __m256i wq_q4_0(const ds_block_q4_0 *x) {
+    return _mm256_sub_epi8(nibbles_32(x->qs), _mm256_set1_epi8(8));
+}
+static inline __m256i wq_iq4_nl(const ds_block_iq4_nl *x) {
+    return _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
+}
+
+Q8_0_FAMILY_ROWS(ds_dot_rows_q8_0_avx2, ds_block_q8_0, wq_q8_0)
+Q8_0_FAMILY_ROWS(ds_dot_rows_q4_0_avx2, ds_block_q4_0, wq_q4_0)
+Q8_0_FAMILY_ROWS(ds_dot_rows_iq4_nl_avx2, ds_block_iq4_nl, wq_iq4_nl)
+
 // ---- super-blocks against Q8_K -----------------------------------------------------------------
 
 void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
@@ -406,6 +512,16 @@ void ds_act_f16_avx2(void *restrict y, const float *restrict x, int64_t n) {
     }
     for (; i < n; i++) {
         h[i] = ds_f32_to_fp16(x[i]);
+    }
+}
+
+void ds_fp16_to_f32_row_avx2(float *restrict y, const ds_fp16 *restrict x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    }
+    for (; i < n; i++) {
+        y[i] = h2f(x[i]);
     }
 }
 

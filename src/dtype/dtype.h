@@ -234,6 +234,8 @@ ds_from_float_fn ds_quantize_act_get(ds_type t, int level);
 
 float ds_fp16_to_f32(ds_fp16 h);
 ds_fp16 ds_f32_to_fp16(float f); // round to nearest even, like ggml's GGML_FP32_TO_FP16; NaN -> 0x7e00
+// dst[i] = ds_fp16_to_f32(src[i]) for i < n (F16C where the CPU has it: the same values).
+void ds_fp16_to_f32_row(float *restrict dst, const ds_fp16 *restrict src, int64_t n);
 static inline float ds_bf16_to_f32(ds_bf16 h) {
     union {
         uint32_t u;

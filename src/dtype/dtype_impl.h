@@ -96,14 +96,18 @@ void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w, cons
 void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
 void ds_act_f16_avx2(void *restrict y, const float *restrict x, int64_t n);
+void ds_fp16_to_f32_row_avx2(float *restrict y, const ds_fp16 *restrict x, int64_t n);
 void ds_act_bf16_avx2(void *restrict y, const float *restrict x, int64_t n);
 void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n);
 void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n);
 
-// ---- AVX-512 kernels (dot_avx512.c); only called when ds_cpu_get()->avx512 ---------------------
-void ds_dot_f32_avx512(int64_t n, float *restrict s, const void *restrict w,
-                       const void *restrict a);
-void ds_dot_f16_avx512(int64_t n, float *restrict s, const void *restrict w,
-                       const void *restrict a);
-void ds_dot_bf16_avx512(int64_t n, float *restrict s, const void *restrict w,
-                        const void *restrict a);
+// One weight row against nr activation rows (ds_vec_dot_rows), bitwise the single-row kernel per
+// row: s[r * s_stride] = dot(w, a + r * a_stride).
+typedef void (*ds_vec_dot_rows_fn)(int64_t n, int64_t nr, float *s, int64_t s_stride,
+                                   const void *w, const void *a, size_t a_stride);
+void ds_dot_rows_q8_0_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                           const void *a, size_t a_stride);
+void ds_dot_rows_q4_0_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                           const void *a, size_t a_stride);
+void ds_dot_rows_iq4_nl_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                             const void *a, size_t a_stride);

@@ -635,42 +635,72 @@ static void test_dot_simd_equals_scalar(void **state) {
     printf("dot kernels: CPU level %d checked against scalar\n", ds_cpu_max_level());
 }
 
-// ds_vec_dot_rows == ds_vec_dot per row, bitwise, for every type, and ds_vec_dot honours
-// ds_cpu_set_max_level at once.
+// ds_vec_dot_rows == ds_vec_dot per row, bitwise, for every type (1..9 rows: the multi-row
+// kernels' groups of 4 and their 1-3 row remainders; row lengths with and without tail blocks
+// past the groups of 8), and ds_vec_dot honours ds_cpu_set_max_level at once.
 static void test_dot_rows_and_dispatch(void **state) {
     (void)state;
     rng r = {5};
-    const int64_t n = 1024, nr = 5;
+    enum { NR_MAX = 9 };
+    static const int64_t nrs[] = {1, 2, 3, 4, 5, 7, 9};
     for (size_t k = 0; k < DS_ARRAY_LEN(k_dot_types); k++) {
         ds_type t = k_dot_types[k];
         ds_type at = ds_type_vec_dot(t);
-        size_t arow = ds_type_row_size(at, n);
-        void *w = xmalloc(ds_type_row_size(t, n));
-        uint8_t *a = xmalloc(arow * nr);
-        float *af = xmalloc((size_t)n * sizeof(float));
-        make_weights(t, w, n, &r, false);
-        for (int64_t i = 0; i < nr; i++) {
-            make_activation(at, a + (size_t)i * arow, af, n, &r);
+        const int64_t be = ds_type_traits_get(t)->block_elems;
+        const int64_t ns[2] = {1024, be == 32 ? 1120 : 1280};
+        for (int ni = 0; ni < 2; ni++) {
+            const int64_t n = ns[ni];
+            size_t arow = ds_type_row_size(at, n);
+            void *w = xmalloc(ds_type_row_size(t, n));
+            uint8_t *a = xmalloc(arow * NR_MAX);
+            float *af = xmalloc((size_t)n * sizeof(float));
+            make_weights(t, w, n, &r, false);
+            for (int64_t i = 0; i < NR_MAX; i++) {
+                make_activation(at, a + (size_t)i * arow, af, n, &r);
+            }
+            for (size_t q = 0; q < DS_ARRAY_LEN(nrs); q++) {
+                const int64_t nr = nrs[q];
+                float s[2 * NR_MAX];
+                ds_vec_dot_rows(t, n, nr, s, 2, w, a, arow);
+                for (int64_t i = 0; i < nr; i++) {
+                    float one;
+                    ds_vec_dot(t, n, &one, w, a + (size_t)i * arow);
+                    assert_int_equal(f32_bits(one), f32_bits(s[2 * i]));
+                    float sc;
+                    ds_cpu_set_max_level(0);
+                    ds_vec_dot(t, n, &sc, w, a + (size_t)i * arow);
+                    ds_cpu_set_max_level(2);
+                    assert_int_equal(f32_bits(one), f32_bits(sc));
+                }
+            }
+            free(af);
+            free(a);
+            free(w);
         }
-        float s[2 * 5];
-        ds_vec_dot_rows(t, n, nr, s, 2, w, a, arow);
-        for (int64_t i = 0; i < nr; i++) {
-            float one;
-            ds_vec_dot(t, n, &one, w, a + (size_t)i * arow);
-            assert_int_equal(f32_bits(one), f32_bits(s[2 * i]));
-            float sc;
-            ds_cpu_set_max_level(0);
-            ds_vec_dot(t, n, &sc, w, a + (size_t)i * arow);
-            ds_cpu_set_max_level(2);
-            assert_int_equal(f32_bits(one), f32_bits(sc));
-        }
-        free(af);
-        free(a);
-        free(w);
     }
     ds_cpu_set_max_level(0);
     assert_int_equal(ds_vec_dot_level(DS_TYPE_Q4_K, 2), 0);
     ds_cpu_set_max_level(2);
+}
+
+// ds_fp16_to_f32_row == ds_fp16_to_f32 per element for all 65,536 halves (NaNs included), at
+// the CPU's level and at the scalar level, with a tail past the last 8.
+static void test_fp16_row(void **state) {
+    (void)state;
+    enum { N = 65536 + 5 };
+    ds_fp16 *h = xmalloc(N * sizeof(ds_fp16));
+    float *got = xmalloc(N * sizeof(float));
+    for (int64_t i = 0; i < N; i++) h[i] = (ds_fp16)(i & 0xffff);
+    for (int level = 2; level >= 0; level -= 2) {
+        ds_cpu_set_max_level(level);
+        ds_fp16_to_f32_row(got, h, N);
+        for (int64_t i = 0; i < N; i++) {
+            assert_int_equal(f32_bits(got[i]), f32_bits(ds_fp16_to_f32(h[i])));
+        }
+    }
+    ds_cpu_set_max_level(2);
+    free(got);
+    free(h);
 }
 
 // The activation quantizers agree across levels bitwise on varied data (finite inputs).
@@ -732,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_refuses_bad_input),
         cmocka_unit_test(test_dot_simd_equals_scalar),
         cmocka_unit_test(test_dot_rows_and_dispatch),
+        cmocka_unit_test(test_fp16_row),
         cmocka_unit_test(test_activation_quantizers_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

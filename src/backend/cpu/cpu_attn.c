@@ -43,10 +43,7 @@ void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_te
             ds_quantize_act(DS_TYPE_Q8_0, d, src, ne0);
         } else {
             DS_ASSERT(dst->type == DS_TYPE_F16);
-            ds_fp16 *h = d;
-            for (int64_t i = 0; i < ne0; i++) {
-                h[i] = ds_f32_to_fp16(src[i]);
-            }
+            ds_quantize_act(DS_TYPE_F16, d, src, ne0); // (ds_f32_to_fp16 per element)
         }
     }
 }

@@ -58,10 +58,7 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
     } else if (c->type == DS_TYPE_Q8_0) { // (off and hd whole 32-blocks: ds_state_new checks)
         ds_dequantize_row(DS_TYPE_Q8_0, dst, (const ds_block_q8_0 *)base + off / 32, hd);
     } else {
-        const ds_fp16 *h = (const ds_fp16 *)base + off;
-        for (int64_t i = 0; i < hd; i++) {
-            dst[i] = ds_fp16_to_f32(h[i]);
-        }
+        ds_fp16_to_f32_row(dst, (const ds_fp16 *)base + off, hd);
     }
 }
 
