@@ -3,14 +3,15 @@
 // outputs (STYLE.md §2.8: split across output rows, never across a reduction). Called by backend/cpu.
 //
 // A forward pass runs dozens of parallel-fors back to back, each a few to a few hundred
-// microseconds, so a worker that has finished one polls for the next for up to POOL_SPIN_S before
-// it sleeps on the condition variable, and the caller polls as long for the workers' completion
-// before it sleeps: a condition-variable wake-up costs tens of microseconds on these VMs (the
-// bundled tiny target decoded at ~2.2 ms a token with every parallel-for waking the workers, ~0.8
-// ms with the polling; bench/RESULTS.md "CPU").
+// microseconds, so a worker that has finished one polls for the next for a while (pool_poll's
+// budget, up to POOL_SPIN_S) before it sleeps on the condition variable, and the caller polls as
+// long for the workers' completion before it sleeps: a condition-variable wake-up costs tens of
+// microseconds on these VMs (the bundled tiny target decoded at ~2.2 ms a token with every
+// parallel-for waking the workers, ~0.8 ms with the polling; bench/RESULTS.md "CPU").
 #include "core/core.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #endif
 
 #define POOL_SPIN_S 100e-6
+#define POOL_SPIN_MIN_S 2e-6
 
 struct ds_pool {
     int n_threads;
@@ -34,6 +36,7 @@ struct ds_pool {
     atomic_uint_fast64_t generation;
     atomic_int n_busy;
     atomic_bool quit;
+    double run_budget; // the caller's polling budget (pool_poll; one ds_pool_run at a time)
     // current job
     ds_pool_fn fn;
     void *ctx;
@@ -41,18 +44,26 @@ struct ds_pool {
     atomic_int_fast64_t next_task;
 };
 
-// Polls until done(arg) or POOL_SPIN_S have passed; returns done(arg).
-static bool pool_poll(bool (*done)(const ds_pool *, uint64_t), const ds_pool *p, uint64_t arg) {
+// Polls until done(arg) or *budget seconds have passed; returns done(arg). The budget adapts to
+// what polling buys: doubled (up to POOL_SPIN_S) when the wait ends inside it, halved (down to
+// POOL_SPIN_MIN_S) when it runs out -- on a machine with more runnable threads than cores the
+// thread being waited for is often not running, and polling only takes its core (two test
+// processes of two threads each on the 2-core VM: ~30% slower with a fixed 100 us).
+static bool pool_poll(bool (*done)(const ds_pool *, uint64_t), const ds_pool *p, uint64_t arg,
+                      double *budget) {
     double t0 = 0.0;
     for (int i = 0;; i++) {
         if (done(p, arg)) {
+            *budget = *budget * 2.0 < POOL_SPIN_S ? *budget * 2.0 : POOL_SPIN_S;
             return true;
         }
-        if ((i & 63) == 63) { // (the clock every 64 polls)
+        if ((i & 63) == 63) { // (every 64 polls: the clock, and the core to anything runnable)
+            sched_yield();
             const double t = ds_time_now();
             if (t0 == 0.0) {
                 t0 = t;
-            } else if (t - t0 > POOL_SPIN_S) {
+            } else if (t - t0 > *budget) {
+                *budget = *budget * 0.5 > POOL_SPIN_MIN_S ? *budget * 0.5 : POOL_SPIN_MIN_S;
                 return done(p, arg);
             }
         }
@@ -89,8 +100,9 @@ static void *pool_worker(void *arg) {
     int index = wa->index;
     free(wa);
     uint64_t seen = 0;
+    double budget = POOL_SPIN_S;
     for (;;) {
-        if (!pool_poll(job_posted, p, seen)) {
+        if (!pool_poll(job_posted, p, seen, &budget)) {
             pthread_mutex_lock(&p->mu);
             while (!atomic_load(&p->quit) && atomic_load(&p->generation) == seen) {
                 pthread_cond_wait(&p->cv_start, &p->mu);
@@ -126,6 +138,7 @@ dspec_status ds_pool_new(ds_pool **out, int n_threads, dspec_err *err) {
         return ds_err_set(err, DSPEC_ERR_NOMEM, "pool: out of memory");
     }
     p->n_threads = n_threads;
+    p->run_budget = POOL_SPIN_S;
     atomic_init(&p->generation, 0);
     atomic_init(&p->n_busy, 0);
     atomic_init(&p->quit, false);
@@ -202,7 +215,7 @@ void ds_pool_run(ds_pool *p, ds_pool_fn fn, void *ctx, int64_t n_tasks) {
 
     pool_drain(p, 0);
 
-    if (!pool_poll(job_done, p, 0)) {
+    if (!pool_poll(job_done, p, 0, &p->run_budget)) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->n_busy) > 0) {
             pthread_cond_wait(&p->cv_done, &p->mu);
