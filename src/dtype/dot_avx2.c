@@ -194,7 +194,9 @@ void ds_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w,
 static inline __m256 scales8(const void *first, size_t stride) {
     const uint8_t *p = first;
     uint16_t h[8];
-    for (int k = 0; k < 8; k++) memcpy(&h[k], p + (size_t)k * stride, 2);
+    for (int k = 0; k < 8; k++) {
+        memcpy(&h[k], p + (size_t)k * stride, 2);
+    }
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
@@ -235,7 +237,9 @@ static inline __m256 scales8(const void *first, size_t stride) {
                             _mm256_madd_epi16(_mm256_maddubs_epi16(a1, s1), one));                 \
                     }                                                                              \
                 }                                                                                  \
-                for (int r = 0; r < R; r++) half[hb][r] = _mm256_hadd_epi32(pr[r][0], pr[r][1]);   \
+                for (int r = 0; r < R; r++) {                                                      \
+                    half[hb][r] = _mm256_hadd_epi32(pr[r][0], pr[r][1]);                           \
+                }                                                                                  \
             }                                                                                      \
             const __m256 dw = scales8(&x[ib].d, sizeof(BLOCK_T));                                  \
             for (int r = 0; r < R; r++) { /* hsum8_i32's last steps */                             \
