@@ -335,22 +335,19 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
     f(n, s, w, a);
 }
 
+ds_dot_plan ds_vec_dot_plan(ds_type t) {
+    ds_dot_plan p = {.one = ds_vec_dot_get(t, 2), .rows = NULL};
+    DS_ASSERT(p.one != NULL);
+    // (the rows kernel of the level the single-row kernel comes from: the same bits)
+    p.rows = k_dots[t].rows[ds_vec_dot_level(t, 2)];
+    return p;
+}
+
 void ds_vec_dot_rows(ds_type t, int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                      const void *a, size_t a_stride) {
-    ds_vec_dot_fn f = ds_vec_dot_get(t, 2);
-    DS_ASSERT(f != NULL && nr >= 0 && n % ds_type_traits_get(t)->block_elems == 0);
-    // (the rows kernel of the level the single-row kernel comes from: the same bits)
-    if (nr > 1) {
-        const ds_vec_dot_rows_fn fr = k_dots[t].rows[ds_vec_dot_level(t, 2)];
-        if (fr != NULL) {
-            fr(n, nr, s, s_stride, w, a, a_stride);
-            return;
-        }
-    }
-    const uint8_t *ar = a;
-    for (int64_t r = 0; r < nr; r++) {
-        f(n, s + r * s_stride, w, ar + (size_t)r * a_stride);
-    }
+    DS_ASSERT(nr >= 0 && n % ds_type_traits_get(t)->block_elems == 0);
+    const ds_dot_plan p = ds_vec_dot_plan(t);
+    ds_dot_plan_rows(&p, n, nr, s, s_stride, w, a, a_stride);
 }
 
 ds_from_float_fn ds_quantize_act_get(ds_type t, int level) {

@@ -205,6 +205,29 @@ ds_type ds_type_vec_dot(ds_type t);
 void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
                 const void *restrict a);
 
+// The kernels ds_vec_dot and ds_vec_dot_rows use for type t at the current level, resolved once
+// (a matmul looks them up once instead of per weight row): `one` the single-row kernel, `rows`
+// NULL or a kernel of several activation rows at once with the same bits per row.
+typedef void (*ds_vec_dot_rows_fn)(int64_t n, int64_t nr, float *s, int64_t s_stride,
+                                   const void *w, const void *a, size_t a_stride);
+typedef struct ds_dot_plan {
+    ds_vec_dot_fn one;
+    ds_vec_dot_rows_fn rows;
+} ds_dot_plan;
+ds_dot_plan ds_vec_dot_plan(ds_type t);
+// ds_vec_dot_rows with a plan of the weight's type.
+static inline void ds_dot_plan_rows(const ds_dot_plan *p, int64_t n, int64_t nr, float *s,
+                                    int64_t s_stride, const void *w, const void *a,
+                                    size_t a_stride) {
+    if (nr > 1 && p->rows) {
+        p->rows(n, nr, s, s_stride, w, a, a_stride);
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        p->one(n, s + r * s_stride, w, (const char *)a + (size_t)r * a_stride);
+    }
+}
+
 // One weight row against nr activation rows: s[r*s_stride] = dot(w, a_r) with
 // a_r = (const char *)a + r*a_stride, r in [0, nr). Bit-identical to nr calls of ds_vec_dot: the
 // same kernel per row, or (Q8_0, Q4_0, IQ4_NL with AVX2) one that decodes each weight block once

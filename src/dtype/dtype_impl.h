@@ -103,8 +103,6 @@ void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n);
 
 // One weight row against nr activation rows (ds_vec_dot_rows), bitwise the single-row kernel per
 // row: s[r * s_stride] = dot(w, a + r * a_stride).
-typedef void (*ds_vec_dot_rows_fn)(int64_t n, int64_t nr, float *s, int64_t s_stride,
-                                   const void *w, const void *a, size_t a_stride);
 void ds_dot_rows_q8_0_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                            const void *a, size_t a_stride);
 void ds_dot_rows_q4_0_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,

@@ -10,6 +10,7 @@ enum { MM_ROWS_PER_TASK = 16 };
 typedef struct mm_job {
     const ds_tensor *w;
     ds_type wt;
+    ds_dot_plan dot;      // wt's kernels, looked up once per matmul
     const uint8_t *act;   // quantized activation rows
     size_t act_stride;    // bytes between activation rows
     ds_tensor *y;
@@ -56,7 +57,8 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     int64_t y_stride = (int64_t)(j->y->nb[1] / sizeof(float));
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *wrow = (const uint8_t *)j->w->data + (size_t)o * j->w->nb[1];
-        ds_vec_dot_rows(j->wt, j->n_in, j->n_rows, y0 + o, y_stride, wrow, j->act, j->act_stride);
+        ds_dot_plan_rows(&j->dot, j->n_in, j->n_rows, y0 + o, y_stride, wrow, j->act,
+                         j->act_stride);
     }
 }
 
@@ -65,7 +67,9 @@ void ds_cpu_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_te
     DS_ASSERT(x->ne[0] == n_in && y->ne[0] == n_out && y->ne[1] == n && y->type == DS_TYPE_F32);
     DS_ASSERT(x->ne[2] == 1 && y->ne[2] == 1 && w->ne[2] == 1);
     ds_type vdt = ds_type_vec_dot(w->type);
-    mm_job j = {.w = w, .wt = w->type, .y = y, .n_in = n_in, .n_out = n_out, .n_rows = n};
+    DS_ASSERT(n_in % ds_type_traits_get(w->type)->block_elems == 0);
+    mm_job j = {.w = w, .wt = w->type, .dot = ds_vec_dot_plan(w->type), .y = y, .n_in = n_in,
+                .n_out = n_out, .n_rows = n};
     j.act = quantize_acts(be, x, vdt, n, &j.act_stride);
     int64_t n_tasks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
     ds_cpu_parallel(be, mm_task, &j, n_tasks, n_in * n_out * n);
@@ -84,7 +88,7 @@ static void mm_id_task(void *ctx, int64_t task, int thread) {
     int64_t o0 = chunk * MM_ROWS_PER_TASK;
     int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
     for (int64_t o = o0; o < o1; o++) {
-        ds_vec_dot(j->wt, j->n_in, &yrow[o], wexp + (size_t)o * j->w->nb[1], act);
+        j->dot.one(j->n_in, &yrow[o], wexp + (size_t)o * j->w->nb[1], act);
     }
 }
 
@@ -100,8 +104,9 @@ void ds_cpu_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds
         DS_ASSERT(ids[i] >= 0 && ids[i] < n_exp);
     }
     ds_type vdt = ds_type_vec_dot(w->type);
-    mm_job j = {.w = w, .wt = w->type, .y = y, .n_in = n_in, .n_out = n_out, .n_rows = n,
-                .ids = ids, .k = k, .act_per_slot = per_slot};
+    DS_ASSERT(n_in % ds_type_traits_get(w->type)->block_elems == 0);
+    mm_job j = {.w = w, .wt = w->type, .dot = ds_vec_dot_plan(w->type), .y = y, .n_in = n_in,
+                .n_out = n_out, .n_rows = n, .ids = ids, .k = k, .act_per_slot = per_slot};
     j.n_chunks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
     j.act = quantize_acts(be, x, vdt, per_slot ? n * k : n, &j.act_stride);
     ds_cpu_parallel(be, mm_id_task, &j, n * k * j.n_chunks, n_in * n_out * n * k);
