@@ -18,7 +18,9 @@ static void usage(FILE *f) {
             "--kernels   dot of one activation row with an R x N weight matrix (default 4096 x\n"
             "            4096) for every weight type, per kernel level (scalar / avx2 / avx512),\n"
             "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
-            "            weight bytes read; then quantizer throughput in MB/s of f32 input.\n"
+            "            weight bytes read; '4 rows': four activation rows per pass (a verify's\n"
+            "            or a prompt's matmul), one thread, weight bytes x 4 / time; then\n"
+            "            quantizer throughput in MB/s of f32 input.\n"
             "--n N       row length (multiple of 256)       --rows R   weight rows\n"
             "-t, --threads T  threads of the multi-threaded run\n"
             "--time S    seconds per measurement (default 0.5)\n"
@@ -40,6 +42,10 @@ typedef struct dot_job {
     size_t row_bytes;
     const void *a;
     float *out;
+    // nr > 1: nr activation rows a_stride bytes apart per weight row, through ds_dot_plan_rows
+    int64_t nr;
+    size_t a_stride;
+    ds_dot_plan plan;
 } dot_job;
 
 static void dot_task(void *ctx, int64_t task, int thread) {
@@ -47,7 +53,12 @@ static void dot_task(void *ctx, int64_t task, int thread) {
     const dot_job *j = ctx;
     int64_t r0 = task * j->chunk, r1 = DS_MIN(r0 + j->chunk, j->rows);
     for (int64_t r = r0; r < r1; r++) {
-        j->fn(j->n, &j->out[r], j->w + (size_t)r * j->row_bytes, j->a);
+        const uint8_t *wr = j->w + (size_t)r * j->row_bytes;
+        if (j->nr > 1) {
+            ds_dot_plan_rows(&j->plan, j->n, j->nr, &j->out[r * j->nr], 1, wr, j->a, j->a_stride);
+        } else {
+            j->fn(j->n, &j->out[r], wr, j->a);
+        }
     }
 }
 
@@ -108,11 +119,13 @@ static int bench_kernels(const bench_opts *o) {
            o->rows, o->n, cpu->avx2, cpu->avx512, cpu->avx512_vnni, ds_cpu_max_level(), nthr);
     printf("GB/s = weight bytes / best time of a full pass (single thread per level; last column:"
            " best level, %d threads). '-': no own kernel at that level.\n\n", nthr);
-    printf("%-7s %-5s %10s %9s %9s %9s %12s\n", "type", "act", "MB matrix", "scalar", "avx2",
-           "avx512", "best x thr");
+    printf("%-7s %-5s %10s %9s %9s %9s %9s %12s\n", "type", "act", "MB matrix", "scalar", "avx2",
+           "avx512", "4 rows", "best x thr");
+    enum { NR = 4 };
     float *x = malloc((size_t)o->n * sizeof(float));
-    float *out = malloc((size_t)o->rows * sizeof(float));
-    void *act = malloc(ds_type_row_size(DS_TYPE_F32, o->n)); // largest activation row (f32)
+    float *out = malloc((size_t)o->rows * NR * sizeof(float));
+    const size_t a_row = ds_type_row_size(DS_TYPE_F32, o->n); // largest activation row (f32)
+    uint8_t *act = malloc(a_row * NR);
     if (x == NULL || out == NULL || act == NULL) {
         fprintf(stderr, "dspec bench: out of memory\n");
         free(x), free(out), free(act), ds_pool_free(pool);
@@ -166,6 +179,9 @@ static int bench_kernels(const bench_opts *o) {
             break;
         }
         ds_quantize_act(at, act, x, o->n);
+        for (int r = 1; r < NR; r++) {
+            memcpy(act + (size_t)r * a_row, act, a_row);
+        }
         printf("%-7s %-5s %10.1f", ds_type_name(t), ds_type_name(at), (double)total / 1e6);
         int best_level = 0;
         for (int level = 0; level <= 2; level++) {
@@ -174,12 +190,18 @@ static int bench_kernels(const bench_opts *o) {
                 continue;
             }
             best_level = level;
-            dot_job j = {ds_vec_dot_get(t, level), o->n, o->rows, o->rows, w, row_bytes, act, out};
+            dot_job j = {.fn = ds_vec_dot_get(t, level), .n = o->n, .rows = o->rows,
+                         .chunk = o->rows, .w = w, .row_bytes = row_bytes, .a = act, .out = out};
             double dt = time_matvec(&j, NULL, o->time);
             printf(" %9.2f", (double)total / dt / 1e9);
             fflush(stdout);
         }
-        dot_job j = {ds_vec_dot_get(t, best_level), o->n, o->rows, 16, w, row_bytes, act, out};
+        dot_job jr = {.n = o->n, .rows = o->rows, .chunk = o->rows, .w = w,
+                      .row_bytes = row_bytes, .a = act, .out = out, .nr = NR, .a_stride = a_row,
+                      .plan = ds_vec_dot_plan(t)};
+        printf(" %9.2f", (double)total * NR / time_matvec(&jr, NULL, o->time) / 1e9);
+        dot_job j = {.fn = ds_vec_dot_get(t, best_level), .n = o->n, .rows = o->rows,
+                     .chunk = 16, .w = w, .row_bytes = row_bytes, .a = act, .out = out};
         double dt = time_matvec(&j, pool, o->time);
         printf(" %9.2f x%d\n", (double)total / dt / 1e9, nthr);
         ds_aligned_free(w);

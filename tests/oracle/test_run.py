@@ -115,6 +115,9 @@ def bench_checks(dspec, model, draft, tmp):
     row = [w for w in (l.split() for l in out.splitlines()) if w[:2] == ["q4_K", "q8_K"]]
     ok = r.returncode == 0 and len(row) == 1 and float(row[0][3]) > 0
     R.check("bench --kernels: a q4_K row with GB/s", ok, "" if ok else out[-200:])
+    # (columns: type act MB scalar avx2 avx512 '4 rows' best xT)
+    ok = ok and "4 rows" in out and len(row[0]) == 9 and float(row[0][6]) > 0
+    R.check("bench --kernels: the 4-row column", ok, "" if ok else out[-200:])
 
 
 def main():
