@@ -200,6 +200,30 @@ static inline __m256 scales8(const void *first, size_t stride) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
+// NAME(n, nr, s, s_stride, w, a, a_stride): NAME##_r(R, ...) over the rows, 4 at a time, then the
+// 1-3 left (R a constant in each call, so the always-inline body is specialised per R).
+#define ROWS_BY_4(NAME)                                                                            \
+    void NAME(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w, const void *a,     \
+              size_t a_stride) {                                                                   \
+        for (int64_t r = 0; r < nr;) {                                                             \
+            float *sr = s + r * s_stride;                                                          \
+            const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
+            if (nr - r >= 4) {                                                                     \
+                NAME##_r(4, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 4;                                                                            \
+            } else if (nr - r == 3) {                                                              \
+                NAME##_r(3, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 3;                                                                            \
+            } else if (nr - r == 2) {                                                              \
+                NAME##_r(2, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 2;                                                                            \
+            } else {                                                                               \
+                NAME##_r(1, n, sr, s_stride, w, ar, a_stride);                                     \
+                r += 1;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 // R (1..4) activation rows at a time: per group of 8 weight blocks, each block's weights are
 // decoded, and their absolute values and signs taken, once for all R rows, as are the 8 weight
 // scales. Each row's 8 integer block sums are exact (any order of integer adds: here a pairwise
@@ -262,26 +286,7 @@ static inline __m256 scales8(const void *first, size_t stride) {
             s[r * s_stride] = ds_lanes8_reduce(lanes);                                             \
         }                                                                                          \
     }                                                                                              \
-    void NAME(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w, const void *a,     \
-              size_t a_stride) {                                                                   \
-        for (int64_t r = 0; r < nr;) {                                                             \
-            float *sr = s + r * s_stride;                                                          \
-            const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
-            if (nr - r >= 4) {                                                                     \
-                NAME##_r(4, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 4;                                                                            \
-            } else if (nr - r == 3) {                                                              \
-                NAME##_r(3, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 3;                                                                            \
-            } else if (nr - r == 2) {                                                              \
-                NAME##_r(2, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 2;                                                                            \
-            } else {                                                                               \
-                NAME##_r(1, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 1;                                                                            \
-            }                                                                                      \
-        }                                                                                          \
-    }
+    ROWS_BY_4(NAME)
 
 static inline __m256i wq_q8_0(const ds_block_q8_0 *x) {
     return _mm256_loadu_si256((const __m256i *)x->qs);
@@ -324,6 +329,54 @@ void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
     }
     *s = sum;
 }
+
+// ds_dot_q4_k_avx2 for R (1..4) activation rows at once (ds_vec_dot_rows): a superblock's scales
+// and mins unpacked, and each 64 weights' nibbles split, once for all rows; per row the same exact
+// integer sums and ksum_step, added in superblock order: the single-row kernel's bits.
+static inline __attribute__((always_inline)) void rows_q4_k_r(const int R, int64_t n, float *s,
+                                                             int64_t s_stride,
+                                                             const ds_block_q4_k *x,
+                                                             const uint8_t *a, size_t a_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const ds_block_q8_k *y[4];
+    float sum[4];
+    for (int r = 0; r < R; r++) {
+        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
+        sum[r] = 0;
+    }
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        k4_unpack(x[i].scales, sc, mn);
+        const uint8_t *q4 = x[i].qs;
+        __m256i acc[4];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; j++, q4 += 32) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
+            for (int r = 0; r < R; r++) {
+                const int8_t *q8 = y[r][i].qs + 64 * j;
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+                __m256i p1 =
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            sum[r] += ksum_step(x[i].d, x[i].dmin, y[r][i].d, hsum_i32(acc[r]),
+                                k4_min_sum(mn, y[r][i].bsums));
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        s[r * s_stride] = sum[r];
+    }
+}
+#define ds_dot_rows_q4_k_avx2_r(R, n, s, ss, w, a, as) rows_q4_k_r(R, n, s, ss, w, a, as)
+ROWS_BY_4(ds_dot_rows_q4_k_avx2)
 
 void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
                       const void *restrict a) {
@@ -396,6 +449,68 @@ void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w,
     }
     *s = sum;
 }
+
+// ds_dot_q6_k_avx2 for R (1..4) activation rows at once: each 128 weights' 6-bit values decoded
+// once for all rows; per row the same exact integer sums and float step: the same bits.
+static inline __attribute__((always_inline)) void rows_q6_k_r(const int R, int64_t n, float *s,
+                                                             int64_t s_stride,
+                                                             const ds_block_q6_k *x,
+                                                             const uint8_t *a, size_t a_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi8(32);
+    const ds_block_q8_k *y[4];
+    float sum[4];
+    for (int r = 0; r < R; r++) {
+        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
+        sum[r] = 0;
+    }
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        const uint8_t *ql = x[i].ql;
+        const uint8_t *qhp = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        __m256i acc[4];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 2; k++, ql += 64, qhp += 32, sc += 8) {
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+            __m256i q6[4];
+            q6[0] = _mm256_or_si256(_mm256_and_si256(b1, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q6[1] = _mm256_or_si256(
+                _mm256_and_si256(b2, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q6[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q6[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int c = 0; c < 4; c++) {
+                const __m256i scv =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+                for (int r = 0; r < R; r++) {
+                    const int8_t *q8 = y[r][i].qs + 128 * k + 32 * c;
+                    const __m256i y8 = _mm256_loadu_si256((const __m256i *)q8);
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[c], y8),
+                                                       _mm256_maddubs_epi16(k32, y8));
+                    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, scv));
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            sum[r] += ksum_step(x[i].d, 0, y[r][i].d, hsum_i32(acc[r]), 0);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        s[r * s_stride] = sum[r];
+    }
+}
+#define ds_dot_rows_q6_k_avx2_r(R, n, s, ss, w, a, as) rows_q6_k_r(R, n, s, ss, w, a, as)
+ROWS_BY_4(ds_dot_rows_q6_k_avx2)
 
 void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a) {
