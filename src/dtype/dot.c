@@ -274,10 +274,12 @@ static const kernel_set k_dots[DS_TYPE_COUNT] = {
                         {NULL, ds_dot_rows_iq4_nl_avx2, NULL}},
     [DS_TYPE_Q4_K] = {{ds_dot_q4_k_scalar, ds_dot_q4_k_avx2, NULL},
                       {NULL, ds_dot_rows_q4_k_avx2, NULL}},
-    [DS_TYPE_Q5_K] = {{ds_dot_q5_k_scalar, ds_dot_q5_k_avx2, NULL}},
+    [DS_TYPE_Q5_K] = {{ds_dot_q5_k_scalar, ds_dot_q5_k_avx2, NULL},
+                      {NULL, ds_dot_rows_q5_k_avx2, NULL}},
     [DS_TYPE_Q6_K] = {{ds_dot_q6_k_scalar, ds_dot_q6_k_avx2, NULL},
                       {NULL, ds_dot_rows_q6_k_avx2, NULL}},
-    [DS_TYPE_IQ4_XS] = {{ds_dot_iq4_xs_scalar, ds_dot_iq4_xs_avx2, NULL}},
+    [DS_TYPE_IQ4_XS] = {{ds_dot_iq4_xs_scalar, ds_dot_iq4_xs_avx2, NULL},
+                        {NULL, ds_dot_rows_iq4_xs_avx2, NULL}},
 };
 
 typedef struct act_set {

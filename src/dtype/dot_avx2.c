@@ -409,6 +409,61 @@ void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
     *s = sum;
 }
 
+// ds_dot_q5_k_avx2 for R (1..4) activation rows at once: scales, mins and each 64 weights' 5-bit
+// values decoded once for all rows; per row the same exact integer sums and ksum_step.
+static inline __attribute__((always_inline)) void rows_q5_k_r(const int R, int64_t n, float *s,
+                                                             int64_t s_stride,
+                                                             const ds_block_q5_k *x,
+                                                             const uint8_t *a, size_t a_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i one = _mm256_set1_epi8(1);
+    const ds_block_q8_k *y[4];
+    float sum[4];
+    for (int r = 0; r < R; r++) {
+        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
+        sum[r] = 0;
+    }
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        k4_unpack(x[i].scales, sc, mn);
+        const uint8_t *ql = x[i].qs;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i acc[4];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; j++, ql += 32) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i h0 =
+                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+            const __m256i h1 =
+                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+            const __m256i lo =
+                _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                               _mm256_slli_epi16(h1, 4));
+            const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
+            for (int r = 0; r < R; r++) {
+                const int8_t *q8 = y[r][i].qs + 64 * j;
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+                __m256i p1 =
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            sum[r] += ksum_step(x[i].d, x[i].dmin, y[r][i].d, hsum_i32(acc[r]),
+                                k4_min_sum(mn, y[r][i].bsums));
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        s[r * s_stride] = sum[r];
+    }
+}
+#define ds_dot_rows_q5_k_avx2_r(R, n, s, ss, w, a, as) rows_q5_k_r(R, n, s, ss, w, a, as)
+ROWS_BY_4(ds_dot_rows_q5_k_avx2)
+
 void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w,
                       const void *restrict a) {
     const ds_block_q6_k *x = w;
@@ -543,6 +598,62 @@ void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
     }
     *s = sum;
 }
+
+// ds_dot_iq4_xs_avx2 for R (1..4) activation rows at once: each 64 weights' code-book values, their
+// absolute values and signs, and the sub-block scales once for all rows; per row the same exact
+// integer sums and float step.
+static inline __attribute__((always_inline)) void rows_iq4_xs_r(const int R, int64_t n, float *s,
+                                                               int64_t s_stride,
+                                                               const ds_block_iq4_xs *x,
+                                                               const uint8_t *a,
+                                                               size_t a_stride) {
+    const __m256i table = iq4_table();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const ds_block_q8_k *y[4];
+    float sum[4];
+    for (int r = 0; r < R; r++) {
+        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
+        sum[r] = 0;
+    }
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        const uint8_t *qs = x[i].qs;
+        __m256i acc[4];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_si256();
+        }
+        for (int ib = 0; ib < 8; ib += 2, qs += 32) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)qs);
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i v0 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+            const __m256i v1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+            const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);
+            const int ls0 =
+                ((x[i].scales_l[ib / 2] & 0xf) | (((x[i].scales_h >> 2 * ib) & 3) << 4)) - 32;
+            const int ls1 =
+                ((x[i].scales_l[ib / 2] >> 4) | (((x[i].scales_h >> (2 * ib + 2)) & 3) << 4)) - 32;
+            const __m256i s0 = _mm256_set1_epi16((int16_t)ls0);
+            const __m256i s1 = _mm256_set1_epi16((int16_t)ls1);
+            for (int r = 0; r < R; r++) {
+                const int8_t *q8 = y[r][i].qs + 32 * ib;
+                const __m256i y0 = _mm256_loadu_si256((const __m256i *)q8);
+                const __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 32));
+                const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(y0, v0));
+                const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(y1, v1));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            sum[r] += ksum_step(x[i].d, 0, y[r][i].d, hsum_i32(acc[r]), 0);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        s[r * s_stride] = sum[r];
+    }
+}
+#define ds_dot_rows_iq4_xs_avx2_r(R, n, s, ss, w, a, as) rows_iq4_xs_r(R, n, s, ss, w, a, as)
+ROWS_BY_4(ds_dot_rows_iq4_xs_avx2)
 
 // ---- activation quantizers ---------------------------------------------------------------------
 

@@ -230,9 +230,9 @@ static inline void ds_dot_plan_rows(const ds_dot_plan *p, int64_t n, int64_t nr,
 
 // One weight row against nr activation rows: s[r*s_stride] = dot(w, a_r) with
 // a_r = (const char *)a + r*a_stride, r in [0, nr). Bit-identical to nr calls of ds_vec_dot: the
-// same kernel per row, or (Q8_0, Q4_0, IQ4_NL, Q4_K, Q6_K with AVX2) one that decodes each weight
-// block once for up to 4 rows with the same integer sums and float steps; the weight row stays in
-// L1 across the rows, so it is read from memory once.
+// same kernel per row, or (the quantized types with AVX2) one that decodes each weight block once
+// for up to 4 rows with the same integer sums and float steps; the weight row stays in L1 across
+// the rows, so it is read from memory once.
 void ds_vec_dot_rows(ds_type t, int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                      const void *a, size_t a_stride);
 

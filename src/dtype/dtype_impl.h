@@ -111,5 +111,9 @@ void ds_dot_rows_iq4_nl_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, 
                              const void *a, size_t a_stride);
 void ds_dot_rows_q4_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                            const void *a, size_t a_stride);
+void ds_dot_rows_q5_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                           const void *a, size_t a_stride);
 void ds_dot_rows_q6_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                            const void *a, size_t a_stride);
+void ds_dot_rows_iq4_xs_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
+                             const void *a, size_t a_stride);
