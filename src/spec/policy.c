@@ -33,13 +33,21 @@ void ds_spec_policy_record_spec(ds_spec_policy *pol, int64_t accepted, double se
                                                                      pol->ema_accept);
     pol->ema_t_spec = ema(pol->ema_t_spec, seconds, pol->p.alpha);
     pol->probing = false;
-    if (pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
+    if (pol->p.enabled && pol->p.time_plain && pol->ema_t_plain == 0.0) {
+        pol->burst_left = 1; // (one plain step to time: record_plain then decides)
+    } else if (pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
         pol->burst_left = pol->p.burst;
         pol->n_bursts++;
     }
 }
 
 void ds_spec_policy_record_plain(ds_spec_policy *pol, double seconds) {
+    const bool timing = pol->ema_t_plain == 0.0 && pol->p.time_plain && pol->burst_left == 1;
     pol->ema_t_plain = ema(pol->ema_t_plain, seconds, pol->p.alpha);
     if (pol->burst_left > 0 && --pol->burst_left == 0) pol->probing = true;
+    if (timing && pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
+        pol->burst_left = pol->p.burst; // (the first step's acceptance against measured times)
+        pol->probing = false;
+        pol->n_bursts++;
+    }
 }

@@ -14,6 +14,10 @@ typedef struct ds_spec_policy_params {
     int burst;             // plain steps per burst (default 40)
     double margin;         // speculate while ema_accept >= margin * (t_spec / t_plain - 1) (0.8)
     double default_ratio;  // t_spec / t_plain until both are measured (default 1.9)
+    // After the first speculative step, one plain step to time t_plain if none was timed yet, so
+    // the first decision uses measured times (default false: a GPU's first steps include graph
+    // captures, which would skew both; the CPU backend turns it on, spec/loop.c)
+    bool time_plain;
 } ds_spec_policy_params;
 
 typedef struct ds_spec_policy {

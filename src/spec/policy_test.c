@@ -86,12 +86,40 @@ static void test_break_even_follows_measured_times(void **s) {
     assert_true(run_trace(&pol, 100, zero, 5.0, 1.0) == 1.0);
 }
 
+// time_plain: one plain step right after the first speculative step, then the first decision
+// on measured times -- a burst at once where speculation costs 8x a plain step for 1 accepted
+// draft (the default ratio of 1.9 would have kept speculating), speculation kept where it pays.
+static int64_t one(int i) { (void)i; return 1; }
+static void test_time_plain(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    ds_spec_policy pol;
+    ds_spec_policy_init(&pol, &p);
+    ds_spec_policy_record_spec(&pol, 1, 8.0);
+    assert_true(ds_spec_policy_speculate(&pol)); // (default: no plain step timed, ratio 1.9)
+    p.time_plain = true;
+    ds_spec_policy_init(&pol, &p);
+    ds_spec_policy_record_spec(&pol, 1, 8.0);
+    assert_false(ds_spec_policy_speculate(&pol)); // the timing step
+    ds_spec_policy_record_plain(&pol, 1.0);
+    assert_false(ds_spec_policy_speculate(&pol)); // a burst: 1 < 0.8 * (8 - 1)
+    assert_int_equal(pol.burst_left, p.burst);
+    assert_int_equal(pol.n_bursts, 1);
+    ds_spec_policy_init(&pol, &p); // where it pays: one timing step, then speculation throughout
+    assert_true(run_trace(&pol, 200, one, 1.5, 1.0) > 0.99);
+    assert_true(pol.ema_t_plain == 1.0 && pol.n_bursts == 0);
+    ds_spec_policy_init(&pol, &p); // where it does not: mostly plain from the second step on
+    assert_true(run_trace(&pol, 200, one, 8.0, 1.0) < 0.05);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_high_acceptance_always_speculates),
         cmocka_unit_test(test_zero_acceptance_mostly_plain),
         cmocka_unit_test(test_recovers_after_phase_change),
         cmocka_unit_test(test_break_even_follows_measured_times),
+        cmocka_unit_test(test_time_plain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
