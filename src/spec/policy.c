@@ -22,6 +22,16 @@ bool ds_spec_policy_speculate(const ds_spec_policy *pol) {
     return !pol->p.enabled || pol->burst_left == 0;
 }
 
+// Plain steps per burst: p.burst, or more where a probe (one speculative step) costs more than
+// 5% of the burst's time, (t_spec / t_plain - 1) / 0.05 plain steps: on the CPU a probe costs ~8
+// plain steps, and 40-step bursts spent ~20% of their time probing.
+static int burst_len(const ds_spec_policy *pol) {
+    double ratio = pol->p.default_ratio;
+    if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) ratio = pol->ema_t_spec / pol->ema_t_plain;
+    const double n = (ratio - 1.0) * 20.0;
+    return n > (double)pol->p.burst ? (n < 1000.0 ? (int)n : 1000) : pol->p.burst;
+}
+
 static double ema(double old, double x, double a) {
     return old == 0.0 ? x : old + a * (x - old);
 }
@@ -36,7 +46,7 @@ void ds_spec_policy_record_spec(ds_spec_policy *pol, int64_t accepted, double se
     if (pol->p.enabled && pol->p.time_plain && pol->ema_t_plain == 0.0) {
         pol->burst_left = 1; // (one plain step to time: record_plain then decides)
     } else if (pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
-        pol->burst_left = pol->p.burst;
+        pol->burst_left = burst_len(pol);
         pol->n_bursts++;
     }
 }
@@ -46,7 +56,7 @@ void ds_spec_policy_record_plain(ds_spec_policy *pol, double seconds) {
     pol->ema_t_plain = ema(pol->ema_t_plain, seconds, pol->p.alpha);
     if (pol->burst_left > 0 && --pol->burst_left == 0) pol->probing = true;
     if (timing && pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
-        pol->burst_left = pol->p.burst; // (the first step's acceptance against measured times)
+        pol->burst_left = burst_len(pol); // (the first step's acceptance against measured times)
         pol->probing = false;
         pol->n_bursts++;
     }
