@@ -52,8 +52,13 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     s->params.n_slots = n_slots;
     // (the CPU's verify is compute-bound, each row nearly a decode step's cost: the assumed
     // t_spec / t_plain of 1.9 kept its first steps speculating where plain decoding was ~5x
-    // faster; time a plain step instead -- policy.h time_plain)
-    if (!strcmp(ds_model_backend(m)->name, "cpu")) s->params.policy.time_plain = true;
+    // faster, and a probe cost ~20% of a 40-step burst; time a plain step instead and let the
+    // bursts grow -- policy.h time_plain, max_burst. A GPU keeps both off: its first steps
+    // include graph captures, not yet measured as policy input)
+    if (!strcmp(ds_model_backend(m)->name, "cpu")) {
+        s->params.policy.time_plain = true;
+        s->params.policy.max_burst = 1000;
+    }
     ds_spec_policy_init(&s->policy, &s->params.policy);
     if (budget && !s->params.tree_topk) s->params.tree_topk = DS_MIN(budget, 8);
     int64_t rows = DS_MAX(n_slots, budget + 1);

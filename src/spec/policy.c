@@ -22,14 +22,15 @@ bool ds_spec_policy_speculate(const ds_spec_policy *pol) {
     return !pol->p.enabled || pol->burst_left == 0;
 }
 
-// Plain steps per burst: p.burst, or more where a probe (one speculative step) costs more than
-// 5% of the burst's time, (t_spec / t_plain - 1) / 0.05 plain steps: on the CPU a probe costs ~8
-// plain steps, and 40-step bursts spent ~20% of their time probing.
+// Plain steps per burst: p.burst, or up to p.max_burst where a probe (one speculative step) costs
+// more than 5% of the burst's time, (t_spec / t_plain - 1) / 0.05 plain steps: on the CPU a probe
+// costs ~8 plain steps, and 40-step bursts spent ~20% of their time probing.
 static int burst_len(const ds_spec_policy *pol) {
     double ratio = pol->p.default_ratio;
     if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) ratio = pol->ema_t_spec / pol->ema_t_plain;
     const double n = (ratio - 1.0) * 20.0;
-    return n > (double)pol->p.burst ? (n < 1000.0 ? (int)n : 1000) : pol->p.burst;
+    if (n <= (double)pol->p.burst) return pol->p.burst;
+    return n < (double)pol->p.max_burst ? (int)n : DS_MAX(pol->p.burst, pol->p.max_burst);
 }
 
 static double ema(double old, double x, double a) {

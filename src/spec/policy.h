@@ -11,8 +11,9 @@ typedef struct ds_spec_policy_params {
     bool enabled;          // false: always speculate
     double alpha;          // EMA weight of a new speculative step (default 0.2)
     double probe_alpha;    // EMA weight of the first step after a burst (default 0.5)
-    int burst;             // plain steps per burst (default 40; more where a probe costs more
-                           // than 5% of the burst: (t_spec / t_plain - 1) / 0.05, at most 1000)
+    int burst;             // plain steps per burst (default 40; up to max_burst where a probe
+                           // costs more than 5% of the burst: (t_spec / t_plain - 1) / 0.05)
+    int max_burst;         // (default 0: burst; the CPU backend: 1000, spec/loop.c)
     double margin;         // speculate while ema_accept >= margin * (t_spec / t_plain - 1) (0.8)
     double default_ratio;  // t_spec / t_plain until both are measured (default 1.9)
     // After the first speculative step, one plain step to time t_plain if none was timed yet, so

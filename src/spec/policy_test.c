@@ -88,7 +88,8 @@ static void test_break_even_follows_measured_times(void **s) {
 
 // time_plain: one plain step right after the first speculative step, then the first decision
 // on measured times -- a burst at once where speculation costs 8x a plain step for 1 accepted
-// draft (the default ratio of 1.9 would have kept speculating), speculation kept where it pays.
+// draft (the default ratio of 1.9 would have kept speculating), speculation kept where it pays;
+// max_burst: bursts of 140 there (a probe 5% of the burst), 40 without it.
 static int64_t one(int i) { (void)i; return 1; }
 static void test_time_plain(void **s) {
     (void)s;
@@ -98,7 +99,11 @@ static void test_time_plain(void **s) {
     ds_spec_policy_init(&pol, &p);
     ds_spec_policy_record_spec(&pol, 1, 8.0);
     assert_true(ds_spec_policy_speculate(&pol)); // (default: no plain step timed, ratio 1.9)
+    ds_spec_policy_record_plain(&pol, 1.0);
+    ds_spec_policy_record_spec(&pol, 0, 8.0);
+    assert_int_equal(pol.burst_left, p.burst); // (default: max_burst 0, bursts of 40)
     p.time_plain = true;
+    p.max_burst = 1000;
     ds_spec_policy_init(&pol, &p);
     ds_spec_policy_record_spec(&pol, 1, 8.0);
     assert_false(ds_spec_policy_speculate(&pol)); // the timing step
