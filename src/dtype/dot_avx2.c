@@ -15,20 +15,6 @@ static inline int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-// 8 vectors of 8 int32 -> one vector of their 8 total sums (exact integer arithmetic).
-static inline __m256i hsum8_i32(const __m256i v[8]) {
-    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
-    __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
-    __m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i h0123 = _mm256_hadd_epi32(h01, h23); // lo lane: halves of s0..s3 from lo, hi from hi
-    __m256i h4567 = _mm256_hadd_epi32(h45, h67);
-    __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
-    __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
-    return _mm256_add_epi32(lo, hi);
-}
-
-// Signed int8 x int8 products summed in pairs, then in fours: 8 int32 partial sums. Exact while
 // x != -128 or y != -128 (our quantizers never produce -128 in activations).
 static inline __m256i dot_i8_32(__m256i x, __m256i y) {
     __m256i ax = _mm256_sign_epi8(x, x);
@@ -124,70 +110,10 @@ void ds_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w,
     FLOAT_DOT_BODY(LOAD8_BF16, ELEM_BF16)
 }
 
-// ---- 32-element blocks against Q8_0 ------------------------------------------------------------
-
-// Groups of 8 blocks: 8 integer sums in one vector, times the 8 products dw*da, added lane-wise
-// (lane = block index mod 8, as in the scalar kernel); the tail continues in scalar code.
-#define Q8_0_FAMILY_DOT(BLOCK_T, ISUM)                                                             \
-    const BLOCK_T *x = w;                                                                          \
-    const ds_block_q8_0 *y = a;                                                                    \
-    int64_t nb = n / DS_QK, ib = 0;                                                                \
-    __m256 acc = _mm256_setzero_ps();                                                              \
-    for (; ib + 8 <= nb; ib += 8) {                                                                \
-        __m256i v[8];                                                                              \
-        float dd[8];                                                                               \
-        for (int k = 0; k < 8; k++) {                                                              \
-            v[k] = ISUM(&x[ib + k], &y[ib + k]);                                                   \
-            dd[k] = h2f(x[ib + k].d) * h2f(y[ib + k].d);                              \
-        }                                                                                          \
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hsum8_i32(v)), _mm256_loadu_ps(dd));          \
-        acc = _mm256_add_ps(acc, t);                                                               \
-    }                                                                                              \
-    float lanes[8];                                                                                \
-    _mm256_storeu_ps(lanes, acc);                                                                  \
-    for (; ib < nb; ib++) {                                                                        \
-        float t = (float)hsum_i32(ISUM(&x[ib], &y[ib])) *                                          \
-                  (h2f(x[ib].d) * h2f(y[ib].d));                                       \
-        lanes[ib % 8] += t;                                                                        \
-    }                                                                                              \
-    *s = ds_lanes8_reduce(lanes);
-
-static inline __m256i isum_q8_0(const ds_block_q8_0 *x, const ds_block_q8_0 *y) {
-    return dot_i8_32(_mm256_loadu_si256((const __m256i *)x->qs),
-                     _mm256_loadu_si256((const __m256i *)y->qs));
-}
-
-static inline __m256i isum_q4_0(const ds_block_q4_0 *x, const ds_block_q8_0 *y) {
-    __m256i q = _mm256_sub_epi8(nibbles_32(x->qs), _mm256_set1_epi8(8));
-    return dot_i8_32(q, _mm256_loadu_si256((const __m256i *)y->qs));
-}
-
-static inline __m256i iq4_table(void) {
-    __m128i t = _mm_loadu_si128((const __m128i *)ds_iq4nl_values);
-    return _mm256_set_m128i(t, t);
-}
-
-static inline __m256i isum_iq4_nl(const ds_block_iq4_nl *x, const ds_block_q8_0 *y) {
-    __m256i q = _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
-    return dot_i8_32(q, _mm256_loadu_si256((const __m256i *)y->qs));
-}
-
-void ds_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w,
-                      const void *restrict a) {
-    Q8_0_FAMILY_DOT(ds_block_q8_0, isum_q8_0)
-}
-
-void ds_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w,
-                      const void *restrict a) {
-    Q8_0_FAMILY_DOT(ds_block_q4_0, isum_q4_0)
-}
-
-void ds_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w,
-                        const void *restrict a) {
-    Q8_0_FAMILY_DOT(ds_block_iq4_nl, isum_iq4_nl)
-}
-
-// ---- one weight row against several activation rows (ds_vec_dot_rows) --------------------------
+// ---- one weight row against one or several activation rows -------------------------------------
+// Each type's kernel takes R (1..4) activation rows at once (NAME##_r): the weights decoded once
+// for all rows, per row the scalar kernel's exact integer sums and float steps. ds_vec_dot_rows
+// runs it 4 rows at a time (ROWS_BY_4), ds_vec_dot its R = 1 case (SINGLE_ROW).
 
 // The 8 fp16 scales of 8 consecutive blocks (stride bytes apart, the scale first) as floats:
 // F16C conversions, the same values as h2f.
@@ -224,13 +150,27 @@ static inline __m256 scales8(const void *first, size_t stride) {
         }                                                                                          \
     }
 
-// R (1..4) activation rows at a time: per group of 8 weight blocks, each block's weights are
-// decoded, and their absolute values and signs taken, once for all R rows, as are the 8 weight
-// scales. Each row's 8 integer block sums are exact (any order of integer adds: here a pairwise
-// tree as the blocks come, 4 vectors live per row instead of 8), its products dw*da and its lane
-// accumulators the single-row kernel's, so every output is bitwise Q8_0_FAMILY_DOT's (the tail
-// blocks run its scalar code).
-#define Q8_0_FAMILY_ROWS(NAME, BLOCK_T, WQ)                                                        \
+// DOT(n, s, w, a): the single-row kernel, NAME##_r's R = 1 case (the rows kernels give the same
+// bits per row whatever the rows around it, so one body serves both).
+#define SINGLE_ROW(DOT, NAME)                                                                      \
+    void DOT(int64_t n, float *restrict s, const void *restrict w, const void *restrict a) {      \
+        NAME##_r(1, n, s, 1, w, a, 0);                                                             \
+    }
+
+// ---- 32-element blocks against Q8_0 ------------------------------------------------------------
+
+static inline __m256i iq4_table(void) {
+    __m128i t = _mm_loadu_si128((const __m128i *)ds_iq4nl_values);
+    return _mm256_set_m128i(t, t);
+}
+
+// Blocks of 32 against Q8_0, R (1..4) activation rows at a time: per group of 8 weight blocks,
+// each block's weights are decoded, and their absolute values and signs taken, once for all R
+// rows, as are the 8 weight scales; per row the 8 blocks' exact integer sums (any order of
+// integer adds: a pairwise tree as the blocks come, 4 vectors live per row instead of 8) in one
+// vector, times the 8 products dw*da, added lane-wise (lane = block index mod 8, as in the scalar
+// kernel); the tail continues in scalar code. DOT (one row) is the R = 1 case.
+#define Q8_0_FAMILY(DOT, NAME, BLOCK_T, WQ)                                                        \
     static inline __attribute__((always_inline)) void NAME##_r(                                    \
         const int R, int64_t n, float *s, int64_t s_stride, const BLOCK_T *x, const uint8_t *a,    \
         size_t a_stride) {                                                                         \
@@ -266,7 +206,7 @@ static inline __m256 scales8(const void *first, size_t stride) {
                 }                                                                                  \
             }                                                                                      \
             const __m256 dw = scales8(&x[ib].d, sizeof(BLOCK_T));                                  \
-            for (int r = 0; r < R; r++) { /* hsum8_i32's last steps */                             \
+            for (int r = 0; r < R; r++) { /* (the pairs' last steps) */                            \
                 const __m256i lo = _mm256_permute2x128_si256(half[0][r], half[1][r], 0x20);        \
                 const __m256i hi = _mm256_permute2x128_si256(half[0][r], half[1][r], 0x31);        \
                 const __m256 dd = _mm256_mul_ps(dw, scales8(&y[r][ib].d, sizeof(ds_block_q8_0)));  \
@@ -286,7 +226,8 @@ static inline __m256 scales8(const void *first, size_t stride) {
             s[r * s_stride] = ds_lanes8_reduce(lanes);                                             \
         }                                                                                          \
     }                                                                                              \
-    ROWS_BY_4(NAME)
+    ROWS_BY_4(NAME)                                                                                \
+    SINGLE_ROW(DOT, NAME)
 
 static inline __m256i wq_q8_0(const ds_block_q8_0 *x) {
     return _mm256_loadu_si256((const __m256i *)x->qs);
@@ -298,171 +239,81 @@ static inline __m256i wq_iq4_nl(const ds_block_iq4_nl *x) {
     return _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
 }
 
-Q8_0_FAMILY_ROWS(ds_dot_rows_q8_0_avx2, ds_block_q8_0, wq_q8_0)
-Q8_0_FAMILY_ROWS(ds_dot_rows_q4_0_avx2, ds_block_q4_0, wq_q4_0)
-Q8_0_FAMILY_ROWS(ds_dot_rows_iq4_nl_avx2, ds_block_iq4_nl, wq_iq4_nl)
+Q8_0_FAMILY(ds_dot_q8_0_avx2, ds_dot_rows_q8_0_avx2, ds_block_q8_0, wq_q8_0)
+Q8_0_FAMILY(ds_dot_q4_0_avx2, ds_dot_rows_q4_0_avx2, ds_block_q4_0, wq_q4_0)
+Q8_0_FAMILY(ds_dot_iq4_nl_avx2, ds_dot_rows_iq4_nl_avx2, ds_block_iq4_nl, wq_iq4_nl)
 
 // ---- super-blocks against Q8_K -----------------------------------------------------------------
 
-void ds_dot_q4_k_avx2(int64_t n, float *restrict s, const void *restrict w,
-                      const void *restrict a) {
-    const ds_block_q4_k *x = w;
-    const ds_block_q8_k *y = a;
+// The 64 weights j of a Q4_K / Q5_K superblock as bytes: lo = elements 64j .. 64j + 31, hi = the
+// next 32 (Q5_K: the 5th bit from qh, bits 2j and 2j + 1).
+static inline void q4_k_vals(const ds_block_q4_k *x, int j, __m256i *lo, __m256i *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    float sum = 0;
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack(x[i].scales, sc, mn);
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-            __m256i lo = _mm256_and_si256(bits, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
-        }
-        sum += ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), k4_min_sum(mn, y[i].bsums));
-    }
-    *s = sum;
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+    *lo = _mm256_and_si256(bits, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+}
+static inline void q5_k_vals(const ds_block_q5_k *x, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+    const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+    *lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                          _mm256_slli_epi16(h1, 4));
 }
 
-// ds_dot_q4_k_avx2 for R (1..4) activation rows at once (ds_vec_dot_rows): a superblock's scales
-// and mins unpacked, and each 64 weights' nibbles split, once for all rows; per row the same exact
-// integer sums and ksum_step, added in superblock order: the single-row kernel's bits.
-static inline __attribute__((always_inline)) void rows_q4_k_r(const int R, int64_t n, float *s,
-                                                             int64_t s_stride,
-                                                             const ds_block_q4_k *x,
-                                                             const uint8_t *a, size_t a_stride) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const ds_block_q8_k *y[4];
-    float sum[4];
-    for (int r = 0; r < R; r++) {
-        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
-        sum[r] = 0;
-    }
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack(x[i].scales, sc, mn);
-        const uint8_t *q4 = x[i].qs;
-        __m256i acc[4];
-        for (int r = 0; r < R; r++) {
-            acc[r] = _mm256_setzero_si256();
-        }
-        for (int j = 0; j < 4; j++, q4 += 32) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-            const __m256i lo = _mm256_and_si256(bits, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
-            for (int r = 0; r < R; r++) {
-                const int8_t *q8 = y[r][i].qs + 64 * j;
-                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-                __m256i p1 =
-                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            sum[r] += ksum_step(x[i].d, x[i].dmin, y[r][i].d, hsum_i32(acc[r]),
-                                k4_min_sum(mn, y[r][i].bsums));
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        s[r * s_stride] = sum[r];
-    }
-}
-#define ds_dot_rows_q4_k_avx2_r(R, n, s, ss, w, a, as) rows_q4_k_r(R, n, s, ss, w, a, as)
-ROWS_BY_4(ds_dot_rows_q4_k_avx2)
+// Q4_K and Q5_K, R (1..4) activation rows at a time: a superblock's scales and mins unpacked,
+// and each 64 weights' values (VALS: 4-bit, or 5-bit with the high bits of qh) decoded, once for
+// all rows; per row the exact integer sums and ksum_step, added in superblock order. DOT (one
+// row) is the R = 1 case.
+#define K45_ROWS(DOT, NAME, BLOCK_T, VALS)                                                         \
+    static inline __attribute__((always_inline)) void NAME##_r(                                    \
+        const int R, int64_t n, float *s, int64_t s_stride, const BLOCK_T *x, const uint8_t *a,    \
+        size_t a_stride) {                                                                         \
+        const ds_block_q8_k *y[4];                                                                 \
+        float sum[4];                                                                              \
+        for (int r = 0; r < R; r++) {                                                              \
+            y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);                              \
+            sum[r] = 0;                                                                            \
+        }                                                                                          \
+        for (int64_t i = 0; i < n / DS_QK_K; i++) {                                                \
+            uint8_t sc[8], mn[8];                                                                  \
+            k4_unpack(x[i].scales, sc, mn);                                                        \
+            __m256i acc[4];                                                                        \
+            for (int r = 0; r < R; r++) {                                                          \
+                acc[r] = _mm256_setzero_si256();                                                   \
+            }                                                                                      \
+            for (int j = 0; j < 4; j++) {                                                          \
+                __m256i lo, hi;                                                                    \
+                VALS(&x[i], j, &lo, &hi);                                                          \
+                const __m256i s0 = _mm256_set1_epi16(sc[2 * j]);                                   \
+                const __m256i s1 = _mm256_set1_epi16(sc[2 * j + 1]);                               \
+                for (int r = 0; r < R; r++) {                                                      \
+                    const int8_t *q8 = y[r][i].qs + 64 * j;                                        \
+                    const __m256i p0 =                                                             \
+                        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));         \
+                    const __m256i p1 =                                                             \
+                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));  \
+                    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));                  \
+                    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));                  \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < R; r++) {                                                          \
+                sum[r] += ksum_step(x[i].d, x[i].dmin, y[r][i].d, hsum_i32(acc[r]),                \
+                                    k4_min_sum(mn, y[r][i].bsums));                                \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < R; r++) {                                                              \
+            s[r * s_stride] = sum[r];                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    ROWS_BY_4(NAME)                                                                                \
+    SINGLE_ROW(DOT, NAME)
 
-void ds_dot_q5_k_avx2(int64_t n, float *restrict s, const void *restrict w,
-                      const void *restrict a) {
-    const ds_block_q5_k *x = w;
-    const ds_block_q8_k *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i one = _mm256_set1_epi8(1);
-    float sum = 0;
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack(x[i].scales, sc, mn);
-        const uint8_t *ql = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, ql += 32, q8 += 64) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
-            __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                                         _mm256_slli_epi16(h1, 4));
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
-        }
-        sum += ksum_step(x[i].d, x[i].dmin, y[i].d, hsum_i32(acc), k4_min_sum(mn, y[i].bsums));
-    }
-    *s = sum;
-}
-
-// ds_dot_q5_k_avx2 for R (1..4) activation rows at once: scales, mins and each 64 weights' 5-bit
-// values decoded once for all rows; per row the same exact integer sums and ksum_step.
-static inline __attribute__((always_inline)) void rows_q5_k_r(const int R, int64_t n, float *s,
-                                                             int64_t s_stride,
-                                                             const ds_block_q5_k *x,
-                                                             const uint8_t *a, size_t a_stride) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i one = _mm256_set1_epi8(1);
-    const ds_block_q8_k *y[4];
-    float sum[4];
-    for (int r = 0; r < R; r++) {
-        y[r] = (const ds_block_q8_k *)(a + (size_t)r * a_stride);
-        sum[r] = 0;
-    }
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack(x[i].scales, sc, mn);
-        const uint8_t *ql = x[i].qs;
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i acc[4];
-        for (int r = 0; r < R; r++) {
-            acc[r] = _mm256_setzero_si256();
-        }
-        for (int j = 0; j < 4; j++, ql += 32) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i h0 =
-                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
-            const __m256i h1 =
-                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
-            const __m256i lo =
-                _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                                               _mm256_slli_epi16(h1, 4));
-            const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
-            for (int r = 0; r < R; r++) {
-                const int8_t *q8 = y[r][i].qs + 64 * j;
-                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-                __m256i p1 =
-                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, s0));
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p1, s1));
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            sum[r] += ksum_step(x[i].d, x[i].dmin, y[r][i].d, hsum_i32(acc[r]),
-                                k4_min_sum(mn, y[r][i].bsums));
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        s[r * s_stride] = sum[r];
-    }
-}
-#define ds_dot_rows_q5_k_avx2_r(R, n, s, ss, w, a, as) rows_q5_k_r(R, n, s, ss, w, a, as)
-ROWS_BY_4(ds_dot_rows_q5_k_avx2)
+K45_ROWS(ds_dot_q4_k_avx2, ds_dot_rows_q4_k_avx2, ds_block_q4_k, q4_k_vals)
+K45_ROWS(ds_dot_q5_k_avx2, ds_dot_rows_q5_k_avx2, ds_block_q5_k, q5_k_vals)
 
 // sum_j sc_j * sum_{i in j} (q6_i - 32) q8_i = sum_j sc_j sum_i q6_i q8_i - 32 sum_j sc_j bsums_j:
 // the offset term from the activation's sums of 16 (exact integers, the same total as subtracting
@@ -473,50 +324,11 @@ static inline int32_t q6_offset(const ds_block_q6_k *x, const ds_block_q8_k *y) 
     return 32 * hsum_i32(_mm256_madd_epi16(sc, bs));
 }
 
-void ds_dot_q6_k_avx2(int64_t n, float *restrict s, const void *restrict w,
-                      const void *restrict a) {
-    const ds_block_q6_k *x = w;
-    const ds_block_q8_k *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i m2 = _mm256_set1_epi8(3);
-    float sum = 0;
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        const uint8_t *ql = x[i].ql;
-        const uint8_t *qhp = x[i].qh;
-        const int8_t *sc = x[i].scales;
-        const int8_t *q8 = y[i].qs;
-        __m256i acc = _mm256_setzero_si256();
-        for (int k = 0; k < 2; k++, ql += 64, qhp += 32, sc += 8, q8 += 128) {
-            __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-            __m256i q6[4];
-            q6[0] = _mm256_or_si256(_mm256_and_si256(b1, m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q6[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q6[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q6[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            for (int c = 0; c < 4; c++) {
-                __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
-                __m256i p = _mm256_maddubs_epi16(q6[c], y8); // (q6 <= 63: exact in int16)
-                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
-            }
-        }
-        sum += ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc) - q6_offset(&x[i], &y[i]), 0);
-    }
-    *s = sum;
-}
-
-// ds_dot_q6_k_avx2 for R (1..4) activation rows at once: each 128 weights' 6-bit values decoded
-// once for all rows; per row the same exact integer sums and float step: the same bits.
-static inline __attribute__((always_inline)) void rows_q6_k_r(const int R, int64_t n, float *s,
-                                                             int64_t s_stride,
-                                                             const ds_block_q6_k *x,
-                                                             const uint8_t *a, size_t a_stride) {
+// Q6_K, R (1..4) activation rows at once: each 128 weights' 6-bit values decoded once for all
+// rows; per row the exact integer sums and float step.
+static inline __attribute__((always_inline)) void ds_dot_rows_q6_k_avx2_r(
+    const int R, int64_t n, float *s, int64_t s_stride, const ds_block_q6_k *x, const uint8_t *a,
+    size_t a_stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i m2 = _mm256_set1_epi8(3);
     const ds_block_q8_k *y[4];
@@ -569,49 +381,15 @@ static inline __attribute__((always_inline)) void rows_q6_k_r(const int R, int64
         s[r * s_stride] = sum[r];
     }
 }
-#define ds_dot_rows_q6_k_avx2_r(R, n, s, ss, w, a, as) rows_q6_k_r(R, n, s, ss, w, a, as)
 ROWS_BY_4(ds_dot_rows_q6_k_avx2)
+SINGLE_ROW(ds_dot_q6_k_avx2, ds_dot_rows_q6_k_avx2)
 
-void ds_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w,
-                        const void *restrict a) {
-    const ds_block_iq4_xs *x = w;
-    const ds_block_q8_k *y = a;
-    const __m256i table = iq4_table();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    float sum = 0;
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        const uint8_t *qs = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i acc = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib += 2, qs += 32, q8 += 64) {
-            // 32 bytes = sub-blocks ib and ib+1; a sub-block is its 16 low nibbles, then high.
-            __m256i bits = _mm256_loadu_si256((const __m256i *)qs);
-            __m256i lo = _mm256_and_si256(bits, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i v0 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
-            __m256i v1 = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
-            __m256i y0 = _mm256_loadu_si256((const __m256i *)q8);
-            __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 32));
-            __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(v0, v0), _mm256_sign_epi8(y0, v0));
-            __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(v1, v1), _mm256_sign_epi8(y1, v1));
-            int ls0 = ((x[i].scales_l[ib / 2] & 0xf) | (((x[i].scales_h >> 2 * ib) & 3) << 4)) - 32;
-            int ls1 = ((x[i].scales_l[ib / 2] >> 4) | (((x[i].scales_h >> (2 * ib + 2)) & 3) << 4)) - 32;
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((int16_t)ls0)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((int16_t)ls1)));
-        }
-        sum += ksum_step(x[i].d, 0, y[i].d, hsum_i32(acc), 0);
-    }
-    *s = sum;
-}
-
-// ds_dot_iq4_xs_avx2 for R (1..4) activation rows at once: each 64 weights' code-book values, their
-// absolute values and signs, and the sub-block scales once for all rows; per row the same exact
-// integer sums and float step.
-static inline __attribute__((always_inline)) void rows_iq4_xs_r(const int R, int64_t n, float *s,
-                                                               int64_t s_stride,
-                                                               const ds_block_iq4_xs *x,
-                                                               const uint8_t *a,
-                                                               size_t a_stride) {
+// IQ4_XS, R (1..4) activation rows at once: each 64 weights' code-book values, their absolute
+// values and signs, and the sub-block scales once for all rows; per row the exact integer sums and
+// float step.
+static inline __attribute__((always_inline)) void ds_dot_rows_iq4_xs_avx2_r(
+    const int R, int64_t n, float *s, int64_t s_stride, const ds_block_iq4_xs *x, const uint8_t *a,
+    size_t a_stride) {
     const __m256i table = iq4_table();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const ds_block_q8_k *y[4];
@@ -657,8 +435,9 @@ static inline __attribute__((always_inline)) void rows_iq4_xs_r(const int R, int
         s[r * s_stride] = sum[r];
     }
 }
-#define ds_dot_rows_iq4_xs_avx2_r(R, n, s, ss, w, a, as) rows_iq4_xs_r(R, n, s, ss, w, a, as)
 ROWS_BY_4(ds_dot_rows_iq4_xs_avx2)
+SINGLE_ROW(ds_dot_iq4_xs_avx2, ds_dot_rows_iq4_xs_avx2)
+
 
 // ---- activation quantizers ---------------------------------------------------------------------
 
