@@ -1,7 +1,8 @@
 // dot.c: scalar reference dot kernels of every weight type against its activation type, the
-// activation quantizers, and the run-time choice between scalar, AVX2 and AVX-512 kernels.
-// Calls quants.c/convert.c (block helpers) and the *_avx2.c / *_avx512.c kernels. Called through
-// dtype.h (ds_vec_dot, ds_vec_dot_rows, ds_vec_dot_get, ds_quantize_act).
+// activation quantizers, and the run-time choice between scalar, AVX2 and AVX-512 kernels (the
+// AVX-512 level has none of its own yet). Calls quants.c/convert.c (block helpers) and
+// dot_avx2.c. Called through dtype.h (ds_vec_dot, ds_vec_dot_rows, ds_vec_dot_plan,
+// ds_vec_dot_get, ds_quantize_act).
 // Spec: target-qwen35.md §2.13 (which activation type each weight type is dotted with).
 //
 // The summation order is part of each kernel's contract (dtype.h, "Dot products") so that every
