@@ -18,9 +18,10 @@ static void usage(FILE *f) {
             "--kernels   dot of one activation row with an R x N weight matrix (default 4096 x\n"
             "            4096) for every weight type, per kernel level (scalar / avx2 / avx512),\n"
             "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
-            "            weight bytes read; '4 rows': four activation rows per pass (a verify's\n"
-            "            or a prompt's matmul), one thread, weight bytes x 4 / time; then\n"
-            "            quantizer throughput in MB/s of f32 input.\n"
+            "            weight bytes read; '4 rows' / '16 rows': four / sixteen activation\n"
+            "            rows per pass (a verify's or a prompt's matmul: the AVX-512 VNNI tile\n"
+            "            kernel where the CPU has one), one thread, weight bytes x rows / time;\n"
+            "            then quantizer throughput in MB/s of f32 input.\n"
             "--n N       row length (multiple of 256)       --rows R   weight rows\n"
             "-t, --threads T  threads of the multi-threaded run\n"
             "--time S    seconds per measurement (default 0.5)\n"
@@ -42,16 +43,23 @@ typedef struct dot_job {
     size_t row_bytes;
     const void *a;
     float *out;
-    // nr > 1: nr activation rows a_stride bytes apart per weight row, through ds_dot_plan_rows
+    // nr > 1: nr activation rows a_stride bytes apart per weight row, through ds_dot_plan_rows,
+    // or (plan.tile set) packed rows through the tile kernel with one thread's panel scratch
     int64_t nr;
     size_t a_stride;
     ds_dot_plan plan;
+    void *panel;
 } dot_job;
 
 static void dot_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const dot_job *j = ctx;
     int64_t r0 = task * j->chunk, r1 = DS_MIN(r0 + j->chunk, j->rows);
+    if (j->nr > 1 && j->plan.tile) {
+        j->plan.tile(j->n, r1 - r0, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, j->nr, j->a,
+                     j->a_stride, &j->out[r0], j->rows, j->panel);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->row_bytes;
         if (j->nr > 1) {
@@ -119,9 +127,9 @@ static int bench_kernels(const bench_opts *o) {
            o->rows, o->n, cpu->avx2, cpu->avx512, cpu->avx512_vnni, ds_cpu_max_level(), nthr);
     printf("GB/s = weight bytes / best time of a full pass (single thread per level; last column:"
            " best level, %d threads). '-': no own kernel at that level.\n\n", nthr);
-    printf("%-7s %-5s %10s %9s %9s %9s %9s %12s\n", "type", "act", "MB matrix", "scalar", "avx2",
-           "avx512", "4 rows", "best x thr");
-    enum { NR = 4 };
+    printf("%-7s %-5s %10s %9s %9s %9s %9s %9s %12s\n", "type", "act", "MB matrix", "scalar",
+           "avx2", "avx512", "4 rows", "16 rows", "best x thr");
+    enum { NR = 16 };
     float *x = malloc((size_t)o->n * sizeof(float));
     float *out = malloc((size_t)o->rows * NR * sizeof(float));
     const size_t a_row = ds_type_row_size(DS_TYPE_F32, o->n); // largest activation row (f32)
@@ -196,10 +204,35 @@ static int bench_kernels(const bench_opts *o) {
             printf(" %9.2f", (double)total / dt / 1e9);
             fflush(stdout);
         }
-        dot_job jr = {.n = o->n, .rows = o->rows, .chunk = o->rows, .w = w,
-                      .row_bytes = row_bytes, .a = act, .out = out, .nr = NR, .a_stride = a_row,
-                      .plan = ds_vec_dot_plan(t)};
-        printf(" %9.2f", (double)total * NR / time_matvec(&jr, NULL, o->time) / 1e9);
+        const ds_dot_plan plan = ds_vec_dot_plan(t);
+        uint8_t *packed = NULL;
+        void *panel = NULL;
+        size_t p_row = 0;
+        if (plan.tile) { // the matmul's path: activation rows packed once, one panel scratch
+            p_row = plan.act_size(o->n);
+            packed = malloc(p_row * NR);
+            panel = ds_aligned_alloc(64, plan.panel_size(o->n));
+            if (packed == NULL || panel == NULL) {
+                fprintf(stderr, "dspec bench: out of memory\n");
+                free(packed), ds_aligned_free(panel), ds_aligned_free(w);
+                rc = 1;
+                break;
+            }
+            for (int r = 0; r < NR; r++) {
+                plan.pack(packed + (size_t)r * p_row, act + (size_t)r * a_row, o->n);
+            }
+        }
+        static const int64_t nrs[2] = {4, NR};
+        for (int q = 0; q < 2; q++) {
+            dot_job jr = {.n = o->n, .rows = o->rows, .chunk = o->rows, .w = w,
+                          .row_bytes = row_bytes, .a = plan.tile ? packed : act, .out = out,
+                          .nr = nrs[q], .a_stride = plan.tile ? p_row : a_row, .plan = plan,
+                          .panel = panel};
+            const double dt = time_matvec(&jr, NULL, o->time);
+            printf(" %9.2f", (double)total * (double)nrs[q] / dt / 1e9);
+        }
+        free(packed);
+        ds_aligned_free(panel);
         dot_job j = {.fn = ds_vec_dot_get(t, best_level), .n = o->n, .rows = o->rows,
                      .chunk = 16, .w = w, .row_bytes = row_bytes, .a = act, .out = out};
         double dt = time_matvec(&j, pool, o->time);

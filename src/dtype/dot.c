@@ -1,8 +1,8 @@
 // dot.c: scalar reference dot kernels of every weight type against its activation type, the
 // activation quantizers, and the run-time choice between scalar, AVX2 and AVX-512 kernels (the
-// AVX-512 level has none of its own yet). Calls quants.c/convert.c (block helpers) and
-// dot_avx2.c. Called through dtype.h (ds_vec_dot, ds_vec_dot_rows, ds_vec_dot_plan,
-// ds_vec_dot_get, ds_quantize_act).
+// AVX-512 level: the VNNI tile kernels of ds_vec_dot_plan). Calls quants.c/convert.c (block
+// helpers), dot_avx2.c and dot_avx512.c. Called through dtype.h (ds_vec_dot, ds_vec_dot_rows,
+// ds_vec_dot_plan, ds_vec_dot_get, ds_quantize_act).
 // Spec: target-qwen35.md §2.13 (which activation type each weight type is dotted with).
 //
 // The summation order is part of each kernel's contract (dtype.h, "Dot products") so that every
@@ -340,11 +340,24 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
     f(n, s, w, a);
 }
 
+// Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations.
+static const ds_vec_dot_tile_fn k_tiles[DS_TYPE_COUNT] = {
+    [DS_TYPE_Q8_0] = ds_tile_q8_0_avx512,
+    [DS_TYPE_Q4_0] = ds_tile_q4_0_avx512,
+    [DS_TYPE_IQ4_NL] = ds_tile_iq4_nl_avx512,
+};
+
 ds_dot_plan ds_vec_dot_plan(ds_type t) {
     ds_dot_plan p = {.one = ds_vec_dot_get(t, 2), .rows = NULL};
     DS_ASSERT(p.one != NULL);
     // (the rows kernel of the level the single-row kernel comes from: the same bits)
     p.rows = k_dots[t].rows[ds_vec_dot_level(t, 2)];
+    if (k_tiles[t] != NULL && ds_cpu_max_level() >= 2 && ds_cpu_get()->avx512_vnni) {
+        p.tile = k_tiles[t];
+        p.act_size = ds_tile_q8_0_act_size;
+        p.panel_size = ds_tile_q8_0_panel_size;
+        p.pack = ds_act_pack_q8_0_avx512;
+    }
     return p;
 }
 

@@ -3,10 +3,7 @@
 // in the same order; no fused multiply-add), which dtype_test.c checks. Calls dtype_impl.h
 // helpers. Called only through dot.c's dispatch when ds_cpu_get()->avx2 holds.
 // Spec: target-qwen35.md §2.13.
-#include "dtype/dtype_impl.h"
-
-#include <immintrin.h>
-#include <string.h>
+#include "dtype/dot_x86.h"
 
 static inline int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -20,13 +17,6 @@ static inline __m256i dot_i8_32(__m256i x, __m256i y) {
     __m256i ax = _mm256_sign_epi8(x, x);
     __m256i sy = _mm256_sign_epi8(y, x);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
-}
-
-// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
-static inline __m256i nibbles_32(const uint8_t *q) {
-    __m128i t = _mm_loadu_si128((const __m128i *)q);
-    __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
 }
 
 // fp16 -> f32 with F16C: the same value as ds_fp16_to_f32 for every non-NaN input.
@@ -159,11 +149,6 @@ static inline __m256 scales8(const void *first, size_t stride) {
 
 // ---- 32-element blocks against Q8_0 ------------------------------------------------------------
 
-static inline __m256i iq4_table(void) {
-    __m128i t = _mm_loadu_si128((const __m128i *)ds_iq4nl_values);
-    return _mm256_set_m128i(t, t);
-}
-
 // Blocks of 32 against Q8_0, R (1..4) activation rows at a time: per group of 8 weight blocks,
 // each block's weights are decoded, and their absolute values and signs taken, once for all R
 // rows, as are the 8 weight scales; per row the 8 blocks' exact integer sums (any order of
@@ -228,16 +213,6 @@ static inline __m256i iq4_table(void) {
     }                                                                                              \
     ROWS_BY_4(NAME)                                                                                \
     SINGLE_ROW(DOT, NAME)
-
-static inline __m256i wq_q8_0(const ds_block_q8_0 *x) {
-    return _mm256_loadu_si256((const __m256i *)x->qs);
-}
-static inline __m256i wq_q4_0(const ds_block_q4_0 *x) {
-    return _mm256_sub_epi8(nibbles_32(x->qs), _mm256_set1_epi8(8));
-}
-static inline __m256i wq_iq4_nl(const ds_block_iq4_nl *x) {
-    return _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
-}
 
 Q8_0_FAMILY(ds_dot_q8_0_avx2, ds_dot_rows_q8_0_avx2, ds_block_q8_0, wq_q8_0)
 Q8_0_FAMILY(ds_dot_q4_0_avx2, ds_dot_rows_q4_0_avx2, ds_block_q4_0, wq_q4_0)

@@ -185,7 +185,8 @@ ds_type ds_type_vec_dot(ds_type t);
 //
 // Kernels exist for F32·F32, F16·F16, BF16·BF16, Q8_0·Q8_0, Q4_0·Q8_0, IQ4_NL·Q8_0 and
 // Q4_K/Q5_K/Q6_K/IQ4_XS·Q8_K. Levels: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (a level without its
-// own kernel for a type uses the next lower one). Every level gives the SAME BITS as the scalar
+// own kernel for a type uses the next lower one; level 2's are the tile kernels of
+// ds_vec_dot_plan, which also need VNNI). Every level gives the SAME BITS as the scalar
 // reference, because the summation order is fixed by this contract:
 //   F32/F16/BF16: products w[i]*a[i] rounded to f32 (exact for F16/BF16 inputs) are added into 32
 //     lane sums, lane = i mod 32, then lanes l += l+16, l += l+8, ... (pairwise tree) to lane 0.
@@ -208,11 +209,25 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 // The kernels ds_vec_dot and ds_vec_dot_rows use for type t at the current level, resolved once
 // (a matmul looks them up once instead of per weight row): `one` the single-row kernel, `rows`
 // NULL or a kernel of several activation rows at once with the same bits per row.
+//
+// `tile` (NULL unless the CPU has AVX-512 VNNI and ds_cpu_max_level() is 2; Q8_0, Q4_0, IQ4_NL)
+// runs nw weight rows (w_stride bytes apart) against nr activation rows in the kernel's own
+// packed layout: y[o + r * y_stride] for o < nw, r < nr, each the same bits as `one`. A caller
+// quantizes each activation row to the vec_dot type as usual, packs it (`pack`: act_size(n)
+// bytes a row) once, and gives `tile` panel_size(n) bytes of 64-byte aligned scratch, where it
+// prepares each weight row once for all the activation rows (dot_avx512.c).
 typedef void (*ds_vec_dot_rows_fn)(int64_t n, int64_t nr, float *s, int64_t s_stride,
                                    const void *w, const void *a, size_t a_stride);
+typedef void (*ds_vec_dot_tile_fn)(int64_t n, int64_t nw, const void *w, size_t w_stride,
+                                   int64_t nr, const void *a, size_t a_stride, float *y,
+                                   int64_t y_stride, void *panel);
 typedef struct ds_dot_plan {
     ds_vec_dot_fn one;
     ds_vec_dot_rows_fn rows;
+    ds_vec_dot_tile_fn tile;
+    size_t (*act_size)(int64_t n);
+    size_t (*panel_size)(int64_t n);
+    void (*pack)(void *restrict dst, const void *restrict act, int64_t n);
 } ds_dot_plan;
 ds_dot_plan ds_vec_dot_plan(ds_type t);
 // ds_vec_dot_rows with a plan of the weight's type.

@@ -117,3 +117,16 @@ void ds_dot_rows_q6_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, co
                            const void *a, size_t a_stride);
 void ds_dot_rows_iq4_xs_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                              const void *a, size_t a_stride);
+
+// ---- AVX-512 VNNI tile kernels (dot_avx512.c); only used when ds_cpu_get()->avx512_vnni ------
+// ds_dot_plan's act_size / panel_size / pack / tile for Q8_0, Q4_0 and IQ4_NL weights.
+size_t ds_tile_q8_0_act_size(int64_t n);
+size_t ds_tile_q8_0_panel_size(int64_t n);
+void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64_t n);
+void ds_tile_q8_0_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, float *y, int64_t y_stride, void *panel);
+void ds_tile_q4_0_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, float *y, int64_t y_stride, void *panel);
+void ds_tile_iq4_nl_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                           const void *a, size_t a_stride, float *y, int64_t y_stride,
+                           void *panel);

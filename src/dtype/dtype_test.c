@@ -683,6 +683,71 @@ static void test_dot_rows_and_dispatch(void **state) {
     ds_cpu_set_max_level(2);
 }
 
+// The tile kernels (AVX-512 VNNI): each y[o + r * y_stride] of a tile of nw weight rows (random
+// bytes or quantized values) against nr packed activation rows equals the scalar kernel's result
+// bitwise -- row lengths of 1-160 blocks (partial groups of 16 included), 1-13 activation rows
+// (the per-row path up to 8, the blocked one beyond), 1-6 weight rows (the blocked path's groups
+// of 4 and their remainders). Without VNNI, or at level 1, the plan has no tile kernel.
+static void test_dot_tile(void **state) {
+    (void)state;
+    static const ds_type types[] = {DS_TYPE_Q8_0, DS_TYPE_Q4_0, DS_TYPE_IQ4_NL};
+    static const int64_t blocks[] = {1, 3, 8, 15, 16, 17, 31, 40, 160};
+    static const int64_t nrs[] = {1, 2, 3, 4, 5, 8, 9, 13};
+    static const int64_t nws[] = {1, 3, 6};
+    enum { NW = 6, NR = 13 };
+    rng r = {31};
+    ds_cpu_set_max_level(1);
+    assert_null(ds_vec_dot_plan(DS_TYPE_Q8_0).tile);
+    ds_cpu_set_max_level(2);
+    if (!ds_cpu_get()->avx512_vnni) {
+        assert_null(ds_vec_dot_plan(DS_TYPE_Q8_0).tile);
+        printf("tile kernels: no AVX-512 VNNI on this CPU, not checked\n");
+        return;
+    }
+    for (size_t k = 0; k < DS_ARRAY_LEN(types); k++) {
+        const ds_type t = types[k];
+        const ds_dot_plan p = ds_vec_dot_plan(t);
+        assert_non_null(p.tile);
+        for (size_t b = 0; b < DS_ARRAY_LEN(blocks); b++) {
+            const int64_t n = blocks[b] * DS_QK;
+            const size_t wrow = ds_type_row_size(t, n), arow = ds_type_row_size(DS_TYPE_Q8_0, n);
+            const size_t prow = p.act_size(n);
+            uint8_t *w = xmalloc(wrow * NW), *a = xmalloc(arow * NR), *pk = xmalloc(prow * NR);
+            float *af = xmalloc((size_t)n * sizeof(float));
+            void *panel = ds_aligned_alloc(64, p.panel_size(n));
+            assert_non_null(panel);
+            for (int64_t o = 0; o < NW; o++) {
+                make_weights(t, w + (size_t)o * wrow, n, &r, o % 2 == 1);
+            }
+            for (int64_t i = 0; i < NR; i++) {
+                make_activation(DS_TYPE_Q8_0, a + (size_t)i * arow, af, n, &r);
+                p.pack(pk + (size_t)i * prow, a + (size_t)i * arow, n);
+            }
+            for (size_t q = 0; q < DS_ARRAY_LEN(nrs); q++) {
+                for (size_t v = 0; v < DS_ARRAY_LEN(nws); v++) {
+                    const int64_t nr = nrs[q], nw = nws[v], ys = NW + 1;
+                    float y[(NW + 1) * NR];
+                    p.tile(n, nw, w, wrow, nr, pk, prow, y, ys, panel);
+                    for (int64_t o = 0; o < nw; o++) {
+                        for (int64_t i = 0; i < nr; i++) {
+                            float ref;
+                            ds_vec_dot_get(t, 0)(n, &ref, w + (size_t)o * wrow,
+                                                 a + (size_t)i * arow);
+                            assert_int_equal(f32_bits(y[o + i * ys]), f32_bits(ref));
+                        }
+                    }
+                }
+            }
+            ds_aligned_free(panel);
+            free(af);
+            free(pk);
+            free(a);
+            free(w);
+        }
+    }
+    printf("tile kernels: Q8_0 / Q4_0 / IQ4_NL checked against scalar\n");
+}
+
 // ds_fp16_to_f32_row == ds_fp16_to_f32 per element for all 65,536 halves (NaNs included), at
 // the CPU's level and at the scalar level, with a tail past the last 8.
 static void test_fp16_row(void **state) {
@@ -762,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_refuses_bad_input),
         cmocka_unit_test(test_dot_simd_equals_scalar),
         cmocka_unit_test(test_dot_rows_and_dispatch),
+        cmocka_unit_test(test_dot_tile),
         cmocka_unit_test(test_fp16_row),
         cmocka_unit_test(test_activation_quantizers_levels),
     };

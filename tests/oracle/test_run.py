@@ -115,9 +115,18 @@ def bench_checks(dspec, model, draft, tmp):
     row = [w for w in (l.split() for l in out.splitlines()) if w[:2] == ["q4_K", "q8_K"]]
     ok = r.returncode == 0 and len(row) == 1 and float(row[0][3]) > 0
     R.check("bench --kernels: a q4_K row with GB/s", ok, "" if ok else out[-200:])
-    # (columns: type act MB scalar avx2 avx512 '4 rows' best xT)
-    ok = ok and "4 rows" in out and len(row[0]) == 9 and float(row[0][6]) > 0
-    R.check("bench --kernels: the 4-row column", ok, "" if ok else out[-200:])
+    # (columns: type act MB scalar avx2 avx512 '4 rows' '16 rows' best xT)
+    ok = (ok and "4 rows" in out and "16 rows" in out and len(row[0]) == 10
+          and float(row[0][6]) > 0 and float(row[0][7]) > 0)
+    R.check("bench --kernels: the 4- and 16-row columns", ok, "" if ok else out[-200:])
+    r = run(dspec, "bench", "--kernels", "--n", "256", "--rows", "64", "--time", "0.01",
+            "--type", "q8_0", "-t", "1", ok=False)
+    out = r.stdout.decode(errors="replace")
+    row = [w for w in (l.split() for l in out.splitlines()) if w[:2] == ["q8_0", "q8_0"]]
+    ok = (r.returncode == 0 and len(row) == 1 and len(row[0]) == 10
+          and float(row[0][6]) > 0 and float(row[0][7]) > 0)
+    R.check("bench --kernels: q8_0's multi-row columns (its tile kernel on AVX-512 VNNI)", ok,
+            "" if ok else out[-200:])
 
 
 def main():

@@ -1,18 +1,30 @@
 // cpu_matmul.c: quantized matrix × activations (dense and MoE expert-indexed), and embedding row
 // lookup. Activations are converted per row to the weight's vec_dot type (llama.cpp numerics,
-// target-qwen35.md §2.13); each output element is one ds_vec_dot call, so a row's result never
-// depends on the batch (DESIGN.md §4.2). Work is split over blocks of output rows.
+// target-qwen35.md §2.13); each output element has the bits of one ds_vec_dot call, so a row's
+// result never depends on the batch (DESIGN.md §4.2). Work is split over blocks of output rows.
+// Dense matmuls of several activation rows whose weight type has a tile kernel (dtype.h
+// ds_dot_plan: AVX-512 VNNI) pack the activation rows once and run each block of output rows as
+// one tile.
 // Calls dtype/. Called through the backend op table.
 #include "backend/cpu/cpu_impl.h"
 
-enum { MM_ROWS_PER_TASK = 16 };
+// MM_TILE_MIN_ROWS: fewest activation rows that take the tile kernel (one row keeps the
+// single-row kernel: preparing a panel per weight row does not pay for one row).
+enum { MM_ROWS_PER_TASK = 16, MM_TILE_MIN_ROWS = 2 };
+
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
 
 typedef struct mm_job {
     const ds_tensor *w;
     ds_type wt;
     ds_dot_plan dot;      // wt's kernels, looked up once per matmul
-    const uint8_t *act;   // quantized activation rows
+    const uint8_t *act;   // quantized activation rows (packed for the tile kernel)
     size_t act_stride;    // bytes between activation rows
+    uint8_t *panels;      // tile kernel: panel scratch per thread, panel_bytes apart
+    size_t panel_bytes;
+    int n_threads;
     ds_tensor *y;
     int64_t n_in, n_out, n_rows;
     int64_t n_chunks;     // output-row chunks per (row, slot) pair
@@ -48,13 +60,39 @@ static const uint8_t *quantize_acts(ds_backend *be, const ds_tensor *x, ds_type 
     return buf;
 }
 
+// The tile kernel's inputs in one scratch buffer: each row of x quantized to Q8_0 (the vec_dot
+// type of every type with a tile kernel) into the first region and packed into the second; the
+// third holds a panel scratch per pool thread.
+static void pack_acts(ds_backend *be, const ds_tensor *x, mm_job *j) {
+    DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == sizeof(float));
+    const int64_t n_in = x->ne[0], n = j->n_rows;
+    const size_t rs = align64(ds_type_row_size(DS_TYPE_Q8_0, n_in));
+    const size_t ps = align64(j->dot.act_size(n_in));
+    j->n_threads = cpu_of(be)->n_threads;
+    j->panel_bytes = align64(j->dot.panel_size(n_in));
+    uint8_t *buf = ds_cpu_scratch(be, rs + ps * (size_t)n + j->panel_bytes * (size_t)j->n_threads);
+    for (int64_t r = 0; r < n; r++) {
+        ds_quantize_act(DS_TYPE_Q8_0, buf, ds_cpu_row_flat(x, r), n_in);
+        j->dot.pack(buf + rs + ps * (size_t)r, buf, n_in);
+    }
+    j->act = buf + rs;
+    j->act_stride = ps;
+    j->panels = buf + rs + ps * (size_t)n;
+}
+
 static void mm_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
     const mm_job *j = ctx;
     int64_t o0 = task * MM_ROWS_PER_TASK;
     int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
     float *y0 = ds_cpu_row(j->y, 0, 0, 0);
     int64_t y_stride = (int64_t)(j->y->nb[1] / sizeof(float));
+    if (j->dot.tile) {
+        DS_ASSERT(thread >= 0 && thread < j->n_threads);
+        j->dot.tile(j->n_in, o1 - o0, (const uint8_t *)j->w->data + (size_t)o0 * j->w->nb[1],
+                    j->w->nb[1], j->n_rows, j->act, j->act_stride, y0 + o0, y_stride,
+                    j->panels + (size_t)thread * j->panel_bytes);
+        return;
+    }
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *wrow = (const uint8_t *)j->w->data + (size_t)o * j->w->nb[1];
         ds_dot_plan_rows(&j->dot, j->n_in, j->n_rows, y0 + o, y_stride, wrow, j->act,
@@ -70,7 +108,14 @@ void ds_cpu_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_te
     DS_ASSERT(n_in % ds_type_traits_get(w->type)->block_elems == 0);
     mm_job j = {.w = w, .wt = w->type, .dot = ds_vec_dot_plan(w->type), .y = y, .n_in = n_in,
                 .n_out = n_out, .n_rows = n};
-    j.act = quantize_acts(be, x, vdt, n, &j.act_stride);
+    if (n < MM_TILE_MIN_ROWS) {
+        j.dot.tile = NULL;
+    }
+    if (j.dot.tile) {
+        pack_acts(be, x, &j);
+    } else {
+        j.act = quantize_acts(be, x, vdt, n, &j.act_stride);
+    }
     int64_t n_tasks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
     ds_cpu_parallel(be, mm_task, &j, n_tasks, n_in * n_out * n);
 }
