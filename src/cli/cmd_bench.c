@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "            single-threaded and with T threads (default: all CPUs), in GB/s of\n"
             "            weight bytes read; '4 rows' / '16 rows': four / sixteen activation\n"
             "            rows per pass (a verify's or a prompt's matmul: the AVX-512 VNNI tile\n"
-            "            kernel where the CPU has one), one thread, weight bytes x rows / time;\n"
+            "            kernel where the CPU has one and it pays for that many rows), one\n"
+            "            thread, weight bytes x rows / time;\n"
             "            then quantizer throughput in MB/s of f32 input.\n"
             "--n N       row length (multiple of 256)       --rows R   weight rows\n"
             "-t, --threads T  threads of the multi-threaded run\n"
@@ -55,7 +56,7 @@ static void dot_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const dot_job *j = ctx;
     int64_t r0 = task * j->chunk, r1 = DS_MIN(r0 + j->chunk, j->rows);
-    if (j->nr > 1 && j->plan.tile) {
+    if (j->nr > 1 && j->plan.tile && j->nr >= j->plan.tile_min_rows) {
         j->plan.tile(j->n, r1 - r0, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, j->nr, j->a,
                      j->a_stride, &j->out[r0], j->rows, j->panel);
         return;
@@ -224,9 +225,10 @@ static int bench_kernels(const bench_opts *o) {
         }
         static const int64_t nrs[2] = {4, NR};
         for (int q = 0; q < 2; q++) {
+            const bool tile = plan.tile && nrs[q] >= plan.tile_min_rows;
             dot_job jr = {.n = o->n, .rows = o->rows, .chunk = o->rows, .w = w,
-                          .row_bytes = row_bytes, .a = plan.tile ? packed : act, .out = out,
-                          .nr = nrs[q], .a_stride = plan.tile ? p_row : a_row, .plan = plan,
+                          .row_bytes = row_bytes, .a = tile ? packed : act, .out = out,
+                          .nr = nrs[q], .a_stride = tile ? p_row : a_row, .plan = plan,
                           .panel = panel};
             const double dt = time_matvec(&jr, NULL, o->time);
             printf(" %9.2f", (double)total * (double)nrs[q] / dt / 1e9);

@@ -340,11 +340,30 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
     f(n, s, w, a);
 }
 
-// Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations.
-static const ds_vec_dot_tile_fn k_tiles[DS_TYPE_COUNT] = {
-    [DS_TYPE_Q8_0] = ds_tile_q8_0_avx512,
-    [DS_TYPE_Q4_0] = ds_tile_q4_0_avx512,
-    [DS_TYPE_IQ4_NL] = ds_tile_iq4_nl_avx512,
+// Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations, the
+// super-block types against packed Q8_K.
+// min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels` 2 / 4 / 8 / 16 rows on a
+// Zen 5 core: Q8_0 from 2 rows, Q6_K from 2, IQ4_XS from 4, Q4_K / Q5_K from 8).
+typedef struct tile_set {
+    ds_vec_dot_tile_fn tile;
+    size_t (*act_size)(int64_t n);
+    size_t (*panel_size)(int64_t n);
+    void (*pack)(void *restrict dst, const void *restrict act, int64_t n);
+    int64_t min_rows;
+} tile_set;
+
+#define TILE_Q8_0(F, R)                                                                            \
+    {F, ds_tile_q8_0_act_size, ds_tile_q8_0_panel_size, ds_act_pack_q8_0_avx512, R}
+#define TILE_Q8_K(F, R)                                                                            \
+    {F, ds_tile_q8_k_act_size, ds_tile_q8_k_panel_size, ds_act_pack_q8_k_avx512, R}
+static const tile_set k_tiles[DS_TYPE_COUNT] = {
+    [DS_TYPE_Q8_0] = TILE_Q8_0(ds_tile_q8_0_avx512, 2),
+    [DS_TYPE_Q4_0] = TILE_Q8_0(ds_tile_q4_0_avx512, 2),
+    [DS_TYPE_IQ4_NL] = TILE_Q8_0(ds_tile_iq4_nl_avx512, 2),
+    [DS_TYPE_Q4_K] = TILE_Q8_K(ds_tile_q4_k_avx512, 8),
+    [DS_TYPE_Q5_K] = TILE_Q8_K(ds_tile_q5_k_avx512, 8),
+    [DS_TYPE_Q6_K] = TILE_Q8_K(ds_tile_q6_k_avx512, 2),
+    [DS_TYPE_IQ4_XS] = TILE_Q8_K(ds_tile_iq4_xs_avx512, 4),
 };
 
 ds_dot_plan ds_vec_dot_plan(ds_type t) {
@@ -352,11 +371,12 @@ ds_dot_plan ds_vec_dot_plan(ds_type t) {
     DS_ASSERT(p.one != NULL);
     // (the rows kernel of the level the single-row kernel comes from: the same bits)
     p.rows = k_dots[t].rows[ds_vec_dot_level(t, 2)];
-    if (k_tiles[t] != NULL && ds_cpu_max_level() >= 2 && ds_cpu_get()->avx512_vnni) {
-        p.tile = k_tiles[t];
-        p.act_size = ds_tile_q8_0_act_size;
-        p.panel_size = ds_tile_q8_0_panel_size;
-        p.pack = ds_act_pack_q8_0_avx512;
+    if (k_tiles[t].tile != NULL && ds_cpu_max_level() >= 2 && ds_cpu_get()->avx512_vnni) {
+        p.tile = k_tiles[t].tile;
+        p.act_size = k_tiles[t].act_size;
+        p.panel_size = k_tiles[t].panel_size;
+        p.pack = k_tiles[t].pack;
+        p.tile_min_rows = k_tiles[t].min_rows;
     }
     return p;
 }

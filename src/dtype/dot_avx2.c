@@ -31,22 +31,6 @@ static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, i
     return dd * (float)isum - dm * (float)msum;
 }
 
-// The 8 six-bit scales and mins of a Q4_K / Q5_K block (layout of ds_k4_scale_min), unpacked
-// with 32-bit word operations: sc[j] / mn[j] for j = 0..7.
-static inline void k4_unpack(const uint8_t q[12], uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t u[3], o[4];
-    memcpy(u, q, 12);
-    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
-    o[0] = u[0] & m6;                                       // sc 0..3
-    o[1] = u[1] & m6;                                       // mn 0..3
-    o[2] = (u[2] & m4) | ((u[0] & hi2) >> 2);               // sc 4..7
-    o[3] = ((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2);        // mn 4..7
-    memcpy(sc, &o[0], 4);
-    memcpy(sc + 4, &o[2], 4);
-    memcpy(mn, &o[1], 4);
-    memcpy(mn + 4, &o[3], 4);
-}
-
 // sum_j mn[j] * (bsums[2j] + bsums[2j+1]) with one multiply-add of 16-bit lanes (exact).
 static inline int32_t k4_min_sum(const uint8_t mn[8], const int16_t bsums[16]) {
     __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
@@ -219,25 +203,6 @@ Q8_0_FAMILY(ds_dot_q4_0_avx2, ds_dot_rows_q4_0_avx2, ds_block_q4_0, wq_q4_0)
 Q8_0_FAMILY(ds_dot_iq4_nl_avx2, ds_dot_rows_iq4_nl_avx2, ds_block_iq4_nl, wq_iq4_nl)
 
 // ---- super-blocks against Q8_K -----------------------------------------------------------------
-
-// The 64 weights j of a Q4_K / Q5_K superblock as bytes: lo = elements 64j .. 64j + 31, hi = the
-// next 32 (Q5_K: the 5th bit from qh, bits 2j and 2j + 1).
-static inline void q4_k_vals(const ds_block_q4_k *x, int j, __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-    *lo = _mm256_and_si256(bits, m4);
-    *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-}
-static inline void q5_k_vals(const ds_block_q5_k *x, int j, __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    const __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
-    const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
-    const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
-    *lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                          _mm256_slli_epi16(h1, 4));
-}
 
 // Q4_K and Q5_K, R (1..4) activation rows at a time: a superblock's scales and mins unpacked,
 // and each 64 weights' values (VALS: 4-bit, or 5-bit with the high bits of qh) decoded, once for

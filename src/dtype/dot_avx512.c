@@ -1,8 +1,9 @@
 // dot_avx512.c: AVX-512 VNNI tile kernels of the 32-element block types (Q8_0, Q4_0, IQ4_NL)
-// against Q8_0 activations: a tile of weight rows against a tile of activation rows (a matmul's
-// task), every result bit for bit the scalar kernel's in dot.c (dtype.h "Dot products"), which
-// dtype_test.c checks. Calls dot_x86.h. Called only through dot.c's plan when
-// ds_cpu_get()->avx512_vnni holds. Spec: target-qwen35.md §2.13.
+// against Q8_0 activations and of the super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS) against
+// Q8_K: a tile of weight rows against a tile of activation rows (a matmul's task), every result
+// bit for bit the scalar kernel's in dot.c (dtype.h "Dot products"), which dtype_test.c checks.
+// Calls dot_x86.h. Called only through dot.c's plan when ds_cpu_get()->avx512_vnni holds.
+// Spec: target-qwen35.md §2.13.
 //
 // Layout. A group is 16 consecutive blocks. The kernel reads a group as 8 slices of 64 bytes:
 // slice s holds bytes 4s .. 4s+3 of each of the 16 blocks (block j at bytes 4j .. 4j+3), so one
@@ -233,3 +234,310 @@ static void panel_rows_any(int64_t nr, int64_t ng, const uint8_t *panel, float *
 TILE_KERNEL(ds_tile_q8_0_avx512, prep_q8_0, ds_block_q8_0)
 TILE_KERNEL(ds_tile_q4_0_avx512, prep_q4_0, ds_block_q4_0)
 TILE_KERNEL(ds_tile_iq4_nl_avx512, prep_iq4_nl, ds_block_iq4_nl)
+
+// ---- super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K ---------------------------------
+// A group is 2 super-blocks: 16 sub-blocks of 32 values, one per lane, in the slices above.
+//   * Packed Q8_K activation row (ds_act_pack_q8_k_avx512), per group: the 8 slices (values +
+//     128), each sub-block's sum of activations (16 int32, the bsums of its two halves), the two
+//     super-blocks' d (floats; then padding). A missing second super-block is zeros.
+//   * Panel per group: the 8 slices of the weights as int8 (Q6_K: q - 32), the corrections
+//     (-128 * the lane's sum of weights; Q6_K per 16-value half: slices 0-3 and 4-7, whose
+//     sub-blocks carry their own scales), the sub-block scales as int32 (Q6_K: both halves'),
+//     the mins (Q4_K / Q5_K), and d, dmin per super-block as floats.
+// Per activation row and group: exact isum (sum of scale * lane sum) and msum (sum of min * lane
+// activation sum) per super-block from the lanes, then the scalar kernel's float step
+// sum += (d * da) * (float)isum - (dmin * da) * (float)msum, super-block by super-block.
+enum {
+    KACT_GROUP = 512 + 64 + 64,
+    KP_CORR = 512, KP_CORR_HI = 576, KP_SC = 640, KP_SC_HI = 704, KP_MIN = 768, KP_D = 832,
+    KPANEL_GROUP = 896,
+};
+
+static inline int64_t k_groups(int64_t n) {
+    return (n / DS_QK_K + 1) / 2;
+}
+
+size_t ds_tile_q8_k_act_size(int64_t n) {
+    return (size_t)k_groups(n) * KACT_GROUP;
+}
+
+size_t ds_tile_q8_k_panel_size(int64_t n) {
+    return (size_t)TILE_W * (size_t)k_groups(n) * KPANEL_GROUP;
+}
+
+void ds_act_pack_q8_k_avx512(void *restrict dst, const void *restrict act, int64_t n) {
+    const ds_block_q8_k *y = act;
+    const int64_t nsb = n / DS_QK_K, ng = k_groups(n);
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int64_t g = 0; g < ng; g++) {
+        __m256i b[TG];
+        int32_t bs[TG] = {0};
+        float d[TG] = {0};
+        for (int h = 0; h < 2; h++) {
+            const int64_t sb = 2 * g + h;
+            for (int k = 0; k < 8; k++) {
+                if (sb < nsb) {
+                    b[8 * h + k] = _mm256_loadu_si256((const __m256i *)(y[sb].qs + 32 * k));
+                    bs[8 * h + k] = y[sb].bsums[2 * k] + y[sb].bsums[2 * k + 1];
+                } else {
+                    b[8 * h + k] = _mm256_setzero_si256();
+                }
+            }
+            d[h] = sb < nsb ? y[sb].d : 0.0f;
+        }
+        __m512i sl[SLICES];
+        transpose16(b, sl);
+        uint8_t *p = (uint8_t *)dst + (size_t)g * KACT_GROUP;
+        for (int s = 0; s < SLICES; s++) {
+            _mm512_storeu_si512(p + 64 * s, _mm512_xor_si512(sl[s], x80));
+        }
+        _mm512_storeu_si512(p + 512, _mm512_loadu_si512(bs));
+        _mm512_storeu_ps(p + 576, _mm512_loadu_ps(d));
+    }
+}
+
+// Per super-block decoders: the 8 lane blocks' values (s8), scales (and Q6_K's second-half
+// scales), mins, d and dmin.
+typedef struct k_sb {
+    __m256i v[8];
+    int32_t sc[8], sc_hi[8], mn[8];
+    float d, dmin;
+} k_sb;
+
+static inline void ksb_q4_k(k_sb *o, const ds_block_q4_k *x) {
+    uint8_t sc[8], mn[8];
+    k4_unpack(x->scales, sc, mn);
+    for (int j = 0; j < 4; j++) {
+        q4_k_vals(x, j, &o->v[2 * j], &o->v[2 * j + 1]);
+    }
+    for (int k = 0; k < 8; k++) {
+        o->sc[k] = sc[k];
+        o->mn[k] = mn[k];
+    }
+    o->d = ds_fp16_to_f32(x->d);
+    o->dmin = ds_fp16_to_f32(x->dmin);
+}
+
+static inline void ksb_q5_k(k_sb *o, const ds_block_q5_k *x) {
+    uint8_t sc[8], mn[8];
+    k4_unpack(x->scales, sc, mn);
+    for (int j = 0; j < 4; j++) {
+        q5_k_vals(x, j, &o->v[2 * j], &o->v[2 * j + 1]);
+    }
+    for (int k = 0; k < 8; k++) {
+        o->sc[k] = sc[k];
+        o->mn[k] = mn[k];
+    }
+    o->d = ds_fp16_to_f32(x->d);
+    o->dmin = ds_fp16_to_f32(x->dmin);
+}
+
+// Q6_K: lane block 4k + m holds values 128k + 32m .. + 31 (dot.c's v1 .. v4 of half k), whose
+// 16-value halves have scales 2(4k + m) and 2(4k + m) + 1.
+static inline void ksb_q6_k(k_sb *o, const ds_block_q6_k *x) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    const __m256i off = _mm256_set1_epi8(32);
+    for (int k = 0; k < 2; k++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * k));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * k + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * k));
+        const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                               _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        for (int m = 0; m < 4; m++) {
+            const __m256i h =
+                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * m)), m2);
+            const __m256i q = _mm256_or_si256(lo[m], _mm256_slli_epi16(h, 4));
+            o->v[4 * k + m] = _mm256_sub_epi8(q, off);
+        }
+    }
+    for (int k = 0; k < 8; k++) {
+        o->sc[k] = x->scales[2 * k];
+        o->sc_hi[k] = x->scales[2 * k + 1];
+        o->mn[k] = 0;
+    }
+    o->d = ds_fp16_to_f32(x->d);
+    o->dmin = 0.0f;
+}
+
+static inline void ksb_iq4_xs(k_sb *o, const ds_block_iq4_xs *x) {
+    const __m256i table = iq4_table();
+    for (int ib = 0; ib < 8; ib++) {
+        o->v[ib] = _mm256_shuffle_epi8(table, nibbles_32(x->qs + 16 * ib));
+        const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
+                       (((x->scales_h >> 2 * ib) & 3) << 4);
+        o->sc[ib] = ls - 32;
+        o->mn[ib] = 0;
+    }
+    o->d = ds_fp16_to_f32(x->d);
+    o->dmin = 0.0f;
+}
+
+// The panel of one weight row. SPLIT: Q6_K's per-half corrections and scales.
+#define KTILE_PREP(NAME, BLOCK_T, DECODE, SPLIT)                                                   \
+    static void NAME(uint8_t *panel, const BLOCK_T *x, int64_t n) {                                \
+        const int64_t nsb = n / DS_QK_K, ng = k_groups(n);                                         \
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);                                          \
+        for (int64_t g = 0; g < ng; g++) {                                                         \
+            k_sb sb[2];                                                                            \
+            memset(&sb[1], 0, sizeof(sb[1]));                                                      \
+            DECODE(&sb[0], &x[2 * g]);                                                             \
+            if (2 * g + 1 < nsb) {                                                                 \
+                DECODE(&sb[1], &x[2 * g + 1]);                                                     \
+            }                                                                                      \
+            __m256i b[TG];                                                                         \
+            int32_t sc[TG], sc_hi[TG], mn[TG];                                                     \
+            for (int j = 0; j < TG; j++) {                                                         \
+                b[j] = sb[j / 8].v[j % 8];                                                         \
+                sc[j] = sb[j / 8].sc[j % 8];                                                       \
+                sc_hi[j] = SPLIT ? sb[j / 8].sc_hi[j % 8] : 0;                                     \
+                mn[j] = sb[j / 8].mn[j % 8];                                                       \
+            }                                                                                      \
+            __m512i sl[SLICES], c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();          \
+            transpose16(b, sl);                                                                    \
+            uint8_t *p = panel + (size_t)g * KPANEL_GROUP;                                         \
+            for (int s = 0; s < SLICES; s++) {                                                     \
+                _mm512_store_si512(p + 64 * s, sl[s]);                                             \
+                if (SPLIT && s >= 4) {                                                             \
+                    c1 = _mm512_dpbusd_epi32(c1, x80, sl[s]);                                      \
+                } else {                                                                           \
+                    c0 = _mm512_dpbusd_epi32(c0, x80, sl[s]);                                      \
+                }                                                                                  \
+            }                                                                                      \
+            _mm512_store_si512(p + KP_CORR, _mm512_sub_epi32(_mm512_setzero_si512(), c0));         \
+            _mm512_store_si512(p + KP_CORR_HI, _mm512_sub_epi32(_mm512_setzero_si512(), c1));      \
+            _mm512_store_si512(p + KP_SC, _mm512_loadu_si512(sc));                                 \
+            _mm512_store_si512(p + KP_SC_HI, _mm512_loadu_si512(sc_hi));                           \
+            _mm512_store_si512(p + KP_MIN, _mm512_loadu_si512(mn));                                \
+            const float dd[TG] = {sb[0].d, sb[1].d, sb[0].dmin, sb[1].dmin};                       \
+            _mm512_store_ps(p + KP_D, _mm512_loadu_ps(dd));                                        \
+        }                                                                                          \
+    }
+
+KTILE_PREP(kprep_q4_k, ds_block_q4_k, ksb_q4_k, 0)
+KTILE_PREP(kprep_q5_k, ds_block_q5_k, ksb_q5_k, 0)
+KTILE_PREP(kprep_q6_k, ds_block_q6_k, ksb_q6_k, 1)
+KTILE_PREP(kprep_iq4_xs, ds_block_iq4_xs, ksb_iq4_xs, 0)
+
+// One panel against R (1..4) packed Q8_K rows: y[r * y_stride]. SPLIT / MINS as in the prep.
+static inline __attribute__((always_inline)) void kpanel_rows(const int R, const int SPLIT,
+                                                              const int MINS, int64_t nsb,
+                                                              const uint8_t *panel, float *y,
+                                                              int64_t y_stride, const uint8_t *a,
+                                                              size_t a_stride) {
+    float sum[TILE_R] = {0};
+    const int64_t ng = (nsb + 1) / 2;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
+        const uint8_t *ag = a + (size_t)g * KACT_GROUP;
+        __m512i v[TILE_R], u[TILE_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            v[r] = _mm512_load_si512(p + KP_CORR);
+            u[r] = SPLIT ? _mm512_load_si512(p + KP_CORR_HI) : _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int s = 0; s < SLICES; s++) {
+            const __m512i w = _mm512_load_si512(p + 64 * s);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
+                if (SPLIT && s >= 4) {
+                    u[r] = _mm512_dpbusd_epi32(u[r], q, w);
+                } else {
+                    v[r] = _mm512_dpbusd_epi32(v[r], q, w);
+                }
+            }
+        }
+        const __m512i sc = _mm512_load_si512(p + KP_SC);
+        const float *wd = (const float *)(p + KP_D);
+        const int n_sb = 2 * g + 1 < nsb ? 2 : 1;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *ar = ag + (size_t)r * a_stride;
+            __m512i is = _mm512_mullo_epi32(v[r], sc);
+            if (SPLIT) {
+                const __m512i sc_hi = _mm512_load_si512(p + KP_SC_HI);
+                is = _mm512_add_epi32(is, _mm512_mullo_epi32(u[r], sc_hi));
+            }
+            const __m512i ms = MINS ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
+                                                         _mm512_loadu_si512(ar + 512))
+                                    : _mm512_setzero_si512();
+            // lanes 0-7: super-block 0, 8-15: super-block 1 -> isum0, isum1, msum0, msum1
+            const __m256i h1 = _mm256_hadd_epi32(_mm512_castsi512_si256(is),
+                                                 _mm512_extracti64x4_epi64(is, 1));
+            const __m256i h2 = _mm256_hadd_epi32(_mm512_castsi512_si256(ms),
+                                                 _mm512_extracti64x4_epi64(ms, 1));
+            const __m256i h3 = _mm256_hadd_epi32(h1, h2);
+            int32_t t[4];
+            _mm_storeu_si128((__m128i *)t, _mm_add_epi32(_mm256_castsi256_si128(h3),
+                                                         _mm256_extracti128_si256(h3, 1)));
+            const float *ad = (const float *)(ar + 576);
+            for (int h = 0; h < n_sb; h++) {
+                const float dd = wd[h] * ad[h], dm = wd[2 + h] * ad[h];
+                sum[r] += dd * (float)t[h] - dm * (float)t[2 + h];
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        y[r * y_stride] = sum[r];
+    }
+}
+
+#define KPANEL_ROWS_ANY(NAME, SPLIT, MINS)                                                         \
+    static void NAME(int64_t nr, int64_t nsb, const uint8_t *panel, float *y, int64_t y_stride,   \
+                     const uint8_t *a, size_t a_stride) {                                          \
+        for (int64_t r = 0; r < nr;) {                                                             \
+            float *yr = y + r * y_stride;                                                          \
+            const uint8_t *ar = a + (size_t)r * a_stride;                                          \
+            if (nr - r >= 4) {                                                                     \
+                kpanel_rows(4, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
+                r += 4;                                                                            \
+            } else if (nr - r == 3) {                                                              \
+                kpanel_rows(3, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
+                r += 3;                                                                            \
+            } else if (nr - r == 2) {                                                              \
+                kpanel_rows(2, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
+                r += 2;                                                                            \
+            } else {                                                                               \
+                kpanel_rows(1, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
+                r += 1;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+KPANEL_ROWS_ANY(kpanel_45, 0, 1)
+KPANEL_ROWS_ANY(kpanel_6, 1, 0)
+KPANEL_ROWS_ANY(kpanel_xs, 0, 0)
+
+// The blocking of TILE_KERNEL, over super-block groups.
+#define KTILE_KERNEL(NAME, PREP, ROWS, BLOCK_T)                                                    \
+    void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \
+              size_t a_stride, float *y, int64_t y_stride, void *panel) {                          \
+        const int64_t nsb = n / DS_QK_K;                                                           \
+        const size_t pb = (size_t)k_groups(n) * KPANEL_GROUP;                                      \
+        const int64_t wb = nr <= 8 ? 1 : TILE_W;                                                   \
+        uint8_t *pn = panel;                                                                       \
+        for (int64_t o0 = 0; o0 < nw; o0 += wb) {                                                  \
+            const int64_t k_n = DS_MIN(wb, nw - o0);                                               \
+            for (int64_t k = 0; k < k_n; k++) {                                                    \
+                PREP(pn + k * pb, (const BLOCK_T *)((const uint8_t *)w + (o0 + k) * w_stride), n); \
+            }                                                                                      \
+            if (k_n == 1) {                                                                        \
+                ROWS(nr, nsb, pn, y + o0, y_stride, a, a_stride);                                  \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int64_t r = 0; r < nr; r += TILE_R) {                                             \
+                const int64_t rc = DS_MIN(TILE_R, nr - r);                                         \
+                for (int64_t k = 0; k < k_n; k++) {                                                \
+                    ROWS(rc, nsb, pn + k * pb, y + o0 + k + r * y_stride, y_stride,                \
+                         (const uint8_t *)a + (size_t)r * a_stride, a_stride);                     \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+KTILE_KERNEL(ds_tile_q4_k_avx512, kprep_q4_k, kpanel_45, ds_block_q4_k)
+KTILE_KERNEL(ds_tile_q5_k_avx512, kprep_q5_k, kpanel_45, ds_block_q5_k)
+KTILE_KERNEL(ds_tile_q6_k_avx512, kprep_q6_k, kpanel_6, ds_block_q6_k)
+KTILE_KERNEL(ds_tile_iq4_xs_avx512, kprep_iq4_xs, kpanel_xs, ds_block_iq4_xs)

@@ -210,12 +210,14 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 // (a matmul looks them up once instead of per weight row): `one` the single-row kernel, `rows`
 // NULL or a kernel of several activation rows at once with the same bits per row.
 //
-// `tile` (NULL unless the CPU has AVX-512 VNNI and ds_cpu_max_level() is 2; Q8_0, Q4_0, IQ4_NL)
+// `tile` (NULL unless the CPU has AVX-512 VNNI and ds_cpu_max_level() is 2; the quantized types)
 // runs nw weight rows (w_stride bytes apart) against nr activation rows in the kernel's own
 // packed layout: y[o + r * y_stride] for o < nw, r < nr, each the same bits as `one`. A caller
 // quantizes each activation row to the vec_dot type as usual, packs it (`pack`: act_size(n)
 // bytes a row) once, and gives `tile` panel_size(n) bytes of 64-byte aligned scratch, where it
-// prepares each weight row once for all the activation rows (dot_avx512.c).
+// prepares each weight row once for all the activation rows (dot_avx512.c). Preparing costs about
+// as much as a few rows' work, so `tile` only pays from tile_min_rows activation rows on (below,
+// `one` / `rows` are faster; the results are the same bits either way).
 typedef void (*ds_vec_dot_rows_fn)(int64_t n, int64_t nr, float *s, int64_t s_stride,
                                    const void *w, const void *a, size_t a_stride);
 typedef void (*ds_vec_dot_tile_fn)(int64_t n, int64_t nw, const void *w, size_t w_stride,
@@ -228,6 +230,7 @@ typedef struct ds_dot_plan {
     size_t (*act_size)(int64_t n);
     size_t (*panel_size)(int64_t n);
     void (*pack)(void *restrict dst, const void *restrict act, int64_t n);
+    int64_t tile_min_rows;
 } ds_dot_plan;
 ds_dot_plan ds_vec_dot_plan(ds_type t);
 // ds_vec_dot_rows with a plan of the weight's type.

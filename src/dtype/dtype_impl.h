@@ -130,3 +130,16 @@ void ds_tile_q4_0_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, 
 void ds_tile_iq4_nl_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
                            const void *a, size_t a_stride, float *y, int64_t y_stride,
                            void *panel);
+// The same for Q4_K, Q5_K, Q6_K and IQ4_XS against packed Q8_K rows.
+size_t ds_tile_q8_k_act_size(int64_t n);
+size_t ds_tile_q8_k_panel_size(int64_t n);
+void ds_act_pack_q8_k_avx512(void *restrict dst, const void *restrict act, int64_t n);
+void ds_tile_q4_k_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, float *y, int64_t y_stride, void *panel);
+void ds_tile_q5_k_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, float *y, int64_t y_stride, void *panel);
+void ds_tile_q6_k_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, float *y, int64_t y_stride, void *panel);
+void ds_tile_iq4_xs_avx512(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr,
+                           const void *a, size_t a_stride, float *y, int64_t y_stride,
+                           void *panel);

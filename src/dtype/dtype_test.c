@@ -685,13 +685,16 @@ static void test_dot_rows_and_dispatch(void **state) {
 
 // The tile kernels (AVX-512 VNNI): each y[o + r * y_stride] of a tile of nw weight rows (random
 // bytes or quantized values) against nr packed activation rows equals the scalar kernel's result
-// bitwise -- row lengths of 1-160 blocks (partial groups of 16 included), 1-13 activation rows
+// bitwise -- row lengths of 1-160 blocks (partial groups of 16 included) or 1-21 super-blocks
+// (odd counts: a group's missing second super-block), 1-13 activation rows
 // (the per-row path up to 8, the blocked one beyond), 1-6 weight rows (the blocked path's groups
 // of 4 and their remainders). Without VNNI, or at level 1, the plan has no tile kernel.
 static void test_dot_tile(void **state) {
     (void)state;
-    static const ds_type types[] = {DS_TYPE_Q8_0, DS_TYPE_Q4_0, DS_TYPE_IQ4_NL};
+    static const ds_type types[] = {DS_TYPE_Q8_0, DS_TYPE_Q4_0, DS_TYPE_IQ4_NL, DS_TYPE_Q4_K,
+                                    DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS};
     static const int64_t blocks[] = {1, 3, 8, 15, 16, 17, 31, 40, 160};
+    static const int64_t superblocks[] = {1, 2, 3, 5, 8, 20, 21};
     static const int64_t nrs[] = {1, 2, 3, 4, 5, 8, 9, 13};
     static const int64_t nws[] = {1, 3, 6};
     enum { NW = 6, NR = 13 };
@@ -708,9 +711,12 @@ static void test_dot_tile(void **state) {
         const ds_type t = types[k];
         const ds_dot_plan p = ds_vec_dot_plan(t);
         assert_non_null(p.tile);
-        for (size_t b = 0; b < DS_ARRAY_LEN(blocks); b++) {
-            const int64_t n = blocks[b] * DS_QK;
-            const size_t wrow = ds_type_row_size(t, n), arow = ds_type_row_size(DS_TYPE_Q8_0, n);
+        const ds_type at = ds_type_vec_dot(t);
+        const bool kq = at == DS_TYPE_Q8_K;
+        const size_t n_lens = kq ? DS_ARRAY_LEN(superblocks) : DS_ARRAY_LEN(blocks);
+        for (size_t b = 0; b < n_lens; b++) {
+            const int64_t n = kq ? superblocks[b] * DS_QK_K : blocks[b] * DS_QK;
+            const size_t wrow = ds_type_row_size(t, n), arow = ds_type_row_size(at, n);
             const size_t prow = p.act_size(n);
             uint8_t *w = xmalloc(wrow * NW), *a = xmalloc(arow * NR), *pk = xmalloc(prow * NR);
             float *af = xmalloc((size_t)n * sizeof(float));
@@ -720,7 +726,7 @@ static void test_dot_tile(void **state) {
                 make_weights(t, w + (size_t)o * wrow, n, &r, o % 2 == 1);
             }
             for (int64_t i = 0; i < NR; i++) {
-                make_activation(DS_TYPE_Q8_0, a + (size_t)i * arow, af, n, &r);
+                make_activation(at, a + (size_t)i * arow, af, n, &r);
                 p.pack(pk + (size_t)i * prow, a + (size_t)i * arow, n);
             }
             for (size_t q = 0; q < DS_ARRAY_LEN(nrs); q++) {
@@ -745,7 +751,8 @@ static void test_dot_tile(void **state) {
             free(w);
         }
     }
-    printf("tile kernels: Q8_0 / Q4_0 / IQ4_NL checked against scalar\n");
+    printf("tile kernels: Q8_0 / Q4_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS checked against "
+           "scalar\n");
 }
 
 // ds_fp16_to_f32_row == ds_fp16_to_f32 per element for all 65,536 halves (NaNs included), at

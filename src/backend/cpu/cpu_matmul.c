@@ -2,15 +2,13 @@
 // lookup. Activations are converted per row to the weight's vec_dot type (llama.cpp numerics,
 // target-qwen35.md §2.13); each output element has the bits of one ds_vec_dot call, so a row's
 // result never depends on the batch (DESIGN.md §4.2). Work is split over blocks of output rows.
-// Dense matmuls of several activation rows whose weight type has a tile kernel (dtype.h
-// ds_dot_plan: AVX-512 VNNI) pack the activation rows once and run each block of output rows as
-// one tile.
+// Dense matmuls of enough activation rows (ds_dot_plan.tile_min_rows) whose weight type has a
+// tile kernel (dtype.h ds_dot_plan: AVX-512 VNNI) pack the activation rows once and run each
+// block of output rows as one tile.
 // Calls dtype/. Called through the backend op table.
 #include "backend/cpu/cpu_impl.h"
 
-// MM_TILE_MIN_ROWS: fewest activation rows that take the tile kernel (one row keeps the
-// single-row kernel: preparing a panel per weight row does not pay for one row).
-enum { MM_ROWS_PER_TASK = 16, MM_TILE_MIN_ROWS = 2 };
+enum { MM_ROWS_PER_TASK = 16 };
 
 static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
@@ -60,19 +58,19 @@ static const uint8_t *quantize_acts(ds_backend *be, const ds_tensor *x, ds_type 
     return buf;
 }
 
-// The tile kernel's inputs in one scratch buffer: each row of x quantized to Q8_0 (the vec_dot
-// type of every type with a tile kernel) into the first region and packed into the second; the
-// third holds a panel scratch per pool thread.
-static void pack_acts(ds_backend *be, const ds_tensor *x, mm_job *j) {
+// The tile kernel's inputs in one scratch buffer: each row of x quantized to the weight's vec_dot
+// type (Q8_0 or Q8_K) into the first region and packed into the second; the third holds a panel
+// scratch per pool thread.
+static void pack_acts(ds_backend *be, const ds_tensor *x, ds_type vdt, mm_job *j) {
     DS_ASSERT(x->type == DS_TYPE_F32 && x->nb[0] == sizeof(float));
     const int64_t n_in = x->ne[0], n = j->n_rows;
-    const size_t rs = align64(ds_type_row_size(DS_TYPE_Q8_0, n_in));
+    const size_t rs = align64(ds_type_row_size(vdt, n_in));
     const size_t ps = align64(j->dot.act_size(n_in));
     j->n_threads = cpu_of(be)->n_threads;
     j->panel_bytes = align64(j->dot.panel_size(n_in));
     uint8_t *buf = ds_cpu_scratch(be, rs + ps * (size_t)n + j->panel_bytes * (size_t)j->n_threads);
     for (int64_t r = 0; r < n; r++) {
-        ds_quantize_act(DS_TYPE_Q8_0, buf, ds_cpu_row_flat(x, r), n_in);
+        ds_quantize_act(vdt, buf, ds_cpu_row_flat(x, r), n_in);
         j->dot.pack(buf + rs + ps * (size_t)r, buf, n_in);
     }
     j->act = buf + rs;
@@ -108,11 +106,11 @@ void ds_cpu_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_te
     DS_ASSERT(n_in % ds_type_traits_get(w->type)->block_elems == 0);
     mm_job j = {.w = w, .wt = w->type, .dot = ds_vec_dot_plan(w->type), .y = y, .n_in = n_in,
                 .n_out = n_out, .n_rows = n};
-    if (n < MM_TILE_MIN_ROWS) {
+    if (n < j.dot.tile_min_rows) { // (a panel per weight row does not pay for so few rows)
         j.dot.tile = NULL;
     }
     if (j.dot.tile) {
-        pack_acts(be, x, &j);
+        pack_acts(be, x, vdt, &j);
     } else {
         j.act = quantize_acts(be, x, vdt, n, &j.act_stride);
     }
