@@ -342,8 +342,8 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 
 // Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations, the
 // super-block types against packed Q8_K.
-// min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels` 2 / 4 / 8 / 16 rows on a
-// Zen 5 core: Q8_0 from 2 rows, Q6_K from 2, IQ4_XS from 4, Q4_K / Q5_K from 8).
+// min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels` at 2 / 3 / 4 / 16 rows
+// on a Zen 5 core: every type from 2 rows but Q4_K, even at 2 and ahead from 3).
 typedef struct tile_set {
     ds_vec_dot_tile_fn tile;
     size_t (*act_size)(int64_t n);
@@ -360,10 +360,10 @@ static const tile_set k_tiles[DS_TYPE_COUNT] = {
     [DS_TYPE_Q8_0] = TILE_Q8_0(ds_tile_q8_0_avx512, 2),
     [DS_TYPE_Q4_0] = TILE_Q8_0(ds_tile_q4_0_avx512, 2),
     [DS_TYPE_IQ4_NL] = TILE_Q8_0(ds_tile_iq4_nl_avx512, 2),
-    [DS_TYPE_Q4_K] = TILE_Q8_K(ds_tile_q4_k_avx512, 8),
-    [DS_TYPE_Q5_K] = TILE_Q8_K(ds_tile_q5_k_avx512, 8),
+    [DS_TYPE_Q4_K] = TILE_Q8_K(ds_tile_q4_k_avx512, 3),
+    [DS_TYPE_Q5_K] = TILE_Q8_K(ds_tile_q5_k_avx512, 2),
     [DS_TYPE_Q6_K] = TILE_Q8_K(ds_tile_q6_k_avx512, 2),
-    [DS_TYPE_IQ4_XS] = TILE_Q8_K(ds_tile_iq4_xs_avx512, 4),
+    [DS_TYPE_IQ4_XS] = TILE_Q8_K(ds_tile_iq4_xs_avx512, 2),
 };
 
 ds_dot_plan ds_vec_dot_plan(ds_type t) {

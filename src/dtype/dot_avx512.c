@@ -296,45 +296,46 @@ void ds_act_pack_q8_k_avx512(void *restrict dst, const void *restrict act, int64
     }
 }
 
-// Per super-block decoders: the 8 lane blocks' values (s8), scales (and Q6_K's second-half
-// scales), mins, d and dmin.
+// Per super-block decoders: the 8 lane blocks' values (s8) into v[0..7], and as 8 int8 in the
+// low half of a vector each: the lane blocks' scales, the second-half scales (Q6_K), the mins.
 typedef struct k_sb {
-    __m256i v[8];
-    int32_t sc[8], sc_hi[8], mn[8];
+    __m128i sc, sc_hi, mn;
     float d, dmin;
 } k_sb;
 
-static inline void ksb_q4_k(k_sb *o, const ds_block_q4_k *x) {
-    uint8_t sc[8], mn[8];
-    k4_unpack(x->scales, sc, mn);
+static inline void ksb_q4_k(const ds_block_q4_k *x, __m256i v[8], k_sb *o) {
     for (int j = 0; j < 4; j++) {
-        q4_k_vals(x, j, &o->v[2 * j], &o->v[2 * j + 1]);
+        q4_k_vals(x, j, &v[2 * j], &v[2 * j + 1]);
     }
-    for (int k = 0; k < 8; k++) {
-        o->sc[k] = sc[k];
-        o->mn[k] = mn[k];
-    }
+    uint32_t u[3]; // (k4_unpack's word operations, kept in registers)
+    memcpy(u, x->scales, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
+    o->sc = _mm_set_epi32(0, 0, (int)((u[2] & m4) | ((u[0] & hi2) >> 2)), (int)(u[0] & m6));
+    o->mn = _mm_set_epi32(0, 0, (int)(((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2)),
+                          (int)(u[1] & m6));
+    o->sc_hi = _mm_setzero_si128();
     o->d = ds_fp16_to_f32(x->d);
     o->dmin = ds_fp16_to_f32(x->dmin);
 }
 
-static inline void ksb_q5_k(k_sb *o, const ds_block_q5_k *x) {
-    uint8_t sc[8], mn[8];
-    k4_unpack(x->scales, sc, mn);
+static inline void ksb_q5_k(const ds_block_q5_k *x, __m256i v[8], k_sb *o) {
     for (int j = 0; j < 4; j++) {
-        q5_k_vals(x, j, &o->v[2 * j], &o->v[2 * j + 1]);
+        q5_k_vals(x, j, &v[2 * j], &v[2 * j + 1]);
     }
-    for (int k = 0; k < 8; k++) {
-        o->sc[k] = sc[k];
-        o->mn[k] = mn[k];
-    }
+    uint32_t u[3];
+    memcpy(u, x->scales, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
+    o->sc = _mm_set_epi32(0, 0, (int)((u[2] & m4) | ((u[0] & hi2) >> 2)), (int)(u[0] & m6));
+    o->mn = _mm_set_epi32(0, 0, (int)(((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2)),
+                          (int)(u[1] & m6));
+    o->sc_hi = _mm_setzero_si128();
     o->d = ds_fp16_to_f32(x->d);
     o->dmin = ds_fp16_to_f32(x->dmin);
 }
 
 // Q6_K: lane block 4k + m holds values 128k + 32m .. + 31 (dot.c's v1 .. v4 of half k), whose
 // 16-value halves have scales 2(4k + m) and 2(4k + m) + 1.
-static inline void ksb_q6_k(k_sb *o, const ds_block_q6_k *x) {
+static inline void ksb_q6_k(const ds_block_q6_k *x, __m256i v[8], k_sb *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     const __m256i off = _mm256_set1_epi8(32);
     for (int k = 0; k < 2; k++) {
@@ -348,29 +349,38 @@ static inline void ksb_q6_k(k_sb *o, const ds_block_q6_k *x) {
             const __m256i h =
                 _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * m)), m2);
             const __m256i q = _mm256_or_si256(lo[m], _mm256_slli_epi16(h, 4));
-            o->v[4 * k + m] = _mm256_sub_epi8(q, off);
+            v[4 * k + m] = _mm256_sub_epi8(q, off);
         }
     }
-    for (int k = 0; k < 8; k++) {
-        o->sc[k] = x->scales[2 * k];
-        o->sc_hi[k] = x->scales[2 * k + 1];
-        o->mn[k] = 0;
-    }
+    // even scales to the low 8 bytes, odd ones to the high 8
+    const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)x->scales),
+                                        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
+                                                      11, 13, 15));
+    o->sc = sc;
+    o->sc_hi = _mm_srli_si128(sc, 8);
+    o->mn = _mm_setzero_si128();
     o->d = ds_fp16_to_f32(x->d);
     o->dmin = 0.0f;
 }
 
-static inline void ksb_iq4_xs(k_sb *o, const ds_block_iq4_xs *x) {
+static inline void ksb_iq4_xs(const ds_block_iq4_xs *x, __m256i v[8], k_sb *o) {
     const __m256i table = iq4_table();
+    uint64_t ls = 0;
     for (int ib = 0; ib < 8; ib++) {
-        o->v[ib] = _mm256_shuffle_epi8(table, nibbles_32(x->qs + 16 * ib));
-        const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
-                       (((x->scales_h >> 2 * ib) & 3) << 4);
-        o->sc[ib] = ls - 32;
-        o->mn[ib] = 0;
+        v[ib] = _mm256_shuffle_epi8(table, nibbles_32(x->qs + 16 * ib));
+        const int l = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
+                      (((x->scales_h >> 2 * ib) & 3) << 4);
+        ls |= (uint64_t)(uint8_t)(l - 32) << (8 * ib);
     }
+    o->sc = _mm_cvtsi64_si128((long long)ls);
+    o->sc_hi = o->mn = _mm_setzero_si128();
     o->d = ds_fp16_to_f32(x->d);
     o->dmin = 0.0f;
+}
+
+// Two super-blocks' 8-byte halves as 16 int32 lanes.
+static inline __m512i lanes16(__m128i a, __m128i b) {
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(a, b));
 }
 
 // The panel of one weight row. SPLIT: Q6_K's per-half corrections and scales.
@@ -379,24 +389,22 @@ static inline void ksb_iq4_xs(k_sb *o, const ds_block_iq4_xs *x) {
         const int64_t nsb = n / DS_QK_K, ng = k_groups(n);                                         \
         const __m512i x80 = _mm512_set1_epi8((char)0x80);                                          \
         for (int64_t g = 0; g < ng; g++) {                                                         \
-            k_sb sb[2];                                                                            \
-            memset(&sb[1], 0, sizeof(sb[1]));                                                      \
-            DECODE(&sb[0], &x[2 * g]);                                                             \
-            if (2 * g + 1 < nsb) {                                                                 \
-                DECODE(&sb[1], &x[2 * g + 1]);                                                     \
-            }                                                                                      \
             __m256i b[TG];                                                                         \
-            int32_t sc[TG], sc_hi[TG], mn[TG];                                                     \
-            for (int j = 0; j < TG; j++) {                                                         \
-                b[j] = sb[j / 8].v[j % 8];                                                         \
-                sc[j] = sb[j / 8].sc[j % 8];                                                       \
-                sc_hi[j] = SPLIT ? sb[j / 8].sc_hi[j % 8] : 0;                                     \
-                mn[j] = sb[j / 8].mn[j % 8];                                                       \
+            k_sb sb[2];                                                                            \
+            DECODE(&x[2 * g], b, &sb[0]);                                                          \
+            if (2 * g + 1 < nsb) {                                                                 \
+                DECODE(&x[2 * g + 1], b + 8, &sb[1]);                                              \
+            } else {                                                                               \
+                for (int j = 8; j < TG; j++) {                                                     \
+                    b[j] = _mm256_setzero_si256();                                                 \
+                }                                                                                  \
+                sb[1].sc = sb[1].sc_hi = sb[1].mn = _mm_setzero_si128();                           \
+                sb[1].d = sb[1].dmin = 0.0f;                                                       \
             }                                                                                      \
             __m512i sl[SLICES], c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();          \
             transpose16(b, sl);                                                                    \
             uint8_t *p = panel + (size_t)g * KPANEL_GROUP;                                         \
-            for (int s = 0; s < SLICES; s++) {                                                     \
+            _Pragma("GCC unroll 8") for (int s = 0; s < SLICES; s++) {                             \
                 _mm512_store_si512(p + 64 * s, sl[s]);                                             \
                 if (SPLIT && s >= 4) {                                                             \
                     c1 = _mm512_dpbusd_epi32(c1, x80, sl[s]);                                      \
@@ -406,11 +414,11 @@ static inline void ksb_iq4_xs(k_sb *o, const ds_block_iq4_xs *x) {
             }                                                                                      \
             _mm512_store_si512(p + KP_CORR, _mm512_sub_epi32(_mm512_setzero_si512(), c0));         \
             _mm512_store_si512(p + KP_CORR_HI, _mm512_sub_epi32(_mm512_setzero_si512(), c1));      \
-            _mm512_store_si512(p + KP_SC, _mm512_loadu_si512(sc));                                 \
-            _mm512_store_si512(p + KP_SC_HI, _mm512_loadu_si512(sc_hi));                           \
-            _mm512_store_si512(p + KP_MIN, _mm512_loadu_si512(mn));                                \
-            const float dd[TG] = {sb[0].d, sb[1].d, sb[0].dmin, sb[1].dmin};                       \
-            _mm512_store_ps(p + KP_D, _mm512_loadu_ps(dd));                                        \
+            _mm512_store_si512(p + KP_SC, lanes16(sb[0].sc, sb[1].sc));                            \
+            _mm512_store_si512(p + KP_SC_HI, lanes16(sb[0].sc_hi, sb[1].sc_hi));                   \
+            _mm512_store_si512(p + KP_MIN, lanes16(sb[0].mn, sb[1].mn));                           \
+            _mm_store_ps((float *)(p + KP_D), _mm_setr_ps(sb[0].d, sb[1].d, sb[0].dmin,            \
+                                                          sb[1].dmin));                            \
         }                                                                                          \
     }
 
