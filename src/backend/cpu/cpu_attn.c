@@ -1,5 +1,7 @@
 // cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores (F32, F16 or Q8_0: ds_cpu_kv_row reads
-// them back) and softmax attention over the cache with chain or tree visibility.
+// them back) and softmax attention over the cache with chain or tree visibility; its score and
+// value loops (ds_cpu_attn_scores / ds_cpu_attn_values, shared with cpu_attn_block.c) run the
+// AVX2 kernels of cpu_attn_avx2.c where the CPU has them, with the same bits.
 // Spec: target-qwen35.md §2.7-2.8. Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
@@ -48,15 +50,71 @@ void ds_cpu_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_te
     }
 }
 
+// Cache row of visible key i: rows [base, base + n_past) first, then the batch rows (a tree's
+// ancestors from vis, else base + i).
+static inline int64_t vis_row(int64_t i, int64_t base, int64_t n_past, const int32_t *vis) {
+    return i < n_past || !vis ? base + i : base + n_past + vis[i - n_past];
+}
+
+float ds_cpu_attn_scores(float *sc, const float *q, const ds_tensor *k, int64_t off, int64_t hd,
+                         int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
+                         float scale, float *kb, bool simd) {
+    float mx = -INFINITY;
+    if (!simd) { // the scalar reference: one key at a time
+        for (int64_t i = 0; i < total; i++) {
+            ds_cpu_kv_row(kb, k, vis_row(i, base, n_past, vis), off, hd);
+            float s = 0.0f;
+            for (int64_t d = 0; d < hd; d++) {
+                s += q[d] * kb[d];
+            }
+            s *= scale;
+            sc[i] = s;
+            mx = s > mx ? s : mx;
+        }
+        return mx;
+    }
+    for (int64_t i0 = 0; i0 < total; i0 += DS_ATTN_KB) { // blocks of keys, 8 scores at a time
+        const int64_t nk = DS_MIN(DS_ATTN_KB, total - i0), nk8 = (nk + 7) / 8 * 8;
+        for (int64_t i = 0; i < nk; i++) {
+            ds_cpu_kv_row(kb + i * hd, k, vis_row(i0 + i, base, n_past, vis), off, hd);
+        }
+        memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
+        ds_cpu_qk_avx2(q, kb, nk8, hd, sc + i0); // (up to 7 scores past the end: DS_ATTN_PAD)
+        for (int64_t i = i0; i < i0 + nk; i++) {
+            const float s = sc[i] * scale;
+            sc[i] = s;
+            mx = s > mx ? s : mx;
+        }
+    }
+    return mx;
+}
+
+void ds_cpu_attn_values(float *acc, const float *sc, const ds_tensor *v, int64_t off, int64_t hd,
+                        int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
+                        float *vr, bool simd) {
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int64_t i = 0; i < total; i++) {
+        ds_cpu_kv_row(vr, v, vis_row(i, base, n_past, vis), off, hd);
+        if (simd) {
+            ds_cpu_axpy_avx2(acc, sc[i], vr, hd);
+            continue;
+        }
+        for (int64_t d = 0; d < hd; d++) {
+            acc[d] += sc[i] * vr[d];
+        }
+    }
+}
+
 typedef struct attn_job {
     ds_tensor *out;
     const ds_tensor *q, *k, *v;
     int64_t hd, n_head, n_rows, n_past;
     int group;              // query heads per kv head
     float scale;
+    bool simd;              // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
     int64_t vis_stride;     // ints per row in vis
-    float *scratch;         // per thread: n_past + n_rows scores + hd accumulators
+    float *scratch;         // per thread: DS_ATTN_SCRATCH(n_past + n_rows, hd) floats
     int64_t scratch_stride; // floats per thread
 } attn_job;
 
@@ -66,12 +124,10 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     int64_t t = task / j->n_head, h = task % j->n_head;
     int64_t kvh = h / j->group, hd = j->hd;
     float *sc = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
-    float *kr = sc + j->n_past + j->n_rows;
-    float *acc = kr + hd;
+    const int64_t n_keys = j->n_past + j->n_rows;
+    float *vr = sc + n_keys + DS_ATTN_PAD, *acc = vr + hd, *kb = acc + hd;
     const float *q = ds_cpu_row(j->q, h, t, 0);
     // visible rows: committed prefix, then batch rows (chain: 0..t; tree: ancestors and self)
-    int64_t n_vis = 0;
-    float mx = -INFINITY;
     const int32_t *vis = j->vis ? j->vis + t * j->vis_stride : NULL;
     int64_t n_batch_vis = t + 1;
     if (vis) {
@@ -79,30 +135,14 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         }
     }
     int64_t total = j->n_past + n_batch_vis;
-    for (int64_t i = 0; i < total; i++) {
-        int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
-        ds_cpu_kv_row(kr, j->k, row, kvh * hd, hd);
-        float s = 0.0f;
-        for (int64_t d = 0; d < hd; d++) {
-            s += q[d] * kr[d];
-        }
-        s *= j->scale;
-        sc[n_vis++] = s;
-        mx = s > mx ? s : mx;
-    }
+    float mx = ds_cpu_attn_scores(sc, q, j->k, kvh * hd, hd, total, 0, j->n_past, vis, j->scale,
+                                  kb, j->simd);
     double sum = 0.0;
-    for (int64_t i = 0; i < n_vis; i++) {
+    for (int64_t i = 0; i < total; i++) {
         sc[i] = expf(sc[i] - mx);
         sum += sc[i];
     }
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int64_t i = 0; i < total; i++) {
-        int64_t row = i < j->n_past ? i : j->n_past + (vis ? vis[i - j->n_past] : i - j->n_past);
-        ds_cpu_kv_row(kr, j->v, row, kvh * hd, hd);
-        for (int64_t d = 0; d < hd; d++) {
-            acc[d] += sc[i] * kr[d];
-        }
-    }
+    ds_cpu_attn_values(acc, sc, j->v, kvh * hd, hd, total, 0, j->n_past, vis, vr, j->simd);
     float inv = (float)(1.0 / sum);
     float *o = (float *)ds_cpu_row(j->out, t, 0, 0) + h * hd;
     for (int64_t d = 0; d < hd; d++) {
@@ -116,13 +156,14 @@ void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const 
     DS_ASSERT(n_head % n_kv == 0 && k->ne[0] == hd * n_kv && v->ne[0] == hd * n_kv);
     DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == n && p->n_past + n <= k->ne[1]);
     cpu_ctx *c = cpu_of(be);
-    int64_t per_thread = p->n_past + n + 2 * hd;
+    int64_t per_thread = DS_ATTN_SCRATCH(p->n_past + n, hd);
     size_t score_bytes = (size_t)c->n_threads * (size_t)per_thread * sizeof(float);
     size_t vis_ints = p->parent ? (size_t)n * (size_t)(n + 1) : 0;
     uint8_t *buf = ds_cpu_scratch(be, score_bytes + vis_ints * sizeof(int32_t));
     attn_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head, .n_rows = n,
                   .n_past = p->n_past, .group = (int)(n_head / n_kv), .scale = p->scale,
-                  .scratch = (float *)buf, .scratch_stride = per_thread};
+                  .simd = ds_cpu_attn_simd(hd), .scratch = (float *)buf,
+                  .scratch_stride = per_thread};
     if (p->parent) {
         int32_t *vis = (int32_t *)(buf + score_bytes);
         for (int64_t t = 0; t < n; t++) {

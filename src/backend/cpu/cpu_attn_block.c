@@ -13,6 +13,7 @@ typedef struct rows_job {
     int64_t hd, n_head;
     int group;
     float scale;
+    bool simd; // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *lo, *hi;
     float *scratch;
     int64_t scratch_stride;
@@ -25,32 +26,16 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     int64_t kvh = h / j->group, hd = j->hd;
     int64_t lo = j->lo[t], n_vis = j->hi[t] - lo;
     float *sc = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
-    float *kr = sc + j->k->ne[1];
-    float *acc = kr + hd;
+    float *vr = sc + j->k->ne[1] + DS_ATTN_PAD, *acc = vr + hd, *kb = acc + hd;
     const float *q = ds_cpu_row(j->q, h, t, 0);
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n_vis; i++) {
-        ds_cpu_kv_row(kr, j->k, lo + i, kvh * hd, hd);
-        float s = 0.0f;
-        for (int64_t d = 0; d < hd; d++) {
-            s += q[d] * kr[d];
-        }
-        s *= j->scale;
-        sc[i] = s;
-        mx = s > mx ? s : mx;
-    }
+    float mx = ds_cpu_attn_scores(sc, q, j->k, kvh * hd, hd, n_vis, lo, n_vis, NULL, j->scale, kb,
+                                  j->simd);
     double sum = 0.0;
     for (int64_t i = 0; i < n_vis; i++) {
         sc[i] = expf(sc[i] - mx);
         sum += sc[i];
     }
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int64_t i = 0; i < n_vis; i++) {
-        ds_cpu_kv_row(kr, j->v, lo + i, kvh * hd, hd);
-        for (int64_t d = 0; d < hd; d++) {
-            acc[d] += sc[i] * kr[d];
-        }
-    }
+    ds_cpu_attn_values(acc, sc, j->v, kvh * hd, hd, n_vis, lo, n_vis, NULL, vr, j->simd);
     float inv = (float)(1.0 / sum);
     float *o = (float *)ds_cpu_row(j->out, t, 0, 0) + h * hd;
     for (int64_t d = 0; d < hd; d++) {
@@ -70,10 +55,11 @@ void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, c
         work += (int64_t)(hi[t] - lo[t]) * hd * n_head;
     }
     cpu_ctx *c = cpu_of(be);
-    int64_t per_thread = k->ne[1] + 2 * hd;
+    int64_t per_thread = DS_ATTN_SCRATCH(k->ne[1], hd);
     float *buf = ds_cpu_scratch(be, (size_t)c->n_threads * (size_t)per_thread * sizeof(float));
     rows_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head,
-                  .group = (int)(n_head / n_kv), .scale = scale, .lo = lo, .hi = hi,
+                  .group = (int)(n_head / n_kv), .scale = scale,
+                  .simd = ds_cpu_attn_simd(hd), .lo = lo, .hi = hi,
                   .scratch = buf, .scratch_stride = per_thread};
     ds_cpu_parallel(be, rows_task, &j, n * n_head, work);
 }

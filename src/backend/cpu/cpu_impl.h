@@ -62,6 +62,31 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
     }
 }
 
+// AVX2 attention loops (cpu_attn_avx2.c; ds_cpu_max_level() >= 1, hd a multiple of 8), bitwise
+// the scalar loops: s[i] = sum_d q[d] * kb[i * hd + d] (d in order) for n_keys (a multiple of 8)
+// rows of kb; acc[d] += w * v[d].
+void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd, float *s);
+void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
+
+// The attention loops of cpu_attn.c, shared with cpu_attn_block.c. Visible key i is cache row
+// base + i for i < n_past, then base + n_past + vis[i - n_past] (vis NULL: base + i).
+// ds_cpu_attn_scores: sc[i] = (q · K_i) * scale for i < total (the scalar loop's order), returns
+// the largest; kb: DS_ATTN_KB * hd floats of scratch (key rows); simd: the AVX2 path
+// (ds_cpu_attn_simd), which may write 7 floats past sc[total] (sc needs DS_ATTN_PAD of slack).
+// ds_cpu_attn_values: acc[d] = sum_i sc[i] * V_i[d] in key order; vr: hd floats of scratch.
+// DS_ATTN_SCRATCH(n, hd): floats of per-thread scratch for sc (n keys), vr, acc and kb.
+enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8 };
+#define DS_ATTN_SCRATCH(n, hd) ((n) + DS_ATTN_PAD + 2 * (hd) + DS_ATTN_KB * (hd))
+static inline bool ds_cpu_attn_simd(int64_t hd) {
+    return hd % 8 == 0 && ds_cpu_max_level() >= 1;
+}
+float ds_cpu_attn_scores(float *sc, const float *q, const ds_tensor *k, int64_t off, int64_t hd,
+                         int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
+                         float scale, float *kb, bool simd);
+void ds_cpu_attn_values(float *acc, const float *sc, const ds_tensor *v, int64_t off, int64_t hd,
+                        int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
+                        float *vr, bool simd);
+
 // Runs fn over n_tasks with the pool when the work is large enough to pay for it, else inline.
 void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
 
