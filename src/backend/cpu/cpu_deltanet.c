@@ -71,6 +71,7 @@ typedef struct gdn_job {
     ds_tensor *state_out;
     int64_t dk, dv, n, hk, hv;
     const ds_gdn_params *p;
+    bool simd;             // gdn_row's AVX2 form
     float *scratch;        // per thread: dk*2 (normed q, k) + dk*dv*(tree ? n : 1)
     int64_t scratch_stride;
 } gdn_job;
@@ -86,10 +87,15 @@ static void l2norm(float *y, const float *x, int64_t n, float eps, float scale) 
     }
 }
 
-// One row's update of one head's state S (dk x dv, value-major) and its output o (dv).
+// One row's update of one head's state S (dk x dv, value-major) and its output o (dv). simd: the
+// AVX2 form (cpu_deltanet_avx2.c), the same bits.
 static void gdn_row(float *S, float *o, const float *q, const float *k, const float *v,
-                    float beta, float g, int64_t dk, int64_t dv) {
+                    float beta, float g, int64_t dk, int64_t dv, bool simd) {
     float decay = expf(g);
+    if (simd) {
+        ds_cpu_gdn_row_avx2(S, o, q, k, v, beta, decay, dk, dv);
+        return;
+    }
     for (int64_t j = 0; j < dv; j++) {
         float *row = S + j * dk;
         float u = 0.0f;
@@ -132,7 +138,8 @@ static void gdn_task(void *ctx, int64_t h, int thread) {
             const float *src = parent[t] < 0 ? s0 : work + (size_t)parent[t] * sz;
             memcpy(S, src, sz * sizeof(float));
         }
-        gdn_row(S, (float *)ds_cpu_row(j->out, t, 0, 0) + h * dv, qn, kn, v, b, g, dk, dv);
+        gdn_row(S, (float *)ds_cpu_row(j->out, t, 0, 0) + h * dv, qn, kn, v, b, g, dk, dv,
+                j->simd);
     }
     if (j->state_out) {
         DS_ASSERT(!parent);
@@ -154,6 +161,7 @@ void ds_cpu_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
     float *scratch = ds_cpu_scratch(be, (size_t)c->n_threads * (size_t)stride * sizeof(float));
     gdn_job j = {.out = out, .qkv = qkv, .beta = beta, .g = g, .state = state,
                  .state_out = state_out, .dk = dk, .dv = dv, .n = n, .hk = hk, .hv = hv, .p = p,
+                 .simd = dk % 8 == 0 && dv % 8 == 0 && ds_cpu_max_level() >= 1,
                  .scratch = scratch, .scratch_stride = stride};
     ds_cpu_parallel(be, gdn_task, &j, hv, hv * n * dk * dv);
 }

@@ -68,6 +68,10 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
 void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd, float *s);
 void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 
+// gdn_row of cpu_deltanet.c in AVX2 (cpu_deltanet_avx2.c; dk, dv multiples of 8), bitwise.
+void ds_cpu_gdn_row_avx2(float *S, float *o, const float *q, const float *k, const float *v,
+                         float beta, float decay, int64_t dk, int64_t dv);
+
 // The attention loops of cpu_attn.c, shared with cpu_attn_block.c. Visible key i is cache row
 // base + i for i < n_past, then base + n_past + vis[i - n_past] (vis NULL: base + i).
 // ds_cpu_attn_scores: sc[i] = (q · K_i) * scale for i < total (the scalar loop's order), returns
