@@ -1,0 +1,31 @@
+// cpu_x86.h: AVX2 helpers shared by the CPU backend's *_avx2.c files (cpu_attn_avx2.c,
+// cpu_deltanet_avx2.c). Include only from files built with the AVX2 flags (CMakeLists.txt).
+#pragma once
+
+#include "backend/cpu/cpu_impl.h"
+
+#include <immintrin.h>
+
+// Rows r[0..7] (8 floats each) -> t[m] = (r[0][m], ..., r[7][m]).
+static inline void ds_transpose8(const __m256 r[8], __m256 t[8]) {
+    const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 b0 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b1 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b2 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b3 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b4 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b5 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 b6 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 b7 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(3, 2, 3, 2));
+    t[0] = _mm256_permute2f128_ps(b0, b4, 0x20);
+    t[1] = _mm256_permute2f128_ps(b1, b5, 0x20);
+    t[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
+    t[3] = _mm256_permute2f128_ps(b3, b7, 0x20);
+    t[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
+    t[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+    t[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
+    t[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+}
