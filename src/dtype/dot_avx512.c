@@ -85,6 +85,20 @@ static inline __m512 scales16(const void *first, size_t stride, int nv) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
 }
 
+// A group of at most 8 blocks (a row's last) is laid out as 16 half blocks: lane j holds the
+// first 16 bytes of block j, lane j + 8 the last 16, so that slices 0-3 carry it all (4 vpdpbusd
+// a row instead of 8) and lanes j and j + 8 add up to block j's sum.
+static inline bool half_group(int nv) {
+    return nv <= TG / 2;
+}
+
+static inline void split_halves(__m256i b[TG]) {
+    for (int j = 0; j < TG / 2; j++) {
+        b[TG / 2 + j] = _mm256_zextsi128_si256(_mm256_extracti128_si256(b[j], 1));
+        b[j] = _mm256_zextsi128_si256(_mm256_castsi256_si128(b[j]));
+    }
+}
+
 void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64_t n) {
     const ds_block_q8_0 *y = act;
     const int64_t nb = n / DS_QK, ng = n_groups(n);
@@ -94,6 +108,9 @@ void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64
         __m256i b[TG];
         for (int j = 0; j < TG; j++) {
             b[j] = j < nv ? wq_q8_0(&y[g * TG + j]) : _mm256_setzero_si256();
+        }
+        if (half_group(nv)) {
+            split_halves(b);
         }
         __m512i sl[SLICES];
         transpose16(b, sl);
@@ -121,6 +138,9 @@ void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64
                 for (int j = 0; j < TG; j++) {                                                     \
                     b[j] = j < nv ? WQ(&x[g * TG + j]) : _mm256_setzero_si256();                   \
                 }                                                                                  \
+                if (half_group(nv)) {                                                              \
+                    split_halves(b);                                                               \
+                }                                                                                  \
             }                                                                                      \
             __m512i sl[SLICES], c = _mm512_setzero_si512();                                        \
             transpose16(b, sl);                                                                    \
@@ -138,8 +158,38 @@ TILE_PREP(prep_q8_0, ds_block_q8_0, wq_q8_0)
 TILE_PREP(prep_q4_0, ds_block_q4_0, wq_q4_0)
 TILE_PREP(prep_iq4_nl, ds_block_iq4_nl, wq_iq4_nl)
 
-// One panel against R (1..4) packed activation rows: y[r * y_stride].
-static inline __attribute__((always_inline)) void panel_rows(const int R, int64_t ng,
+// A half group (the last, half_group) against R packed rows: 4 slices, lanes j + j+8 folded.
+static inline __attribute__((always_inline)) void half_rows(const int R, const uint8_t *p,
+                                                            const uint8_t *ag, size_t a_stride,
+                                                            __m256 acc[TILE_R]) {
+    __m512i v[TILE_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        v[r] = _mm512_load_si512(p + 512);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < SLICES / 2; s++) {
+        const __m512i w = _mm512_load_si512(p + 64 * s);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
+            v[r] = _mm512_dpbusd_epi32(v[r], q, w);
+        }
+    }
+    const __m256 dw = _mm256_load_ps((const float *)(p + 576));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(v[r]),
+                                            _mm512_extracti64x4_epi64(v[r], 1));
+        const __m256 da = _mm256_loadu_ps((const float *)(ag + (size_t)r * a_stride + 512));
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, da));
+        acc[r] = _mm256_add_ps(acc[r], t);
+    }
+}
+
+// One panel against R (1..4) packed activation rows: y[r * y_stride]. half: the last of the ng
+// groups is a half group.
+static inline __attribute__((always_inline)) void panel_rows(const int R, int64_t ng, bool half,
                                                              const uint8_t *panel, float *y,
                                                              int64_t y_stride, const uint8_t *a,
                                                              size_t a_stride) {
@@ -148,7 +198,8 @@ static inline __attribute__((always_inline)) void panel_rows(const int R, int64_
     for (int r = 0; r < R; r++) {
         acc[r] = _mm256_setzero_ps();
     }
-    for (int64_t g = 0; g < ng; g++) {
+    const int64_t ng_full = half ? ng - 1 : ng;
+    for (int64_t g = 0; g < ng_full; g++) {
         const uint8_t *p = panel + (size_t)g * PANEL_GROUP;
         const uint8_t *ag = a + (size_t)g * ACT_GROUP;
         __m512i v[TILE_R];
@@ -174,6 +225,10 @@ static inline __attribute__((always_inline)) void panel_rows(const int R, int64_
             acc[r] = _mm256_add_ps(acc[r], _mm512_extractf32x8_ps(t, 1));
         }
     }
+    if (half) { // (last: the blocks' order in the lane sums)
+        half_rows(R, panel + (size_t)ng_full * PANEL_GROUP, a + (size_t)ng_full * ACT_GROUP,
+                  a_stride, acc);
+    }
     for (int r = 0; r < R; r++) {
         float lanes[8];
         _mm256_storeu_ps(lanes, acc[r]);
@@ -181,22 +236,22 @@ static inline __attribute__((always_inline)) void panel_rows(const int R, int64_
     }
 }
 
-static void panel_rows_any(int64_t nr, int64_t ng, const uint8_t *panel, float *y,
+static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *panel, float *y,
                            int64_t y_stride, const uint8_t *a, size_t a_stride) {
     for (int64_t r = 0; r < nr;) {
         float *yr = y + r * y_stride;
         const uint8_t *ar = a + (size_t)r * a_stride;
         if (nr - r >= 4) {
-            panel_rows(4, ng, panel, yr, y_stride, ar, a_stride);
+            panel_rows(4, ng, half, panel, yr, y_stride, ar, a_stride);
             r += 4;
         } else if (nr - r == 3) {
-            panel_rows(3, ng, panel, yr, y_stride, ar, a_stride);
+            panel_rows(3, ng, half, panel, yr, y_stride, ar, a_stride);
             r += 3;
         } else if (nr - r == 2) {
-            panel_rows(2, ng, panel, yr, y_stride, ar, a_stride);
+            panel_rows(2, ng, half, panel, yr, y_stride, ar, a_stride);
             r += 2;
         } else {
-            panel_rows(1, ng, panel, yr, y_stride, ar, a_stride);
+            panel_rows(1, ng, half, panel, yr, y_stride, ar, a_stride);
             r += 1;
         }
     }
@@ -209,6 +264,7 @@ static void panel_rows_any(int64_t nr, int64_t ng, const uint8_t *panel, float *
     void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \
               size_t a_stride, float *y, int64_t y_stride, void *panel) {                          \
         const int64_t ng = n_groups(n);                                                            \
+        const bool half = half_group((int)(n / DS_QK - (ng - 1) * TG));                            \
         const size_t pb = (size_t)ng * PANEL_GROUP;                                                \
         const int64_t wb = nr <= 8 ? 1 : TILE_W;                                                   \
         uint8_t *pn = panel;                                                                       \
@@ -218,13 +274,14 @@ static void panel_rows_any(int64_t nr, int64_t ng, const uint8_t *panel, float *
                 PREP(pn + k * pb, (const BLOCK_T *)((const uint8_t *)w + (o0 + k) * w_stride), n); \
             }                                                                                      \
             if (k_n == 1) {                                                                        \
-                panel_rows_any(nr, ng, pn, y + o0, y_stride, a, a_stride);                         \
+                panel_rows_any(nr, ng, half, pn, y + o0, y_stride, a, a_stride);                   \
                 continue;                                                                          \
             }                                                                                      \
             for (int64_t r = 0; r < nr; r += TILE_R) {                                             \
                 const int64_t rc = DS_MIN(TILE_R, nr - r);                                         \
                 for (int64_t k = 0; k < k_n; k++) {                                                \
-                    panel_rows_any(rc, ng, pn + k * pb, y + o0 + k + r * y_stride, y_stride,       \
+                    panel_rows_any(rc, ng, half, pn + k * pb, y + o0 + k + r * y_stride,           \
+                                   y_stride,                                                       \
                                    (const uint8_t *)a + (size_t)r * a_stride, a_stride);           \
                 }                                                                                  \
             }                                                                                      \
