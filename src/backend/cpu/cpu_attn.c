@@ -1,7 +1,8 @@
 // cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores (F32, F16 or Q8_0: ds_cpu_kv_row reads
-// them back) and softmax attention over the cache with chain or tree visibility; its score and
-// value loops (ds_cpu_attn_scores / ds_cpu_attn_values, shared with cpu_attn_block.c) run the
-// AVX2 kernels of cpu_attn_avx2.c where the CPU has them, with the same bits.
+// them back) and softmax attention over the cache with chain or tree visibility; its loops
+// (ds_cpu_attn_heads, shared with cpu_attn_block.c: the query heads of one kv head together, so
+// that each K / V row is converted once for them) run the AVX2 kernels of cpu_attn_avx2.c where
+// the CPU has them, with the same bits.
 // Spec: target-qwen35.md §2.7-2.8. Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
@@ -56,53 +57,80 @@ static inline int64_t vis_row(int64_t i, int64_t base, int64_t n_past, const int
     return i < n_past || !vis ? base + i : base + n_past + vis[i - n_past];
 }
 
-float ds_cpu_attn_scores(float *sc, const float *q, const ds_tensor *k, int64_t off, int64_t hd,
-                         int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
-                         float scale, float *kb, bool simd) {
-    float mx = -INFINITY;
-    if (!simd) { // the scalar reference: one key at a time
+void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
+    const int64_t hd = a->hd, total = a->total, sc_stride = a->n_keys + DS_ATTN_PAD;
+    const int hg = a->hg;
+    float *kb = scratch + (size_t)hg * (size_t)sc_stride, *vr = kb + DS_ATTN_KB * hd;
+    float *acc = vr + hd, *inv = acc + (size_t)hg * (size_t)hd;
+    // scores: each key row converted once for the hg heads
+    if (!a->simd) { // the scalar reference: one key at a time
         for (int64_t i = 0; i < total; i++) {
-            ds_cpu_kv_row(kb, k, vis_row(i, base, n_past, vis), off, hd);
-            float s = 0.0f;
-            for (int64_t d = 0; d < hd; d++) {
-                s += q[d] * kb[d];
+            ds_cpu_kv_row(kb, a->k, vis_row(i, a->base, a->n_past, a->vis), a->off, hd);
+            for (int g = 0; g < hg; g++) {
+                const float *q = a->q + (size_t)g * a->q_stride;
+                float s = 0.0f;
+                for (int64_t d = 0; d < hd; d++) {
+                    s += q[d] * kb[d];
+                }
+                scratch[g * sc_stride + i] = s * a->scale;
             }
-            s *= scale;
-            sc[i] = s;
-            mx = s > mx ? s : mx;
         }
-        return mx;
+    } else {
+        for (int64_t i0 = 0; i0 < total; i0 += DS_ATTN_KB) { // blocks of keys, 8 at a time
+            const int64_t nk = DS_MIN(DS_ATTN_KB, total - i0), nk8 = (nk + 7) / 8 * 8;
+            for (int64_t i = 0; i < nk; i++) {
+                ds_cpu_kv_row(kb + i * hd, a->k, vis_row(i0 + i, a->base, a->n_past, a->vis),
+                              a->off, hd);
+            }
+            memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
+            for (int g = 0; g < hg; g++) { // (up to 7 scores past the end: DS_ATTN_PAD)
+                float *sc = scratch + g * sc_stride;
+                ds_cpu_qk_avx2(a->q + (size_t)g * a->q_stride, kb, nk8, hd, sc + i0);
+                for (int64_t i = i0; i < i0 + nk; i++) {
+                    sc[i] *= a->scale;
+                }
+            }
+        }
     }
-    for (int64_t i0 = 0; i0 < total; i0 += DS_ATTN_KB) { // blocks of keys, 8 scores at a time
-        const int64_t nk = DS_MIN(DS_ATTN_KB, total - i0), nk8 = (nk + 7) / 8 * 8;
-        for (int64_t i = 0; i < nk; i++) {
-            ds_cpu_kv_row(kb + i * hd, k, vis_row(i0 + i, base, n_past, vis), off, hd);
+    // softmax weights per head
+    for (int g = 0; g < hg; g++) {
+        float *sc = scratch + g * sc_stride, mx = -INFINITY;
+        for (int64_t i = 0; i < total; i++) {
+            mx = sc[i] > mx ? sc[i] : mx;
         }
-        memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
-        ds_cpu_qk_avx2(q, kb, nk8, hd, sc + i0); // (up to 7 scores past the end: DS_ATTN_PAD)
-        for (int64_t i = i0; i < i0 + nk; i++) {
-            const float s = sc[i] * scale;
-            sc[i] = s;
-            mx = s > mx ? s : mx;
+        double sum = 0.0;
+        for (int64_t i = 0; i < total; i++) {
+            sc[i] = expf(sc[i] - mx);
+            sum += sc[i];
+        }
+        inv[g] = (float)(1.0 / sum);
+    }
+    // values: each V row converted once, added into every head's sum in key order
+    memset(acc, 0, (size_t)(hg * hd) * sizeof(float));
+    for (int64_t i = 0; i < total; i++) {
+        ds_cpu_kv_row(vr, a->v, vis_row(i, a->base, a->n_past, a->vis), a->off, hd);
+        for (int g = 0; g < hg; g++) {
+            float *ag = acc + g * hd;
+            const float w = scratch[g * sc_stride + i];
+            if (a->simd) {
+                ds_cpu_axpy_avx2(ag, w, vr, hd);
+                continue;
+            }
+            for (int64_t d = 0; d < hd; d++) {
+                ag[d] += w * vr[d];
+            }
         }
     }
-    return mx;
+    for (int g = 0; g < hg; g++) {
+        float *o = a->o + g * hd;
+        for (int64_t d = 0; d < hd; d++) {
+            o[d] = acc[g * hd + d] * inv[g];
+        }
+    }
 }
 
-void ds_cpu_attn_values(float *acc, const float *sc, const ds_tensor *v, int64_t off, int64_t hd,
-                        int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
-                        float *vr, bool simd) {
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int64_t i = 0; i < total; i++) {
-        ds_cpu_kv_row(vr, v, vis_row(i, base, n_past, vis), off, hd);
-        if (simd) {
-            ds_cpu_axpy_avx2(acc, sc[i], vr, hd);
-            continue;
-        }
-        for (int64_t d = 0; d < hd; d++) {
-            acc[d] += sc[i] * vr[d];
-        }
-    }
+int ds_cpu_attn_group(int64_t n, int n_kv, int group, int n_threads) {
+    return n * n_kv >= (int64_t)n_threads ? group : 1;
 }
 
 typedef struct attn_job {
@@ -110,23 +138,21 @@ typedef struct attn_job {
     const ds_tensor *q, *k, *v;
     int64_t hd, n_head, n_rows, n_past;
     int group;              // query heads per kv head
+    int hg;                 // query heads per task (group, or 1 when that leaves threads idle)
     float scale;
     bool simd;              // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
     int64_t vis_stride;     // ints per row in vis
-    float *scratch;         // per thread: DS_ATTN_SCRATCH(n_past + n_rows, hd) floats
+    float *scratch;         // per thread: DS_ATTN_SCRATCH(n_past + n_rows, hd, hg) floats
     int64_t scratch_stride; // floats per thread
 } attn_job;
 
-// One (row, head) pair: softmax(q·K^T * scale) · V over the visible cache rows, in cache order.
+// One row's heads [h0, h0 + hg): softmax(q·K^T * scale) · V over the visible cache rows, in cache
+// order.
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
-    int64_t t = task / j->n_head, h = task % j->n_head;
-    int64_t kvh = h / j->group, hd = j->hd;
-    float *sc = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
-    const int64_t n_keys = j->n_past + j->n_rows;
-    float *vr = sc + n_keys + DS_ATTN_PAD, *acc = vr + hd, *kb = acc + hd;
-    const float *q = ds_cpu_row(j->q, h, t, 0);
+    const int64_t per_row = j->n_head / j->hg;
+    const int64_t t = task / per_row, h0 = task % per_row * j->hg;
     // visible rows: committed prefix, then batch rows (chain: 0..t; tree: ancestors and self)
     const int32_t *vis = j->vis ? j->vis + t * j->vis_stride : NULL;
     int64_t n_batch_vis = t + 1;
@@ -134,20 +160,13 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         for (n_batch_vis = 0; vis[n_batch_vis] >= 0; n_batch_vis++) {
         }
     }
-    int64_t total = j->n_past + n_batch_vis;
-    float mx = ds_cpu_attn_scores(sc, q, j->k, kvh * hd, hd, total, 0, j->n_past, vis, j->scale,
-                                  kb, j->simd);
-    double sum = 0.0;
-    for (int64_t i = 0; i < total; i++) {
-        sc[i] = expf(sc[i] - mx);
-        sum += sc[i];
-    }
-    ds_cpu_attn_values(acc, sc, j->v, kvh * hd, hd, total, 0, j->n_past, vis, vr, j->simd);
-    float inv = (float)(1.0 / sum);
-    float *o = (float *)ds_cpu_row(j->out, t, 0, 0) + h * hd;
-    for (int64_t d = 0; d < hd; d++) {
-        o[d] = acc[d] * inv;
-    }
+    const ds_attn_heads a = {
+        .q = ds_cpu_row(j->q, h0, t, 0), .q_stride = j->q->nb[1] / sizeof(float),
+        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .k = j->k,
+        .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->n_past + j->n_rows,
+        .total = j->n_past + n_batch_vis, .base = 0, .n_past = j->n_past, .vis = vis,
+        .scale = j->scale, .simd = j->simd};
+    ds_cpu_attn_heads(&a, j->scratch + (size_t)thread * (size_t)j->scratch_stride);
 }
 
 void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
@@ -156,12 +175,13 @@ void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const 
     DS_ASSERT(n_head % n_kv == 0 && k->ne[0] == hd * n_kv && v->ne[0] == hd * n_kv);
     DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == n && p->n_past + n <= k->ne[1]);
     cpu_ctx *c = cpu_of(be);
-    int64_t per_thread = DS_ATTN_SCRATCH(p->n_past + n, hd);
+    const int group = (int)(n_head / n_kv), hg = ds_cpu_attn_group(n, n_kv, group, c->n_threads);
+    int64_t per_thread = DS_ATTN_SCRATCH(p->n_past + n, hd, hg);
     size_t score_bytes = (size_t)c->n_threads * (size_t)per_thread * sizeof(float);
     size_t vis_ints = p->parent ? (size_t)n * (size_t)(n + 1) : 0;
     uint8_t *buf = ds_cpu_scratch(be, score_bytes + vis_ints * sizeof(int32_t));
     attn_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head, .n_rows = n,
-                  .n_past = p->n_past, .group = (int)(n_head / n_kv), .scale = p->scale,
+                  .n_past = p->n_past, .group = group, .hg = hg, .scale = p->scale,
                   .simd = ds_cpu_attn_simd(hd), .scratch = (float *)buf,
                   .scratch_stride = per_thread};
     if (p->parent) {
@@ -183,5 +203,5 @@ void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const 
         j.vis = vis;
         j.vis_stride = n + 1;
     }
-    ds_cpu_parallel(be, attn_task, &j, n * n_head, n * n_head * (p->n_past + n) * hd);
+    ds_cpu_parallel(be, attn_task, &j, n * (n_head / hg), n * n_head * (p->n_past + n) * hd);
 }

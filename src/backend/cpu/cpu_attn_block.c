@@ -11,36 +11,27 @@ typedef struct rows_job {
     ds_tensor *out;
     const ds_tensor *q, *k, *v;
     int64_t hd, n_head;
-    int group;
+    int group, hg; // query heads per kv head, per task
     float scale;
-    bool simd; // the AVX2 loops (cpu_attn_avx2.c)
+    bool simd;     // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *lo, *hi;
     float *scratch;
     int64_t scratch_stride;
 } rows_job;
 
-// One (row, head): softmax(q·K[lo, hi)^T * scale) · V[lo, hi), keys in cache order.
+// One row's heads [h0, h0 + hg): softmax(q·K[lo, hi)^T * scale) · V[lo, hi), keys in cache order.
 static void rows_task(void *ctx, int64_t task, int thread) {
     const rows_job *j = ctx;
-    int64_t t = task / j->n_head, h = task % j->n_head;
-    int64_t kvh = h / j->group, hd = j->hd;
-    int64_t lo = j->lo[t], n_vis = j->hi[t] - lo;
-    float *sc = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
-    float *vr = sc + j->k->ne[1] + DS_ATTN_PAD, *acc = vr + hd, *kb = acc + hd;
-    const float *q = ds_cpu_row(j->q, h, t, 0);
-    float mx = ds_cpu_attn_scores(sc, q, j->k, kvh * hd, hd, n_vis, lo, n_vis, NULL, j->scale, kb,
-                                  j->simd);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n_vis; i++) {
-        sc[i] = expf(sc[i] - mx);
-        sum += sc[i];
-    }
-    ds_cpu_attn_values(acc, sc, j->v, kvh * hd, hd, n_vis, lo, n_vis, NULL, vr, j->simd);
-    float inv = (float)(1.0 / sum);
-    float *o = (float *)ds_cpu_row(j->out, t, 0, 0) + h * hd;
-    for (int64_t d = 0; d < hd; d++) {
-        o[d] = acc[d] * inv;
-    }
+    const int64_t per_row = j->n_head / j->hg;
+    const int64_t t = task / per_row, h0 = task % per_row * j->hg;
+    const int64_t lo = j->lo[t], n_vis = j->hi[t] - lo;
+    const ds_attn_heads a = {
+        .q = ds_cpu_row(j->q, h0, t, 0), .q_stride = j->q->nb[1] / sizeof(float),
+        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .k = j->k,
+        .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->k->ne[1],
+        .total = n_vis, .base = lo, .n_past = n_vis, .vis = NULL, .scale = j->scale,
+        .simd = j->simd};
+    ds_cpu_attn_heads(&a, j->scratch + (size_t)thread * (size_t)j->scratch_stride);
 }
 
 void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, const ds_tensor *k,
@@ -55,13 +46,14 @@ void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, c
         work += (int64_t)(hi[t] - lo[t]) * hd * n_head;
     }
     cpu_ctx *c = cpu_of(be);
-    int64_t per_thread = DS_ATTN_SCRATCH(k->ne[1], hd);
+    const int group = (int)(n_head / n_kv), hg = ds_cpu_attn_group(n, n_kv, group, c->n_threads);
+    int64_t per_thread = DS_ATTN_SCRATCH(k->ne[1], hd, hg);
     float *buf = ds_cpu_scratch(be, (size_t)c->n_threads * (size_t)per_thread * sizeof(float));
     rows_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head,
-                  .group = (int)(n_head / n_kv), .scale = scale,
+                  .group = group, .hg = hg, .scale = scale,
                   .simd = ds_cpu_attn_simd(hd), .lo = lo, .hi = hi,
                   .scratch = buf, .scratch_stride = per_thread};
-    ds_cpu_parallel(be, rows_task, &j, n * n_head, work);
+    ds_cpu_parallel(be, rows_task, &j, n * (n_head / hg), work);
 }
 
 // ---- RoPE with explicit frequencies -------------------------------------------------------------

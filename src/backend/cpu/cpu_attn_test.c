@@ -1,8 +1,9 @@
 // cpu_attn_test.c: the CPU attention ops (`attention`: chain and tree visibility over a committed
 // prefix; `attention_rows`: per-row cache ranges) give the same bits with the AVX2 loops
-// (cpu_attn_avx2.c) as with the scalar ones (ds_cpu_set_max_level(0)), for F32, F16 and Q8_0
-// caches, head dims 32-256, GQA, 1 and 2 threads; and the scalar result matches a double-
-// precision softmax attention over the same dequantized cache rows.
+// (cpu_attn_avx2.c) as with the scalar ones (ds_cpu_set_max_level(0)), and with the query heads
+// of a kv head in one task or one task each (1 or 4 threads), for F32, F16 and Q8_0 caches, head
+// dims 32-256, GQA; and the scalar result matches a double-precision softmax attention over the
+// same dequantized cache rows.
 #include "backend/backend.h"
 #include "dtype/dtype.h"
 
@@ -74,8 +75,10 @@ static double ref_out(const float *q, const ds_tensor *k, const ds_tensor *v, in
     return o / sum;
 }
 
-static void run_case(ds_backend *be, ds_type ct, int64_t hd, int64_t n_head, int n_kv,
-                     int64_t n_past, int64_t n, bool tree, rng *r) {
+// be2: a second backend with another thread count, whose tasks group the heads differently
+// (ds_cpu_attn_group): the same bits again.
+static void run_case(ds_backend *be, ds_backend *be2, ds_type ct, int64_t hd, int64_t n_head,
+                     int n_kv, int64_t n_past, int64_t n, bool tree, rng *r) {
     const int64_t n_ctx = n_past + n, width = hd * n_kv;
     ds_tensor k, v;
     void *kd = make_cache(ct, width, n_ctx, r, &k), *vd = make_cache(ct, width, n_ctx, r, &v);
@@ -91,15 +94,18 @@ static void run_case(ds_backend *be, ds_type ct, int64_t hd, int64_t n_head, int
     ds_attn_params p = {.n_past = n_past, .parent = tree ? parent : NULL,
                         .scale = 1.0f / sqrtf((float)hd)};
     const size_t ob = (size_t)(hd * n_head * n) * sizeof(float);
-    float *o_simd = malloc(ob), *o_ref = malloc(ob);
+    float *o_simd = malloc(ob), *o_ref = malloc(ob), *o_2 = malloc(ob);
+    ds_tensor out_2 = ds_tensor_2d(o_2, DS_TYPE_F32, hd * n_head, n);
     ds_tensor out_s = ds_tensor_2d(o_simd, DS_TYPE_F32, hd * n_head, n);
     ds_tensor out_r = ds_tensor_2d(o_ref, DS_TYPE_F32, hd * n_head, n);
     be->ops.attention(be, &out_s, &q, &k, &v, n_kv, &p);
+    be2->ops.attention(be2, &out_2, &q, &k, &v, n_kv, &p);
     ds_cpu_set_max_level(0);
     be->ops.attention(be, &out_r, &q, &k, &v, n_kv, &p);
     ds_cpu_set_max_level(2);
     for (int64_t i = 0; i < hd * n_head * n; i++) {
         assert_int_equal(f32_bits(o_simd[i]), f32_bits(o_ref[i]));
+        assert_int_equal(f32_bits(o_2[i]), f32_bits(o_ref[i]));
     }
     // the scalar result against double precision: last row, every head, a few dims
     int64_t *rows = malloc((size_t)n_ctx * sizeof(int64_t)), nr = 0, t = n - 1;
@@ -128,15 +134,18 @@ static void run_case(ds_backend *be, ds_type ct, int64_t hd, int64_t n_head, int
         hi[i] = (int32_t)(n_past + i + 1);
     }
     be->ops.attention_rows(be, &out_s, &q, &k, &v, n_kv, lo, hi, p.scale);
+    be2->ops.attention_rows(be2, &out_2, &q, &k, &v, n_kv, lo, hi, p.scale);
     ds_cpu_set_max_level(0);
     be->ops.attention_rows(be, &out_r, &q, &k, &v, n_kv, lo, hi, p.scale);
     ds_cpu_set_max_level(2);
     for (int64_t i = 0; i < hd * n_head * n; i++) {
         assert_int_equal(f32_bits(o_simd[i]), f32_bits(o_ref[i]));
+        assert_int_equal(f32_bits(o_2[i]), f32_bits(o_ref[i]));
     }
     free(hi);
     free(lo);
     free(rows);
+    free(o_2);
     free(o_ref);
     free(o_simd);
     free(parent);
@@ -155,18 +164,20 @@ static void test_attention_simd_equals_scalar(void **state) {
     } shapes[] = {{32, 2, 1, 0, 1}, {64, 4, 2, 37, 9}, {128, 2, 2, 70, 17}, {256, 6, 1, 5, 3},
                   {64, 2, 2, 300, 1}};
     rng r = {11};
-    for (int threads = 1; threads <= 2; threads++) {
-        ds_backend *be = NULL;
+    for (int threads = 1; threads <= 4; threads += 3) { // (1 and 4 threads group heads apart)
+        ds_backend *be = NULL, *be2 = NULL;
         dspec_err err;
         assert_int_equal(ds_backend_cpu_new(&be, threads, &err), DSPEC_OK);
+        assert_int_equal(ds_backend_cpu_new(&be2, threads == 1 ? 4 : 1, &err), DSPEC_OK);
         for (size_t c = 0; c < sizeof(caches) / sizeof(caches[0]); c++) {
             for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
                 for (int tree = 0; tree <= 1; tree++) {
-                    run_case(be, caches[c], shapes[s].hd, shapes[s].n_head, shapes[s].n_kv,
+                    run_case(be, be2, caches[c], shapes[s].hd, shapes[s].n_head, shapes[s].n_kv,
                              shapes[s].n_past, shapes[s].n, tree, &r);
                 }
             }
         }
+        ds_backend_free(be2);
         ds_backend_free(be);
     }
 }

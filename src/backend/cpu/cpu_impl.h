@@ -72,24 +72,35 @@ void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 void ds_cpu_gdn_row_avx2(float *S, float *o, const float *q, const float *k, const float *v,
                          float beta, float decay, int64_t dk, int64_t dv);
 
-// The attention loops of cpu_attn.c, shared with cpu_attn_block.c. Visible key i is cache row
-// base + i for i < n_past, then base + n_past + vis[i - n_past] (vis NULL: base + i).
-// ds_cpu_attn_scores: sc[i] = (q · K_i) * scale for i < total (the scalar loop's order), returns
-// the largest; kb: DS_ATTN_KB * hd floats of scratch (key rows); simd: the AVX2 path
-// (ds_cpu_attn_simd), which may write 7 floats past sc[total] (sc needs DS_ATTN_PAD of slack).
-// ds_cpu_attn_values: acc[d] = sum_i sc[i] * V_i[d] in key order; vr: hd floats of scratch.
-// DS_ATTN_SCRATCH(n, hd): floats of per-thread scratch for sc (n keys), vr, acc and kb.
+// The attention of one batch row's query heads [h0, h0 + hg), which share one kv head (cpu_attn.c;
+// shared with cpu_attn_block.c): each head's scores (q · K_i) * scale in the scalar loop's order,
+// softmax (max, expf, double sum in key order) and weighted sum of V rows in key order -- the
+// same bits whatever hg -- with each K / V row converted once for the hg heads. Visible key i is
+// cache row base + i for i < n_past, then base + n_past + vis[i - n_past] (vis NULL: base + i).
+// simd: the AVX2 loops (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, hg) floats,
+// n_keys >= total.
+typedef struct ds_attn_heads {
+    const float *q;  // head g's query at q + g * q_stride
+    size_t q_stride;
+    float *o;        // head g's output at o + g * hd
+    int hg;
+    const ds_tensor *k, *v;
+    int64_t off, hd; // the kv head's first element in a cache row, head dim
+    int64_t n_keys, total, base, n_past;
+    const int32_t *vis;
+    float scale;
+    bool simd;
+} ds_attn_heads;
 enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8 };
-#define DS_ATTN_SCRATCH(n, hd) ((n) + DS_ATTN_PAD + 2 * (hd) + DS_ATTN_KB * (hd))
+#define DS_ATTN_SCRATCH(n, hd, hg)                                                                 \
+    ((hg) * ((n) + DS_ATTN_PAD) + DS_ATTN_KB * (hd) + (hd) + (hg) * (hd) + (hg))
 static inline bool ds_cpu_attn_simd(int64_t hd) {
     return hd % 8 == 0 && ds_cpu_max_level() >= 1;
 }
-float ds_cpu_attn_scores(float *sc, const float *q, const ds_tensor *k, int64_t off, int64_t hd,
-                         int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
-                         float scale, float *kb, bool simd);
-void ds_cpu_attn_values(float *acc, const float *sc, const ds_tensor *v, int64_t off, int64_t hd,
-                        int64_t total, int64_t base, int64_t n_past, const int32_t *vis,
-                        float *vr, bool simd);
+void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch);
+// Query heads per attention task: a kv head's whole group when the n rows' n_kv groups leave no
+// thread idle (a task a thread at least), else 1.
+int ds_cpu_attn_group(int64_t n, int n_kv, int group, int n_threads);
 
 // Runs fn over n_tasks with the pool when the work is large enough to pay for it, else inline.
 void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
