@@ -135,6 +135,119 @@ static void mm_id_task(void *ctx, int64_t task, int thread) {
     }
 }
 
+// ---- expert-indexed matmul through the tile kernel: the (row, slot) pairs grouped by expert ----
+
+typedef struct moe_job {
+    const ds_tensor *w;
+    ds_dot_plan dot;
+    int64_t n_in, n_out, n_chunks;
+    const uint8_t *act;    // activation rows quantized, in pair order (act_per_slot) or row order
+    size_t act_stride;
+    bool act_per_slot;
+    int64_t k;
+    const uint8_t *packed; // the pairs' packed rows, grouped by expert (order)
+    size_t packed_stride;
+    const int32_t *order;  // pairs grouped by expert, ascending within an expert
+    const int64_t *start;  // expert e's pairs: order[start[e] .. start[e + 1])
+    const int32_t *task_e; // per task: its expert (tasks: active experts x output chunks)
+    float *ytmp;           // outputs in `order`, n_out floats a pair
+    uint8_t *panels;
+    size_t panel_bytes;
+    int n_threads;
+} moe_job;
+
+// One expert's output rows [o0, o1) for all its pairs: the tile when it has enough of them.
+static void moe_task(void *ctx, int64_t task, int thread) {
+    const moe_job *j = ctx;
+    const int32_t e = j->task_e[task / j->n_chunks];
+    const int64_t o0 = task % j->n_chunks * MM_ROWS_PER_TASK;
+    const int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
+    const int64_t p0 = j->start[e], np = j->start[e + 1] - p0;
+    const uint8_t *wexp = (const uint8_t *)j->w->data + (size_t)e * j->w->nb[2];
+    float *y = j->ytmp + (size_t)p0 * (size_t)j->n_out;
+    if (np >= j->dot.tile_min_rows) {
+        DS_ASSERT(thread >= 0 && thread < j->n_threads);
+        j->dot.tile(j->n_in, o1 - o0, wexp + (size_t)o0 * j->w->nb[1], j->w->nb[1], np,
+                    j->packed + (size_t)p0 * j->packed_stride, j->packed_stride, y + o0,
+                    j->n_out, j->panels + (size_t)thread * j->panel_bytes);
+        return;
+    }
+    for (int64_t i = 0; i < np; i++) {
+        const int64_t pair = j->order[p0 + i];
+        const uint8_t *act = j->act + (size_t)(j->act_per_slot ? pair : pair / j->k) *
+                                          j->act_stride;
+        for (int64_t o = o0; o < o1; o++) {
+            j->dot.one(j->n_in, &y[i * j->n_out + o], wexp + (size_t)o * j->w->nb[1], act);
+        }
+    }
+}
+
+// matmul_id for n_pairs = n * k pairs: the activation rows quantized and packed once, the pairs
+// sorted by expert (counting sort, stable) and their packed rows gathered in that order, so that
+// each expert's weight rows are prepared once for all its pairs; the outputs land in pair order
+// in ytmp and are copied to y. The same bits as one dot per output (dtype.h ds_dot_plan).
+static void matmul_id_tiles(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
+                            const int32_t *ids, int64_t k, int64_t n, bool per_slot,
+                            ds_type vdt, const ds_dot_plan *plan) {
+    const int64_t n_in = w->ne[0], n_out = w->ne[1], n_exp = w->ne[2], n_pairs = n * k;
+    const int64_t n_act = per_slot ? n_pairs : n;
+    const int n_threads = cpu_of(be)->n_threads;
+    const size_t rs = align64(ds_type_row_size(vdt, n_in)), ps = align64(plan->act_size(n_in));
+    const size_t pb = align64(plan->panel_size(n_in));
+    const int64_t n_chunks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
+    size_t off[8], total = 0;
+    const size_t sizes[8] = {rs * (size_t)n_act, ps * (size_t)n_act, ps * (size_t)n_pairs,
+                             align64((size_t)(n_pairs * n_out) * sizeof(float)),
+                             pb * (size_t)n_threads, align64((size_t)n_pairs * sizeof(int32_t)),
+                             align64((size_t)(n_exp + 1) * sizeof(int64_t)),
+                             align64((size_t)n_exp * sizeof(int32_t))};
+    for (int i = 0; i < 8; i++) {
+        off[i] = total;
+        total += sizes[i];
+    }
+    uint8_t *buf = ds_cpu_scratch(be, total);
+    uint8_t *act = buf + off[0], *packed = buf + off[1], *gathered = buf + off[2];
+    int32_t *order = (int32_t *)(buf + off[5]), *task_e = (int32_t *)(buf + off[7]);
+    int64_t *start = (int64_t *)(buf + off[6]);
+    for (int64_t r = 0; r < n_act; r++) {
+        ds_quantize_act(vdt, act + rs * (size_t)r, ds_cpu_row_flat(x, r), n_in);
+        plan->pack(packed + ps * (size_t)r, act + rs * (size_t)r, n_in);
+    }
+    memset(start, 0, (size_t)(n_exp + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < n_pairs; i++) {
+        start[ids[i] + 1]++;
+    }
+    int64_t n_active = 0;
+    for (int64_t e = 0; e < n_exp; e++) {
+        if (start[e + 1] > 0) {
+            task_e[n_active++] = (int32_t)e;
+        }
+        start[e + 1] += start[e];
+    }
+    for (int64_t i = 0; i < n_pairs; i++) { // (start[e] as expert e's fill cursor, then undone)
+        order[start[ids[i]]++] = (int32_t)i;
+    }
+    for (int64_t e = n_exp; e > 0; e--) {
+        start[e] = start[e - 1];
+    }
+    start[0] = 0;
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const int64_t a = per_slot ? order[i] : order[i] / k;
+        memcpy(gathered + ps * (size_t)i, packed + ps * (size_t)a, ps);
+    }
+    moe_job j = {.w = w, .dot = *plan, .n_in = n_in, .n_out = n_out, .n_chunks = n_chunks,
+                 .act = act, .act_stride = rs, .act_per_slot = per_slot, .k = k,
+                 .packed = gathered, .packed_stride = ps, .order = order, .start = start,
+                 .task_e = task_e, .ytmp = (float *)(buf + off[3]), .panels = buf + off[4],
+                 .panel_bytes = pb, .n_threads = n_threads};
+    ds_cpu_parallel(be, moe_task, &j, n_active * n_chunks, n_in * n_out * n_pairs);
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const int64_t pair = order[i];
+        memcpy(ds_cpu_row(y, pair % k, pair / k, 0), j.ytmp + (size_t)i * (size_t)n_out,
+               (size_t)n_out * sizeof(float));
+    }
+}
+
 void ds_cpu_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
                       const int32_t *ids, int64_t k) {
     int64_t n_in = w->ne[0], n_out = w->ne[1], n_exp = w->ne[2];
@@ -148,7 +261,12 @@ void ds_cpu_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds
     }
     ds_type vdt = ds_type_vec_dot(w->type);
     DS_ASSERT(n_in % ds_type_traits_get(w->type)->block_elems == 0);
-    mm_job j = {.w = w, .wt = w->type, .dot = ds_vec_dot_plan(w->type), .y = y, .n_in = n_in,
+    const ds_dot_plan plan = ds_vec_dot_plan(w->type);
+    if (plan.tile && n > 1) { // (a verify or a prompt: experts may see several pairs)
+        matmul_id_tiles(be, y, w, x, ids, k, n, per_slot, vdt, &plan);
+        return;
+    }
+    mm_job j = {.w = w, .wt = w->type, .dot = plan, .y = y, .n_in = n_in,
                 .n_out = n_out, .n_rows = n, .ids = ids, .k = k, .act_per_slot = per_slot};
     j.n_chunks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
     j.act = quantize_acts(be, x, vdt, per_slot ? n * k : n, &j.act_stride);
