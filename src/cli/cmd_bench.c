@@ -210,12 +210,12 @@ static int bench_kernels(const bench_opts *o) {
         void *panel = NULL;
         size_t p_row = 0;
         if (plan.tile) { // the matmul's path: activation rows packed once, one panel scratch
-            p_row = plan.act_size(o->n);
-            packed = malloc(p_row * NR);
+            p_row = plan.act_size(o->n); // (64-byte aligned rows, as the matmul's scratch)
+            packed = ds_aligned_alloc(64, p_row * NR);
             panel = ds_aligned_alloc(64, plan.panel_size(o->n));
             if (packed == NULL || panel == NULL) {
                 fprintf(stderr, "dspec bench: out of memory\n");
-                free(packed), ds_aligned_free(panel), ds_aligned_free(w);
+                ds_aligned_free(packed), ds_aligned_free(panel), ds_aligned_free(w);
                 rc = 1;
                 break;
             }
@@ -233,7 +233,7 @@ static int bench_kernels(const bench_opts *o) {
             const double dt = time_matvec(&jr, NULL, o->time);
             printf(" %9.2f", (double)total * (double)nrs[q] / dt / 1e9);
         }
-        free(packed);
+        ds_aligned_free(packed);
         ds_aligned_free(panel);
         dot_job j = {.fn = ds_vec_dot_get(t, best_level), .n = o->n, .rows = o->rows,
                      .chunk = 16, .w = w, .row_bytes = row_bytes, .a = act, .out = out};

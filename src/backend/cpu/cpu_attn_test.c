@@ -5,6 +5,7 @@
 // dims 32-256, GQA; and the scalar result matches a double-precision softmax attention over the
 // same dequantized cache rows.
 #include "backend/backend.h"
+#include "backend/cpu/cpu_test.h"
 #include "dtype/dtype.h"
 
 #include <math.h>
@@ -15,21 +16,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static float rng_f(rng *r) { // uniform in [-1, 1)
-    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(r->s >> 11) / 4503599627370496.0 - 1.0);
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 // A cache {hd * n_kv, n_ctx} of type t filled with random rows (row bytes from the quantizer).
 static void *make_cache(ds_type t, int64_t width, int64_t n_ctx, rng *r, ds_tensor *out) {

@@ -3,6 +3,7 @@
 // (ds_cpu_set_max_level(0)), for chains and trees, d_k / d_v 8-128, grouped heads, 1 and 2
 // threads; and a one-row step matches a double-precision evaluation of the rule.
 #include "backend/backend.h"
+#include "backend/cpu/cpu_test.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -12,15 +13,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static float rng_f(rng *r) { // uniform in [-1, 1)
-    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(r->s >> 11) / 4503599627370496.0 - 1.0);
-}
 
 static float *rand_buf(int64_t n, float lo, float hi, rng *r) {
     float *b = malloc((size_t)n * sizeof(float));

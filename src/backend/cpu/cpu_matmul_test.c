@@ -4,6 +4,7 @@
 // by expert, experts with one pair and with many, inputs shared by a row's slots or one per
 // slot) -- at the CPU's level and at the scalar level, with 1 and 2 threads.
 #include "backend/backend.h"
+#include "backend/cpu/cpu_test.h"
 #include "dtype/dtype.h"
 
 #include <math.h>
@@ -14,21 +15,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static float rng_f(rng *r) { // uniform in [-1, 1)
-    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(r->s >> 11) / 4503599627370496.0 - 1.0);
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 static float *rand_f(int64_t n, rng *r) {
     float *b = malloc((size_t)n * sizeof(float));
