@@ -236,7 +236,8 @@ static int bench_kernels(const bench_opts *o) {
         ds_aligned_free(packed);
         ds_aligned_free(panel);
         dot_job j = {.fn = ds_vec_dot_get(t, best_level), .n = o->n, .rows = o->rows,
-                     .chunk = 16, .w = w, .row_bytes = row_bytes, .a = act, .out = out};
+                     .chunk = ds_pool_task_items(o->rows, row_bytes, nthr, 16), .w = w,
+                     .row_bytes = row_bytes, .a = act, .out = out};
         double dt = time_matvec(&j, pool, o->time);
         printf(" %9.2f x%d\n", (double)total / dt / 1e9, nthr);
         ds_aligned_free(w);

@@ -121,6 +121,20 @@ int ds_pool_n_threads(const ds_pool *pool);
 // Runs fn for every task index and returns when all are done. Tasks are handed out dynamically;
 // callers must make results independent of which thread runs a task. Not reentrant.
 void ds_pool_run(ds_pool *pool, ds_pool_fn fn, void *ctx, int64_t n_tasks);
+// Items (e.g. weight rows costing item_bytes each) per task when n items stream through
+// n_threads: a multiple of `unit` covering at least DS_POOL_TASK_BYTES, so that each task reads
+// one long contiguous run (short tasks interleaved between threads keep the hardware prefetchers
+// from getting ahead, and every task costs a shared atomic), but no more than leaves 4 tasks a
+// thread.
+enum { DS_POOL_TASK_BYTES = 64 * 1024 };
+static inline int64_t ds_pool_task_items(int64_t n, size_t item_bytes, int n_threads,
+                                         int64_t unit) {
+    int64_t by_bytes = (int64_t)(DS_POOL_TASK_BYTES / (item_bytes > 0 ? item_bytes : 1));
+    int64_t by_balance = n / (4 * (int64_t)(n_threads > 0 ? n_threads : 1));
+    int64_t k = by_bytes < by_balance ? by_bytes : by_balance;
+    k = (k / unit) * unit;
+    return k < unit ? unit : k;
+}
 
 // ---- timing ------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ typedef struct mm_job {
     ds_tensor *y;
     int64_t n_in, n_out, n_rows;
     int64_t n_chunks;     // output-row chunks per (row, slot) pair
+    int64_t rows_per_task; // output rows per task (ds_pool_task_items)
     // MoE
     const int32_t *ids;
     int64_t k;
@@ -80,8 +81,8 @@ static void pack_acts(ds_backend *be, const ds_tensor *x, ds_type vdt, mm_job *j
 
 static void mm_task(void *ctx, int64_t task, int thread) {
     const mm_job *j = ctx;
-    int64_t o0 = task * MM_ROWS_PER_TASK;
-    int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
+    int64_t o0 = task * j->rows_per_task;
+    int64_t o1 = DS_MIN(o0 + j->rows_per_task, j->n_out);
     float *y0 = ds_cpu_row(j->y, 0, 0, 0);
     int64_t y_stride = (int64_t)(j->y->nb[1] / sizeof(float));
     if (j->dot.tile) {
@@ -114,7 +115,10 @@ void ds_cpu_matmul(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_te
     } else {
         j.act = quantize_acts(be, x, vdt, n, &j.act_stride);
     }
-    int64_t n_tasks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
+    // (a row's cost: its bytes once per activation row; one-row matmuls stream from memory)
+    j.rows_per_task = ds_pool_task_items(n_out, w->nb[1] * (size_t)n, cpu_of(be)->n_threads,
+                                         MM_ROWS_PER_TASK);
+    int64_t n_tasks = (n_out + j.rows_per_task - 1) / j.rows_per_task;
     ds_cpu_parallel(be, mm_task, &j, n_tasks, n_in * n_out * n);
 }
 
@@ -128,8 +132,8 @@ static void mm_id_task(void *ctx, int64_t task, int thread) {
     const uint8_t *wexp = (const uint8_t *)j->w->data + (size_t)e * j->w->nb[2];
     const uint8_t *act = j->act + (size_t)(j->act_per_slot ? pair : r) * j->act_stride;
     float *yrow = ds_cpu_row(j->y, slot, r, 0);
-    int64_t o0 = chunk * MM_ROWS_PER_TASK;
-    int64_t o1 = DS_MIN(o0 + MM_ROWS_PER_TASK, j->n_out);
+    int64_t o0 = chunk * j->rows_per_task;
+    int64_t o1 = DS_MIN(o0 + j->rows_per_task, j->n_out);
     for (int64_t o = o0; o < o1; o++) {
         j->dot.one(j->n_in, &yrow[o], wexp + (size_t)o * j->w->nb[1], act);
     }
@@ -268,7 +272,11 @@ void ds_cpu_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds
     }
     mm_job j = {.w = w, .wt = w->type, .dot = plan, .y = y, .n_in = n_in,
                 .n_out = n_out, .n_rows = n, .ids = ids, .k = k, .act_per_slot = per_slot};
-    j.n_chunks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
+    // (the pairs' expert rows stream from memory: long contiguous runs per task, as in matmul)
+    j.rows_per_task = ds_pool_task_items(n_out * n * k, w->nb[1], cpu_of(be)->n_threads,
+                                         MM_ROWS_PER_TASK);
+    j.rows_per_task = DS_MIN(j.rows_per_task, (n_out + 15) / 16 * 16);
+    j.n_chunks = (n_out + j.rows_per_task - 1) / j.rows_per_task;
     j.act = quantize_acts(be, x, vdt, per_slot ? n * k : n, &j.act_stride);
     ds_cpu_parallel(be, mm_id_task, &j, n * k * j.n_chunks, n_in * n_out * n * k);
 }
