@@ -169,11 +169,27 @@ static void test_topk(void **state) {
     }
 }
 
+// ds_pool_task_items: whole units, at least 64 KiB of items a task where that leaves 4 tasks a
+// thread, fewer items where it would not, never less than a unit.
+static void test_pool_task_items(void **state) {
+    (void)state;
+    assert_int_equal(ds_pool_task_items(262144, 432, 2, 16), 144);   // 64 KiB / 432 B -> 151 -> 144
+    assert_int_equal(ds_pool_task_items(1024, 272, 2, 16), 128);     // balance: 1024 / 8
+    assert_int_equal(ds_pool_task_items(1024, 272 * 16, 2, 16), 16); // a unit at least
+    assert_int_equal(ds_pool_task_items(40, 100, 16, 16), 16);
+    for (int64_t n = 1; n < 5000; n += 37) {
+        const int64_t k = ds_pool_task_items(n, 1000, 3, 8);
+        assert_true(k >= 8 && k % 8 == 0);
+        assert_true(k == 8 || (k * 1000 <= DS_POOL_TASK_BYTES + 8000 && k <= n / 12));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_set_and_prefix), cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_arena),               cmocka_unit_test(test_pool),
         cmocka_unit_test(test_cpu_levels),          cmocka_unit_test(test_topk),
+        cmocka_unit_test(test_pool_task_items),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
