@@ -1,10 +1,11 @@
 // cpu_matmul.c: quantized matrix × activations (dense and MoE expert-indexed), and embedding row
 // lookup. Activations are converted per row to the weight's vec_dot type (llama.cpp numerics,
 // target-qwen35.md §2.13); each output element has the bits of one ds_vec_dot call, so a row's
-// result never depends on the batch (DESIGN.md §4.2). Work is split over blocks of output rows.
-// Dense matmuls of enough activation rows (ds_dot_plan.tile_min_rows) whose weight type has a
-// tile kernel (dtype.h ds_dot_plan: AVX-512 VNNI) pack the activation rows once and run each
-// block of output rows as one tile.
+// result never depends on the batch (DESIGN.md §4.2). Work is split over blocks of output rows
+// (ds_pool_task_items: long contiguous runs of weights a task). Matmuls of enough activation rows
+// (ds_dot_plan.tile_min_rows) whose weight type has a tile kernel (dtype.h ds_dot_plan: AVX-512
+// VNNI) pack the activation rows once and run each block of output rows as one tile; the MoE
+// form first groups the (row, slot) pairs by expert (matmul_id_tiles).
 // Calls dtype/. Called through the backend op table.
 #include "backend/cpu/cpu_impl.h"
 
