@@ -58,43 +58,49 @@ static inline int64_t vis_row(int64_t i, int64_t base, int64_t n_past, const int
 }
 
 void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
-    const int64_t hd = a->hd, total = a->total, sc_stride = a->n_keys + DS_ATTN_PAD;
-    const int hg = a->hg;
-    float *kb = scratch + (size_t)hg * (size_t)sc_stride, *vr = kb + DS_ATTN_KB * hd;
-    float *acc = vr + hd, *inv = acc + (size_t)hg * (size_t)hd;
-    // scores: each key row converted once for the hg heads
+    const int64_t hd = a->hd, sc_stride = a->n_keys + DS_ATTN_PAD;
+    const int hg = a->hg, nr = a->nr, nu = nr * hg; // units u = r * hg + g
+    const int64_t all = a->total + nr - 1;           // keys of the block's last row
+    DS_ASSERT(nr == 1 || a->vis == NULL);
+    float *kb = scratch + (size_t)nu * (size_t)sc_stride, *vr = kb + DS_ATTN_KB * hd;
+    float *acc = vr + hd, *inv = acc + (size_t)nu * (size_t)hd;
+#define UNIT_Q(u) (a->q + (size_t)((u) / hg) * a->q_row_stride + (size_t)((u) % hg) * a->q_stride)
+    // scores: each key row converted once for every unit (a row's keys past its own are computed
+    // and then left out)
     if (!a->simd) { // the scalar reference: one key at a time
-        for (int64_t i = 0; i < total; i++) {
+        for (int64_t i = 0; i < all; i++) {
             ds_cpu_kv_row(kb, a->k, vis_row(i, a->base, a->n_past, a->vis), a->off, hd);
-            for (int g = 0; g < hg; g++) {
-                const float *q = a->q + (size_t)g * a->q_stride;
+            for (int u = 0; u < nu; u++) {
+                const float *q = UNIT_Q(u);
                 float s = 0.0f;
                 for (int64_t d = 0; d < hd; d++) {
                     s += q[d] * kb[d];
                 }
-                scratch[g * sc_stride + i] = s * a->scale;
+                scratch[u * sc_stride + i] = s * a->scale;
             }
         }
     } else {
-        for (int64_t i0 = 0; i0 < total; i0 += DS_ATTN_KB) { // blocks of keys, 8 at a time
-            const int64_t nk = DS_MIN(DS_ATTN_KB, total - i0), nk8 = (nk + 7) / 8 * 8;
+        for (int64_t i0 = 0; i0 < all; i0 += DS_ATTN_KB) { // blocks of keys, 8 at a time
+            const int64_t nk = DS_MIN(DS_ATTN_KB, all - i0), nk8 = (nk + 7) / 8 * 8;
             for (int64_t i = 0; i < nk; i++) {
                 ds_cpu_kv_row(kb + i * hd, a->k, vis_row(i0 + i, a->base, a->n_past, a->vis),
                               a->off, hd);
             }
             memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
-            for (int g = 0; g < hg; g++) { // (up to 7 scores past the end: DS_ATTN_PAD)
-                float *sc = scratch + g * sc_stride;
-                ds_cpu_qk_avx2(a->q + (size_t)g * a->q_stride, kb, nk8, hd, sc + i0);
+            for (int u = 0; u < nu; u++) { // (up to 7 scores past the end: DS_ATTN_PAD)
+                float *sc = scratch + u * sc_stride;
+                ds_cpu_qk_avx2(UNIT_Q(u), kb, nk8, hd, sc + i0);
                 for (int64_t i = i0; i < i0 + nk; i++) {
                     sc[i] *= a->scale;
                 }
             }
         }
     }
-    // softmax weights per head
-    for (int g = 0; g < hg; g++) {
-        float *sc = scratch + g * sc_stride, mx = -INFINITY;
+#undef UNIT_Q
+    // softmax weights per unit over its row's keys
+    for (int u = 0; u < nu; u++) {
+        const int64_t total = a->total + u / hg;
+        float *sc = scratch + u * sc_stride, mx = -INFINITY;
         for (int64_t i = 0; i < total; i++) {
             mx = sc[i] > mx ? sc[i] : mx;
         }
@@ -103,28 +109,31 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
             sc[i] = expf(sc[i] - mx);
             sum += sc[i];
         }
-        inv[g] = (float)(1.0 / sum);
+        inv[u] = (float)(1.0 / sum);
     }
-    // values: each V row converted once, added into every head's sum in key order
-    memset(acc, 0, (size_t)(hg * hd) * sizeof(float));
-    for (int64_t i = 0; i < total; i++) {
+    // values: each V row converted once, added into every unit's sum that sees it, in key order
+    memset(acc, 0, (size_t)(nu * hd) * sizeof(float));
+    for (int64_t i = 0; i < all; i++) {
         ds_cpu_kv_row(vr, a->v, vis_row(i, a->base, a->n_past, a->vis), a->off, hd);
-        for (int g = 0; g < hg; g++) {
-            float *ag = acc + g * hd;
-            const float w = scratch[g * sc_stride + i];
+        for (int u = 0; u < nu; u++) {
+            if (i >= a->total + u / hg) {
+                continue;
+            }
+            float *au = acc + u * hd;
+            const float w = scratch[u * sc_stride + i];
             if (a->simd) {
-                ds_cpu_axpy_avx2(ag, w, vr, hd);
+                ds_cpu_axpy_avx2(au, w, vr, hd);
                 continue;
             }
             for (int64_t d = 0; d < hd; d++) {
-                ag[d] += w * vr[d];
+                au[d] += w * vr[d];
             }
         }
     }
-    for (int g = 0; g < hg; g++) {
-        float *o = a->o + g * hd;
+    for (int u = 0; u < nu; u++) {
+        float *o = a->o + (size_t)(u / hg) * a->o_row_stride + (size_t)(u % hg) * hd;
         for (int64_t d = 0; d < hd; d++) {
-            o[d] = acc[g * hd + d] * inv[g];
+            o[d] = acc[u * hd + d] * inv[u];
         }
     }
 }
@@ -133,12 +142,18 @@ int ds_cpu_attn_group(int64_t n, int n_kv, int group, int n_threads) {
     return n * n_kv >= (int64_t)n_threads ? group : 1;
 }
 
+int ds_cpu_attn_row_block(int64_t n, int64_t tasks_per_row, int n_threads) {
+    const int64_t rb = n * tasks_per_row / (2 * (int64_t)n_threads);
+    return (int)DS_MAX(1, DS_MIN(DS_ATTN_ROWS, rb));
+}
+
 typedef struct attn_job {
     ds_tensor *out;
     const ds_tensor *q, *k, *v;
     int64_t hd, n_head, n_rows, n_past;
     int group;              // query heads per kv head
     int hg;                 // query heads per task (group, or 1 when that leaves threads idle)
+    int rb;                 // batch rows per task (chains: ds_cpu_attn_row_block; trees: 1)
     float scale;
     bool simd;              // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
@@ -147,22 +162,25 @@ typedef struct attn_job {
     int64_t scratch_stride; // floats per thread
 } attn_job;
 
-// One row's heads [h0, h0 + hg): softmax(q·K^T * scale) · V over the visible cache rows, in cache
-// order.
+// Rows [t0, t0 + rb) x heads [h0, h0 + hg): softmax(q·K^T * scale) · V over each row's visible
+// cache rows, in cache order.
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
-    const int64_t per_row = j->n_head / j->hg;
-    const int64_t t = task / per_row, h0 = task % per_row * j->hg;
+    const int64_t per_block = j->n_head / j->hg;
+    const int64_t t0 = task / per_block * j->rb, h0 = task % per_block * j->hg;
+    const int nr = (int)DS_MIN(j->rb, j->n_rows - t0);
     // visible rows: committed prefix, then batch rows (chain: 0..t; tree: ancestors and self)
-    const int32_t *vis = j->vis ? j->vis + t * j->vis_stride : NULL;
-    int64_t n_batch_vis = t + 1;
+    const int32_t *vis = j->vis ? j->vis + t0 * j->vis_stride : NULL;
+    int64_t n_batch_vis = t0 + 1;
     if (vis) {
         for (n_batch_vis = 0; vis[n_batch_vis] >= 0; n_batch_vis++) {
         }
     }
     const ds_attn_heads a = {
-        .q = ds_cpu_row(j->q, h0, t, 0), .q_stride = j->q->nb[1] / sizeof(float),
-        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .k = j->k,
+        .q = ds_cpu_row(j->q, h0, t0, 0), .q_stride = j->q->nb[1] / sizeof(float),
+        .q_row_stride = j->q->nb[2] / sizeof(float),
+        .o = (float *)ds_cpu_row(j->out, t0, 0, 0) + h0 * j->hd,
+        .o_row_stride = j->out->nb[1] / sizeof(float), .hg = j->hg, .nr = nr, .k = j->k,
         .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->n_past + j->n_rows,
         .total = j->n_past + n_batch_vis, .base = 0, .n_past = j->n_past, .vis = vis,
         .scale = j->scale, .simd = j->simd};
@@ -176,12 +194,13 @@ void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const 
     DS_ASSERT(out->ne[0] == hd * n_head && out->ne[1] == n && p->n_past + n <= k->ne[1]);
     cpu_ctx *c = cpu_of(be);
     const int group = (int)(n_head / n_kv), hg = ds_cpu_attn_group(n, n_kv, group, c->n_threads);
-    int64_t per_thread = DS_ATTN_SCRATCH(p->n_past + n, hd, hg);
+    const int rb = p->parent ? 1 : ds_cpu_attn_row_block(n, n_head / hg, c->n_threads);
+    int64_t per_thread = DS_ATTN_SCRATCH(p->n_past + n, hd, rb * hg);
     size_t score_bytes = (size_t)c->n_threads * (size_t)per_thread * sizeof(float);
     size_t vis_ints = p->parent ? (size_t)n * (size_t)(n + 1) : 0;
     uint8_t *buf = ds_cpu_scratch(be, score_bytes + vis_ints * sizeof(int32_t));
     attn_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head, .n_rows = n,
-                  .n_past = p->n_past, .group = group, .hg = hg, .scale = p->scale,
+                  .n_past = p->n_past, .group = group, .hg = hg, .rb = rb, .scale = p->scale,
                   .simd = ds_cpu_attn_simd(hd), .scratch = (float *)buf,
                   .scratch_stride = per_thread};
     if (p->parent) {
@@ -203,5 +222,6 @@ void ds_cpu_attention(ds_backend *be, ds_tensor *out, const ds_tensor *q, const 
         j.vis = vis;
         j.vis_stride = n + 1;
     }
-    ds_cpu_parallel(be, attn_task, &j, n * (n_head / hg), n * n_head * (p->n_past + n) * hd);
+    ds_cpu_parallel(be, attn_task, &j, (n + rb - 1) / rb * (n_head / hg),
+                    n * n_head * (p->n_past + n) * hd);
 }

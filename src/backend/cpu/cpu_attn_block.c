@@ -27,7 +27,7 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     const int64_t lo = j->lo[t], n_vis = j->hi[t] - lo;
     const ds_attn_heads a = {
         .q = ds_cpu_row(j->q, h0, t, 0), .q_stride = j->q->nb[1] / sizeof(float),
-        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .k = j->k,
+        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .nr = 1, .k = j->k,
         .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->k->ne[1],
         .total = n_vis, .base = lo, .n_past = n_vis, .vis = NULL, .scale = j->scale,
         .simd = j->simd};

@@ -72,18 +72,20 @@ void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 void ds_cpu_gdn_row_avx2(float *S, float *o, const float *q, const float *k, const float *v,
                          float beta, float decay, int64_t dk, int64_t dv);
 
-// The attention of one batch row's query heads [h0, h0 + hg), which share one kv head (cpu_attn.c;
-// shared with cpu_attn_block.c): each head's scores (q · K_i) * scale in the scalar loop's order,
-// softmax (max, expf, double sum in key order) and weighted sum of V rows in key order -- the
-// same bits whatever hg -- with each K / V row converted once for the hg heads. Visible key i is
-// cache row base + i for i < n_past, then base + n_past + vis[i - n_past] (vis NULL: base + i).
-// simd: the AVX2 loops (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, hg) floats,
-// n_keys >= total.
+// The attention of nr consecutive batch rows' query heads [h0, h0 + hg), which share one kv head
+// (cpu_attn.c; shared with cpu_attn_block.c): each (row, head)'s scores (q · K_i) * scale in the
+// scalar loop's order, softmax (max, expf, double sum in key order) and weighted sum of V rows in
+// key order -- the same bits whatever nr and hg -- with each K / V row converted once for all of
+// them. Visible key i is cache row base + i for i < n_past, then base + n_past + vis[i - n_past]
+// (vis NULL: base + i); row r sees `total + r` keys (nr > 1: chains only, vis NULL). simd: the
+// AVX2 loops (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats, n_keys >=
+// total + nr - 1.
 typedef struct ds_attn_heads {
-    const float *q;  // head g's query at q + g * q_stride
-    size_t q_stride;
-    float *o;        // head g's output at o + g * hd
-    int hg;
+    const float *q;  // row r, head g's query at q + r * q_row_stride + g * q_stride
+    size_t q_stride, q_row_stride;
+    float *o;        // row r, head g's output at o + r * o_row_stride + g * hd
+    size_t o_row_stride;
+    int hg, nr;
     const ds_tensor *k, *v;
     int64_t off, hd; // the kv head's first element in a cache row, head dim
     int64_t n_keys, total, base, n_past;
@@ -91,9 +93,9 @@ typedef struct ds_attn_heads {
     float scale;
     bool simd;
 } ds_attn_heads;
-enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8 };
-#define DS_ATTN_SCRATCH(n, hd, hg)                                                                 \
-    ((hg) * ((n) + DS_ATTN_PAD) + DS_ATTN_KB * (hd) + (hd) + (hg) * (hd) + (hg))
+enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8, DS_ATTN_ROWS = 8 };
+#define DS_ATTN_SCRATCH(n, hd, units)                                                              \
+    ((units) * ((n) + DS_ATTN_PAD) + DS_ATTN_KB * (hd) + (hd) + (units) * (hd) + (units))
 static inline bool ds_cpu_attn_simd(int64_t hd) {
     return hd % 8 == 0 && ds_cpu_max_level() >= 1;
 }
@@ -101,6 +103,8 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch);
 // Query heads per attention task: a kv head's whole group when the n rows' n_kv groups leave no
 // thread idle (a task a thread at least), else 1.
 int ds_cpu_attn_group(int64_t n, int n_kv, int group, int n_threads);
+// Chain rows per attention task: up to DS_ATTN_ROWS while that leaves 2 tasks a thread.
+int ds_cpu_attn_row_block(int64_t n, int64_t tasks_per_row, int n_threads);
 
 // Runs fn over n_tasks with the pool when the work is large enough to pay for it, else inline.
 void ds_cpu_parallel(ds_backend *be, ds_pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
