@@ -1,7 +1,8 @@
 // cpu_attn_test.c: the CPU attention ops (`attention`: chain and tree visibility over a committed
 // prefix; `attention_rows`: per-row cache ranges) give the same bits with the AVX2 loops
-// (cpu_attn_avx2.c) as with the scalar ones (ds_cpu_set_max_level(0)), and with the query heads
-// of a kv head in one task or one task each (1 or 4 threads), for F32, F16 and Q8_0 caches, head
+// (cpu_attn_avx2.c) as with the scalar ones (ds_cpu_set_max_level(0)), and whether a task takes
+// a kv head's query heads together or one each and chain rows in blocks of up to 8 or one by one
+// (1 or 4 threads split them apart), for F32, F16 and Q8_0 caches, head
 // dims 32-256, GQA; and the scalar result matches a double-precision softmax attention over the
 // same dequantized cache rows.
 #include "backend/backend.h"
