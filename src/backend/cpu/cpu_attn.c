@@ -60,7 +60,7 @@ static inline int64_t vis_row(int64_t i, int64_t base, int64_t n_past, const int
 void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
     const int64_t hd = a->hd, sc_stride = a->n_keys + DS_ATTN_PAD;
     const int hg = a->hg, nr = a->nr, nu = nr * hg; // units u = r * hg + g
-    const int64_t all = a->total + nr - 1;           // keys of the block's last row
+    const int64_t all = a->total + (nr - 1) * a->row_step; // keys of the block's last row
     DS_ASSERT(nr == 1 || a->vis == NULL);
     float *kb = scratch + (size_t)nu * (size_t)sc_stride, *vr = kb + DS_ATTN_KB * hd;
     float *acc = vr + hd, *inv = acc + (size_t)nu * (size_t)hd;
@@ -99,7 +99,7 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
 #undef UNIT_Q
     // softmax weights per unit over its row's keys
     for (int u = 0; u < nu; u++) {
-        const int64_t total = a->total + u / hg;
+        const int64_t total = a->total + u / hg * a->row_step;
         float *sc = scratch + u * sc_stride, mx = -INFINITY;
         for (int64_t i = 0; i < total; i++) {
             mx = sc[i] > mx ? sc[i] : mx;
@@ -116,7 +116,7 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
     for (int64_t i = 0; i < all; i++) {
         ds_cpu_kv_row(vr, a->v, vis_row(i, a->base, a->n_past, a->vis), a->off, hd);
         for (int u = 0; u < nu; u++) {
-            if (i >= a->total + u / hg) {
+            if (i >= a->total + u / hg * a->row_step) {
                 continue;
             }
             float *au = acc + u * hd;
@@ -180,7 +180,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         .q = ds_cpu_row(j->q, h0, t0, 0), .q_stride = j->q->nb[1] / sizeof(float),
         .q_row_stride = j->q->nb[2] / sizeof(float),
         .o = (float *)ds_cpu_row(j->out, t0, 0, 0) + h0 * j->hd,
-        .o_row_stride = j->out->nb[1] / sizeof(float), .hg = j->hg, .nr = nr, .k = j->k,
+        .o_row_stride = j->out->nb[1] / sizeof(float), .hg = j->hg, .nr = nr, .row_step = 1,
+        .k = j->k,
         .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->n_past + j->n_rows,
         .total = j->n_past + n_batch_vis, .base = 0, .n_past = j->n_past, .vis = vis,
         .scale = j->scale, .simd = j->simd};

@@ -12,6 +12,7 @@ typedef struct rows_job {
     const ds_tensor *q, *k, *v;
     int64_t hd, n_head;
     int group, hg; // query heads per kv head, per task
+    int rb, step;  // rows per task; their ranges: the same (0) or each one key longer (1)
     float scale;
     bool simd;     // the AVX2 loops (cpu_attn_avx2.c)
     const int32_t *lo, *hi;
@@ -19,18 +20,22 @@ typedef struct rows_job {
     int64_t scratch_stride;
 } rows_job;
 
-// One row's heads [h0, h0 + hg): softmax(q·K[lo, hi)^T * scale) · V[lo, hi), keys in cache order.
+// Rows [t0, t0 + rb) x heads [h0, h0 + hg): softmax(q·K[lo, hi)^T * scale) · V[lo, hi), keys in
+// cache order.
 static void rows_task(void *ctx, int64_t task, int thread) {
     const rows_job *j = ctx;
-    const int64_t per_row = j->n_head / j->hg;
-    const int64_t t = task / per_row, h0 = task % per_row * j->hg;
-    const int64_t lo = j->lo[t], n_vis = j->hi[t] - lo;
+    const int64_t per_block = j->n_head / j->hg;
+    const int64_t t0 = task / per_block * j->rb, h0 = task % per_block * j->hg;
+    const int nr = (int)DS_MIN(j->rb, j->q->ne[2] - t0);
+    const int64_t lo = j->lo[t0], n_vis = j->hi[t0] - lo;
     const ds_attn_heads a = {
-        .q = ds_cpu_row(j->q, h0, t, 0), .q_stride = j->q->nb[1] / sizeof(float),
-        .o = (float *)ds_cpu_row(j->out, t, 0, 0) + h0 * j->hd, .hg = j->hg, .nr = 1, .k = j->k,
-        .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->k->ne[1],
-        .total = n_vis, .base = lo, .n_past = n_vis, .vis = NULL, .scale = j->scale,
-        .simd = j->simd};
+        .q = ds_cpu_row(j->q, h0, t0, 0), .q_stride = j->q->nb[1] / sizeof(float),
+        .q_row_stride = j->q->nb[2] / sizeof(float),
+        .o = (float *)ds_cpu_row(j->out, t0, 0, 0) + h0 * j->hd,
+        .o_row_stride = j->out->nb[1] / sizeof(float), .hg = j->hg, .nr = nr, .row_step = j->step,
+        .k = j->k, .v = j->v, .off = h0 / j->group * j->hd, .hd = j->hd, .n_keys = j->k->ne[1],
+        .total = n_vis, .base = lo, .n_past = 0, .vis = NULL,
+        .scale = j->scale, .simd = j->simd};
     ds_cpu_attn_heads(&a, j->scratch + (size_t)thread * (size_t)j->scratch_stride);
 }
 
@@ -47,13 +52,20 @@ void ds_cpu_attention_rows(ds_backend *be, ds_tensor *out, const ds_tensor *q, c
     }
     cpu_ctx *c = cpu_of(be);
     const int group = (int)(n_head / n_kv), hg = ds_cpu_attn_group(n, n_kv, group, c->n_threads);
-    int64_t per_thread = DS_ATTN_SCRATCH(k->ne[1], hd, hg);
+    // rows in blocks when every row has the same range, or each one key longer (causal)
+    bool same = true, causal = true;
+    for (int64_t t = 1; t < n; t++) {
+        same = same && lo[t] == lo[0] && hi[t] == hi[0];
+        causal = causal && lo[t] == lo[0] && hi[t] == hi[0] + t;
+    }
+    const int rb = same || causal ? ds_cpu_attn_row_block(n, n_head / hg, c->n_threads) : 1;
+    int64_t per_thread = DS_ATTN_SCRATCH(k->ne[1], hd, rb * hg);
     float *buf = ds_cpu_scratch(be, (size_t)c->n_threads * (size_t)per_thread * sizeof(float));
     rows_job j = {.out = out, .q = q, .k = k, .v = v, .hd = hd, .n_head = n_head,
-                  .group = group, .hg = hg, .scale = scale,
+                  .group = group, .hg = hg, .rb = rb, .step = same ? 0 : 1, .scale = scale,
                   .simd = ds_cpu_attn_simd(hd), .lo = lo, .hi = hi,
                   .scratch = buf, .scratch_stride = per_thread};
-    ds_cpu_parallel(be, rows_task, &j, n * (n_head / hg), work);
+    ds_cpu_parallel(be, rows_task, &j, (n + rb - 1) / rb * (n_head / hg), work);
 }
 
 // ---- RoPE with explicit frequencies -------------------------------------------------------------

@@ -114,20 +114,23 @@ static void run_case(ds_backend *be, ds_backend *be2, ds_type ct, int64_t hd, in
             assert_true(fabs(got - want) <= 1e-5 * (1.0 + fabs(want)));
         }
     }
-    // attention_rows: row t sees cache rows [t / 2, n_past + t + 1)
+    // attention_rows: row t sees cache rows [t / 2, n_past + t + 1) (rows one at a time), then
+    // [0, n_past + t + 1) (causal: rows in blocks), then [0, n_ctx) (all the same: blocks)
     int32_t *lo = malloc((size_t)n * sizeof(int32_t)), *hi = malloc((size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++) {
-        lo[i] = (int32_t)(i / 2);
-        hi[i] = (int32_t)(n_past + i + 1);
-    }
-    be->ops.attention_rows(be, &out_s, &q, &k, &v, n_kv, lo, hi, p.scale);
-    be2->ops.attention_rows(be2, &out_2, &q, &k, &v, n_kv, lo, hi, p.scale);
-    ds_cpu_set_max_level(0);
-    be->ops.attention_rows(be, &out_r, &q, &k, &v, n_kv, lo, hi, p.scale);
-    ds_cpu_set_max_level(2);
-    for (int64_t i = 0; i < hd * n_head * n; i++) {
-        assert_int_equal(f32_bits(o_simd[i]), f32_bits(o_ref[i]));
-        assert_int_equal(f32_bits(o_2[i]), f32_bits(o_ref[i]));
+    for (int form = 0; form < 3; form++) {
+        for (int64_t i = 0; i < n; i++) {
+            lo[i] = form == 0 ? (int32_t)(i / 2) : 0;
+            hi[i] = (int32_t)(form == 2 ? n_ctx : n_past + i + 1);
+        }
+        be->ops.attention_rows(be, &out_s, &q, &k, &v, n_kv, lo, hi, p.scale);
+        be2->ops.attention_rows(be2, &out_2, &q, &k, &v, n_kv, lo, hi, p.scale);
+        ds_cpu_set_max_level(0);
+        be->ops.attention_rows(be, &out_r, &q, &k, &v, n_kv, lo, hi, p.scale);
+        ds_cpu_set_max_level(2);
+        for (int64_t i = 0; i < hd * n_head * n; i++) {
+            assert_int_equal(f32_bits(o_simd[i]), f32_bits(o_ref[i]));
+            assert_int_equal(f32_bits(o_2[i]), f32_bits(o_ref[i]));
+        }
     }
     free(hi);
     free(lo);

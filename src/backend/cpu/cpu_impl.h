@@ -77,15 +77,16 @@ void ds_cpu_gdn_row_avx2(float *S, float *o, const float *q, const float *k, con
 // scalar loop's order, softmax (max, expf, double sum in key order) and weighted sum of V rows in
 // key order -- the same bits whatever nr and hg -- with each K / V row converted once for all of
 // them. Visible key i is cache row base + i for i < n_past, then base + n_past + vis[i - n_past]
-// (vis NULL: base + i); row r sees `total + r` keys (nr > 1: chains only, vis NULL). simd: the
-// AVX2 loops (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats, n_keys >=
-// total + nr - 1.
+// (vis NULL: base + i); row r sees `total + r * row_step` keys (row_step 1: a chain's causal
+// rows, 0: rows with the same range; nr > 1 needs vis NULL). simd: the AVX2 loops
+// (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats, n_keys >= the last
+// row's keys.
 typedef struct ds_attn_heads {
     const float *q;  // row r, head g's query at q + r * q_row_stride + g * q_stride
     size_t q_stride, q_row_stride;
     float *o;        // row r, head g's output at o + r * o_row_stride + g * hd
     size_t o_row_stride;
-    int hg, nr;
+    int hg, nr, row_step;
     const ds_tensor *k, *v;
     int64_t off, hd; // the kv head's first element in a cache row, head dim
     int64_t n_keys, total, base, n_past;
