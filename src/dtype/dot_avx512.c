@@ -490,7 +490,8 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
                                                               const uint8_t *panel, float *y,
                                                               int64_t y_stride, const uint8_t *a,
                                                               size_t a_stride) {
-    float sum[TILE_R] = {0};
+    __m128 sum = _mm_setzero_ps(); // lane r: row r's sum (the scalar kernel's float steps, 4
+                                   // rows side by side)
     const int64_t ng = (nsb + 1) / 2;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
@@ -516,7 +517,7 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
         }
         const __m512i sc = _mm512_load_si512(p + KP_SC);
         const float *wd = (const float *)(p + KP_D);
-        const int n_sb = 2 * g + 1 < nsb ? 2 : 1;
+        __m128 f[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *ar = ag + (size_t)r * a_stride;
@@ -534,18 +535,25 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
             const __m256i h2 = _mm256_hadd_epi32(_mm512_castsi512_si256(ms),
                                                  _mm512_extracti64x4_epi64(ms, 1));
             const __m256i h3 = _mm256_hadd_epi32(h1, h2);
-            int32_t t[4];
-            _mm_storeu_si128((__m128i *)t, _mm_add_epi32(_mm256_castsi256_si128(h3),
-                                                         _mm256_extracti128_si256(h3, 1)));
-            const float *ad = (const float *)(ar + 576);
-            for (int h = 0; h < n_sb; h++) {
-                const float dd = wd[h] * ad[h], dm = wd[2 + h] * ad[h];
-                sum[r] += dd * (float)t[h] - dm * (float)t[2 + h];
-            }
+            f[r] = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h3),
+                                                 _mm256_extracti128_si256(h3, 1)));
         }
+        // f[k] = (float) of isum0, isum1, msum0, msum1 for rows 0..3; per super-block h, every
+        // row: sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
+        _MM_TRANSPOSE4_PS(f[0], f[1], f[2], f[3]);
+#define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + 576))[h] : 0.0f)
+        for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
+            const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
+            const __m128 dd = _mm_mul_ps(_mm_set1_ps(wd[h]), ad);
+            const __m128 dm = _mm_mul_ps(_mm_set1_ps(wd[2 + h]), ad);
+            sum = _mm_add_ps(sum, _mm_sub_ps(_mm_mul_ps(dd, f[h]), _mm_mul_ps(dm, f[2 + h])));
+        }
+#undef AD
     }
+    float out[4];
+    _mm_storeu_ps(out, sum);
     for (int r = 0; r < R; r++) {
-        y[r * y_stride] = sum[r];
+        y[r * y_stride] = out[r];
     }
 }
 
