@@ -4,7 +4,7 @@
 // rounded, then added: no fused multiply-add), and the weighted sum of V rows 8 elements of d at
 // a time (each element's terms in key order). The scalar score loop is one chain of dependent
 // adds per key (~4 cycles an element); here 8 keys share each add and independent groups of 8
-// overlap. Called by cpu_attn.c / cpu_attn_block.c when ds_cpu_max_level() >= 1 and the head
+// overlap. Called by cpu_attn.c (ds_cpu_attn_heads) when ds_cpu_max_level() >= 1 and the head
 // dimension is a multiple of 8.
 #include "backend/cpu/cpu_x86.h"
 
