@@ -517,9 +517,15 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
         }
         const __m512i sc = _mm512_load_si512(p + KP_SC);
         const float *wd = (const float *)(p + KP_D);
-        __m128 f[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+        // per row: lanes 0-7 super-block 0, 8-15 super-block 1 of is (scale x lane sum) and ms
+        // (min x lane activation sum); rows past R zero
+        __m512i x[TILE_R];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < TILE_R; r++) {
+            if (r >= R) {
+                x[r] = _mm512_setzero_si512();
+                continue;
+            }
             const uint8_t *ar = ag + (size_t)r * a_stride;
             __m512i is = _mm512_mullo_epi32(v[r], sc);
             if (SPLIT) {
@@ -529,18 +535,26 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
             const __m512i ms = MINS ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
                                                          _mm512_loadu_si512(ar + 512))
                                     : _mm512_setzero_si512();
-            // lanes 0-7: super-block 0, 8-15: super-block 1 -> isum0, isum1, msum0, msum1
-            const __m256i h1 = _mm256_hadd_epi32(_mm512_castsi512_si256(is),
-                                                 _mm512_extracti64x4_epi64(is, 1));
-            const __m256i h2 = _mm256_hadd_epi32(_mm512_castsi512_si256(ms),
-                                                 _mm512_extracti64x4_epi64(ms, 1));
-            const __m256i h3 = _mm256_hadd_epi32(h1, h2);
-            f[r] = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h3),
-                                                 _mm256_extracti128_si256(h3, 1)));
+            // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms)
+            x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is, ms), _mm512_unpackhi_epi32(is, ms));
         }
-        // f[k] = (float) of isum0, isum1, msum0, msum1 for rows 0..3; per super-block h, every
-        // row: sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
-        _MM_TRANSPOSE4_PS(f[0], f[1], f[2], f[3]);
+        // rows (0, 1) and (2, 3): each 128-bit lane (is0, ms0, is1, ms1) of its 4 lanes' sums;
+        // then the two 128-bit lanes of each super-block added: the 16 exact integer sums
+        const __m512i y01 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[0], x[1]),
+                                             _mm512_unpackhi_epi64(x[0], x[1]));
+        const __m512i y23 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2], x[3]),
+                                             _mm512_unpackhi_epi64(x[2], x[3]));
+        const __m512i w = _mm512_add_epi32(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                           _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
+        // w: (row 0, 1) super-block 0 | (0, 1) super-block 1 | (2, 3) sb 0 | (2, 3) sb 1, each
+        // (is_a, ms_a, is_b, ms_b); as floats, regrouped to isum0, msum0, isum1, msum1 of rows 0-3
+        const __m512 wf = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15),
+            _mm512_cvtepi32_ps(w));
+        const __m128 f[4] = {_mm512_castps512_ps128(wf), _mm512_extractf32x4_ps(wf, 2),
+                             _mm512_extractf32x4_ps(wf, 1), _mm512_extractf32x4_ps(wf, 3)};
+        // f = isum0, isum1, msum0, msum1 of rows 0..3; per super-block h, every row:
+        // sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
 #define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + 576))[h] : 0.0f)
         for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
             const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
