@@ -100,28 +100,13 @@ static inline __m256 scales8(const void *first, size_t stride) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-// NAME(n, nr, s, s_stride, w, a, a_stride): NAME##_r(R, ...) over the rows, 4 at a time, then the
-// 1-3 left (R a constant in each call, so the always-inline body is specialised per R).
+// NAME(n, nr, s, s_stride, w, a, a_stride): NAME##_r(R, ...) over the rows in runs of 4, then the
+// 1-3 left (DS_RUNS_OF_4: R a constant in each call, so the always-inline body is specialised).
 #define ROWS_BY_4(NAME)                                                                            \
     void NAME(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w, const void *a,     \
               size_t a_stride) {                                                                   \
-        for (int64_t r = 0; r < nr;) {                                                             \
-            float *sr = s + r * s_stride;                                                          \
-            const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
-            if (nr - r >= 4) {                                                                     \
-                NAME##_r(4, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 4;                                                                            \
-            } else if (nr - r == 3) {                                                              \
-                NAME##_r(3, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 3;                                                                            \
-            } else if (nr - r == 2) {                                                              \
-                NAME##_r(2, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 2;                                                                            \
-            } else {                                                                               \
-                NAME##_r(1, n, sr, s_stride, w, ar, a_stride);                                     \
-                r += 1;                                                                            \
-            }                                                                                      \
-        }                                                                                          \
+        DS_RUNS_OF_4(nr, NAME##_r(R_, n, s + r_ * s_stride, s_stride, w,                           \
+                                  (const uint8_t *)a + (size_t)r_ * a_stride, a_stride));          \
     }
 
 // DOT(n, s, w, a): the single-row kernel, NAME##_r's R = 1 case (the rows kernels give the same

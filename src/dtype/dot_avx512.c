@@ -238,23 +238,8 @@ static inline __attribute__((always_inline)) void panel_rows(const int R, int64_
 
 static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *panel, float *y,
                            int64_t y_stride, const uint8_t *a, size_t a_stride) {
-    for (int64_t r = 0; r < nr;) {
-        float *yr = y + r * y_stride;
-        const uint8_t *ar = a + (size_t)r * a_stride;
-        if (nr - r >= 4) {
-            panel_rows(4, ng, half, panel, yr, y_stride, ar, a_stride);
-            r += 4;
-        } else if (nr - r == 3) {
-            panel_rows(3, ng, half, panel, yr, y_stride, ar, a_stride);
-            r += 3;
-        } else if (nr - r == 2) {
-            panel_rows(2, ng, half, panel, yr, y_stride, ar, a_stride);
-            r += 2;
-        } else {
-            panel_rows(1, ng, half, panel, yr, y_stride, ar, a_stride);
-            r += 1;
-        }
-    }
+    DS_RUNS_OF_4(nr, panel_rows(R_, ng, half, panel, y + r_ * y_stride, y_stride,
+                                a + (size_t)r_ * a_stride, a_stride));
 }
 
 // The loop of a tile kernel (TILE_KERNEL, KTILE_KERNEL): weight rows prepared by PREP into panels
@@ -362,15 +347,12 @@ typedef struct k_sb {
     float d, dmin;
 } k_sb;
 
-// Q4_K / Q5_K: the 8 six-bit scales and mins (k4_unpack's word operations, kept in
-// registers), d and dmin.
+// Q4_K / Q5_K: the 8 six-bit scales and mins (k4_words, kept in registers), d and dmin.
 static inline void ksb_k45(const uint8_t scales[12], ds_fp16 d, ds_fp16 dmin, k_sb *o) {
-    uint32_t u[3];
-    memcpy(u, scales, 12);
-    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
-    o->sc = _mm_set_epi32(0, 0, (int)((u[2] & m4) | ((u[0] & hi2) >> 2)), (int)(u[0] & m6));
-    o->mn = _mm_set_epi32(0, 0, (int)(((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2)),
-                          (int)(u[1] & m6));
+    uint32_t w[4];
+    k4_words(scales, w);
+    o->sc = _mm_set_epi32(0, 0, (int)w[2], (int)w[0]);
+    o->mn = _mm_set_epi32(0, 0, (int)w[3], (int)w[1]);
     o->sc_hi = _mm_setzero_si128();
     o->d = ds_fp16_to_f32(d);
     o->dmin = ds_fp16_to_f32(dmin);
@@ -575,23 +557,8 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
     static void NAME(int64_t nr, int64_t nsb, bool half, const uint8_t *panel, float *y,          \
                      int64_t y_stride, const uint8_t *a, size_t a_stride) {                        \
         (void)half; /* (super-block groups have no half form) */                                   \
-        for (int64_t r = 0; r < nr;) {                                                             \
-            float *yr = y + r * y_stride;                                                          \
-            const uint8_t *ar = a + (size_t)r * a_stride;                                          \
-            if (nr - r >= 4) {                                                                     \
-                kpanel_rows(4, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
-                r += 4;                                                                            \
-            } else if (nr - r == 3) {                                                              \
-                kpanel_rows(3, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
-                r += 3;                                                                            \
-            } else if (nr - r == 2) {                                                              \
-                kpanel_rows(2, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
-                r += 2;                                                                            \
-            } else {                                                                               \
-                kpanel_rows(1, SPLIT, MINS, nsb, panel, yr, y_stride, ar, a_stride);               \
-                r += 1;                                                                            \
-            }                                                                                      \
-        }                                                                                          \
+        DS_RUNS_OF_4(nr, kpanel_rows(R_, SPLIT, MINS, nsb, panel, y + r_ * y_stride, y_stride,    \
+                                     a + (size_t)r_ * a_stride, a_stride));                        \
     }
 
 KPANEL_ROWS_ANY(kpanel_45, 0, 1)

@@ -1,7 +1,8 @@
 // dot_x86.h: AVX2 helpers shared by the x86 kernel files of src/dtype/ (dot_avx2.c,
 // dot_avx512.c): the weight blocks decoded to int8. Include only from files built with
 // the AVX2 flags (CMakeLists.txt DS_AVX2_FLAGS / DS_AVX512_FLAGS).
-// Also the Q4_K / Q5_K scale unpacking and 64-value decoders.
+// Also the Q4_K / Q5_K scale unpacking and 64-value decoders, and the runs of up to 4 activation
+// rows the multi-row kernels take.
 #pragma once
 
 #include "dtype/dtype_impl.h"
@@ -32,21 +33,53 @@ static inline __m256i wq_iq4_nl(const ds_block_iq4_nl *x) {
     return _mm256_shuffle_epi8(iq4_table(), nibbles_32(x->qs));
 }
 
-// The 8 six-bit scales and mins of a Q4_K / Q5_K block (layout of ds_k4_scale_min), unpacked
-// with 32-bit word operations: sc[j] / mn[j] for j = 0..7.
-static inline void k4_unpack(const uint8_t q[12], uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t u[3], o[4];
+// The 8 six-bit scales and mins of a Q4_K / Q5_K block (layout of ds_k4_scale_min) as four
+// 32-bit words of bytes, with word operations: w[0] = sc 0..3, w[1] = mn 0..3, w[2] = sc 4..7,
+// w[3] = mn 4..7.
+static inline void k4_words(const uint8_t q[12], uint32_t w[4]) {
+    uint32_t u[3];
     memcpy(u, q, 12);
     const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, hi2 = 0xc0c0c0c0u;
-    o[0] = u[0] & m6;                                       // sc 0..3
-    o[1] = u[1] & m6;                                       // mn 0..3
-    o[2] = (u[2] & m4) | ((u[0] & hi2) >> 2);               // sc 4..7
-    o[3] = ((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2);        // mn 4..7
-    memcpy(sc, &o[0], 4);
-    memcpy(sc + 4, &o[2], 4);
-    memcpy(mn, &o[1], 4);
-    memcpy(mn + 4, &o[3], 4);
+    w[0] = u[0] & m6;
+    w[1] = u[1] & m6;
+    w[2] = (u[2] & m4) | ((u[0] & hi2) >> 2);
+    w[3] = ((u[2] >> 4) & m4) | ((u[1] & hi2) >> 2);
 }
+
+// The same unpacked: sc[j] / mn[j] for j = 0..7.
+static inline void k4_unpack(const uint8_t q[12], uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w[4];
+    k4_words(q, w);
+    memcpy(sc, &w[0], 4);
+    memcpy(sc + 4, &w[2], 4);
+    memcpy(mn, &w[1], 4);
+    memcpy(mn + 4, &w[3], 4);
+}
+
+// Runs CALL over rows [0, nr) in runs of 4, then the 1-3 left: in CALL, r_ is the run's first row
+// and R_ its length, a constant in each expansion, so that the always-inline row kernels it calls
+// are specialised per run length.
+#define DS_RUNS_OF_4(nr, CALL)                                                                     \
+    for (int64_t r_ = 0; r_ < (nr);) {                                                             \
+        const int64_t left_ = (nr) - r_;                                                           \
+        if (left_ >= 4) {                                                                          \
+            enum { R_ = 4 };                                                                       \
+            CALL;                                                                                  \
+            r_ += R_;                                                                              \
+        } else if (left_ == 3) {                                                                   \
+            enum { R_ = 3 };                                                                       \
+            CALL;                                                                                  \
+            r_ += R_;                                                                              \
+        } else if (left_ == 2) {                                                                   \
+            enum { R_ = 2 };                                                                       \
+            CALL;                                                                                  \
+            r_ += R_;                                                                              \
+        } else {                                                                                   \
+            enum { R_ = 1 };                                                                       \
+            CALL;                                                                                  \
+            r_ += R_;                                                                              \
+        }                                                                                          \
+    }
 
 // The 64 weights j of a Q4_K / Q5_K superblock as bytes: lo = elements 64j .. 64j + 31, hi = the
 // next 32 (Q5_K: the 5th bit from qh, bits 2j and 2j + 1).
