@@ -158,24 +158,40 @@ TILE_PREP(prep_q8_0, ds_block_q8_0, wq_q8_0)
 TILE_PREP(prep_q4_0, ds_block_q4_0, wq_q4_0)
 TILE_PREP(prep_iq4_nl, ds_block_iq4_nl, wq_iq4_nl)
 
-// A half group (the last, half_group) against R packed rows: 4 slices, lanes j + j+8 folded.
-static inline __attribute__((always_inline)) void half_rows(const int R, const uint8_t *p,
-                                                            const uint8_t *ag, size_t a_stride,
-                                                            __m256 acc[TILE_R]) {
-    __m512i v[TILE_R];
+// A group's slice products for R packed rows: v[r] = the correction at p + 512 plus vpdpbusd of
+// slices 0 .. NS-1 (each lane its block's exact sum); SPLIT: slices 4-7 into u[r] from the
+// second correction at p + 576 instead (Q6_K's 16-value halves).
+static inline __attribute__((always_inline)) void slice_sums(const int R, const int NS,
+                                                             const int SPLIT, const uint8_t *p,
+                                                             const uint8_t *ag, size_t a_stride,
+                                                             __m512i v[TILE_R],
+                                                             __m512i u[TILE_R]) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         v[r] = _mm512_load_si512(p + 512);
+        u[r] = SPLIT ? _mm512_load_si512(p + 576) : _mm512_setzero_si512();
     }
-#pragma GCC unroll 4
-    for (int s = 0; s < SLICES / 2; s++) {
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; s++) {
         const __m512i w = _mm512_load_si512(p + 64 * s);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-            v[r] = _mm512_dpbusd_epi32(v[r], q, w);
+            if (SPLIT && s >= 4) {
+                u[r] = _mm512_dpbusd_epi32(u[r], q, w);
+            } else {
+                v[r] = _mm512_dpbusd_epi32(v[r], q, w);
+            }
         }
     }
+}
+
+// A half group (the last, half_group) against R packed rows: 4 slices, lanes j + j+8 folded.
+static inline __attribute__((always_inline)) void half_rows(const int R, const uint8_t *p,
+                                                            const uint8_t *ag, size_t a_stride,
+                                                            __m256 acc[TILE_R]) {
+    __m512i v[TILE_R], u[TILE_R];
+    slice_sums(R, SLICES / 2, 0, p, ag, a_stride, v, u);
     const __m256 dw = _mm256_load_ps((const float *)(p + 576));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
@@ -202,20 +218,8 @@ static inline __attribute__((always_inline)) void panel_rows(const int R, int64_
     for (int64_t g = 0; g < ng_full; g++) {
         const uint8_t *p = panel + (size_t)g * PANEL_GROUP;
         const uint8_t *ag = a + (size_t)g * ACT_GROUP;
-        __m512i v[TILE_R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            v[r] = _mm512_load_si512(p + 512);
-        }
-#pragma GCC unroll 8
-        for (int s = 0; s < SLICES; s++) {
-            const __m512i w = _mm512_load_si512(p + 64 * s);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-                v[r] = _mm512_dpbusd_epi32(v[r], q, w);
-            }
-        }
+        __m512i v[TILE_R], u[TILE_R];
+        slice_sums(R, SLICES, 0, p, ag, a_stride, v, u);
         const __m512 dw = _mm512_load_ps(p + 576);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -296,6 +300,7 @@ enum {
     KP_CORR = 512, KP_CORR_HI = 576, KP_SC = 640, KP_SC_HI = 704, KP_MIN = 768, KP_D = 832,
     KPANEL_GROUP = 896,
 };
+static_assert(KP_CORR == 512 && KP_CORR_HI == 576, "slice_sums reads the corrections there");
 
 static inline int64_t k_groups(int64_t n) {
     return (n / DS_QK_K + 1) / 2;
@@ -479,24 +484,7 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int R, const
         const uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
         const uint8_t *ag = a + (size_t)g * KACT_GROUP;
         __m512i v[TILE_R], u[TILE_R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            v[r] = _mm512_load_si512(p + KP_CORR);
-            u[r] = SPLIT ? _mm512_load_si512(p + KP_CORR_HI) : _mm512_setzero_si512();
-        }
-#pragma GCC unroll 8
-        for (int s = 0; s < SLICES; s++) {
-            const __m512i w = _mm512_load_si512(p + 64 * s);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-                if (SPLIT && s >= 4) {
-                    u[r] = _mm512_dpbusd_epi32(u[r], q, w);
-                } else {
-                    v[r] = _mm512_dpbusd_epi32(v[r], q, w);
-                }
-            }
-        }
+        slice_sums(R, SLICES, SPLIT, p, ag, a_stride, v, u); // (KP_CORR, KP_CORR_HI)
         const __m512i sc = _mm512_load_si512(p + KP_SC);
         const float *wd = (const float *)(p + KP_D);
         // per row: lanes 0-7 super-block 0, 8-15 super-block 1 of is (scale x lane sum) and ms
