@@ -341,22 +341,17 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 }
 
 // Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations, the
-// super-block types against packed Q8_K.
-// min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels` at 2 / 3 / 4 / 16 rows
-// on a Zen 5 core: every type from 2 rows but Q4_K, even at 2 and ahead from 3).
-typedef struct tile_set {
-    ds_vec_dot_tile_fn tile;
-    size_t (*act_size)(int64_t n);
-    size_t (*panel_size)(int64_t n);
-    void (*pack)(void *restrict dst, const void *restrict act, int64_t n);
-    int64_t min_rows;
-} tile_set;
-
+// super-block types against packed Q8_K -- each entry a plan's tile fields (the rest filled in by
+// ds_vec_dot_plan). tile_min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels`
+// at 2 / 3 / 4 / 16 rows on a Zen 5 core: every type from 2 rows but Q4_K, even at 2 and ahead
+// from 3).
 #define TILE_Q8_0(F, R)                                                                            \
-    {F, ds_tile_q8_0_act_size, ds_tile_q8_0_panel_size, ds_act_pack_q8_0_avx512, R}
+    {.tile = F, .act_size = ds_tile_q8_0_act_size, .panel_size = ds_tile_q8_0_panel_size,          \
+     .pack = ds_act_pack_q8_0_avx512, .tile_min_rows = R}
 #define TILE_Q8_K(F, R)                                                                            \
-    {F, ds_tile_q8_k_act_size, ds_tile_q8_k_panel_size, ds_act_pack_q8_k_avx512, R}
-static const tile_set k_tiles[DS_TYPE_COUNT] = {
+    {.tile = F, .act_size = ds_tile_q8_k_act_size, .panel_size = ds_tile_q8_k_panel_size,          \
+     .pack = ds_act_pack_q8_k_avx512, .tile_min_rows = R}
+static const ds_dot_plan k_tiles[DS_TYPE_COUNT] = {
     [DS_TYPE_Q8_0] = TILE_Q8_0(ds_tile_q8_0_avx512, 2),
     [DS_TYPE_Q4_0] = TILE_Q8_0(ds_tile_q4_0_avx512, 2),
     [DS_TYPE_IQ4_NL] = TILE_Q8_0(ds_tile_iq4_nl_avx512, 2),
@@ -367,17 +362,14 @@ static const tile_set k_tiles[DS_TYPE_COUNT] = {
 };
 
 ds_dot_plan ds_vec_dot_plan(ds_type t) {
-    ds_dot_plan p = {.one = ds_vec_dot_get(t, 2), .rows = NULL};
+    ds_dot_plan p = {0};
+    if (k_tiles[t].tile != NULL && ds_cpu_max_level() >= 2 && ds_cpu_get()->avx512_vnni) {
+        p = k_tiles[t];
+    }
+    p.one = ds_vec_dot_get(t, 2);
     DS_ASSERT(p.one != NULL);
     // (the rows kernel of the level the single-row kernel comes from: the same bits)
     p.rows = k_dots[t].rows[ds_vec_dot_level(t, 2)];
-    if (k_tiles[t].tile != NULL && ds_cpu_max_level() >= 2 && ds_cpu_get()->avx512_vnni) {
-        p.tile = k_tiles[t].tile;
-        p.act_size = k_tiles[t].act_size;
-        p.panel_size = k_tiles[t].panel_size;
-        p.pack = k_tiles[t].pack;
-        p.tile_min_rows = k_tiles[t].min_rows;
-    }
     return p;
 }
 
