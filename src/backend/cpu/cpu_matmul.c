@@ -187,10 +187,10 @@ static void moe_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-// matmul_id for n_pairs = n * k pairs: the activation rows quantized and packed once, the pairs
-// sorted by expert (counting sort, stable) and their packed rows gathered in that order, so that
-// each expert's weight rows are prepared once for all its pairs; the outputs land in pair order
-// in ytmp and are copied to y. The same bits as one dot per output (dtype.h ds_dot_plan).
+// matmul_id for n_pairs = n * k pairs: the activation rows quantized once, the pairs sorted by
+// expert (counting sort, stable) and their rows packed in that order, so that each expert's
+// weight rows are prepared once for all its pairs; the outputs land in that order in ytmp and are
+// copied to y. The same bits as one dot per output (dtype.h ds_dot_plan).
 static void matmul_id_tiles(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
                             const int32_t *ids, int64_t k, int64_t n, bool per_slot,
                             ds_type vdt, const ds_dot_plan *plan) {
@@ -200,23 +200,23 @@ static void matmul_id_tiles(ds_backend *be, ds_tensor *y, const ds_tensor *w, co
     const size_t rs = align64(ds_type_row_size(vdt, n_in)), ps = align64(plan->act_size(n_in));
     const size_t pb = align64(plan->panel_size(n_in));
     const int64_t n_chunks = (n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK;
-    size_t off[8], total = 0;
-    const size_t sizes[8] = {rs * (size_t)n_act, ps * (size_t)n_act, ps * (size_t)n_pairs,
-                             align64((size_t)(n_pairs * n_out) * sizeof(float)),
-                             pb * (size_t)n_threads, align64((size_t)n_pairs * sizeof(int32_t)),
-                             align64((size_t)(n_exp + 1) * sizeof(int64_t)),
-                             align64((size_t)n_exp * sizeof(int32_t))};
-    for (int i = 0; i < 8; i++) {
+    enum { ACT, PACKED, YTMP, PANELS, ORDER, START, TASK_E, N_REGIONS };
+    const size_t sizes[N_REGIONS] = {
+        rs * (size_t)n_act, ps * (size_t)n_pairs,
+        align64((size_t)(n_pairs * n_out) * sizeof(float)), pb * (size_t)n_threads,
+        align64((size_t)n_pairs * sizeof(int32_t)), align64((size_t)(n_exp + 1) * sizeof(int64_t)),
+        align64((size_t)n_exp * sizeof(int32_t))};
+    size_t off[N_REGIONS], total = 0;
+    for (int i = 0; i < N_REGIONS; i++) {
         off[i] = total;
         total += sizes[i];
     }
     uint8_t *buf = ds_cpu_scratch(be, total);
-    uint8_t *act = buf + off[0], *packed = buf + off[1], *gathered = buf + off[2];
-    int32_t *order = (int32_t *)(buf + off[5]), *task_e = (int32_t *)(buf + off[7]);
-    int64_t *start = (int64_t *)(buf + off[6]);
+    uint8_t *act = buf + off[ACT], *packed = buf + off[PACKED];
+    int32_t *order = (int32_t *)(buf + off[ORDER]), *task_e = (int32_t *)(buf + off[TASK_E]);
+    int64_t *start = (int64_t *)(buf + off[START]);
     for (int64_t r = 0; r < n_act; r++) {
         ds_quantize_act(vdt, act + rs * (size_t)r, ds_cpu_row_flat(x, r), n_in);
-        plan->pack(packed + ps * (size_t)r, act + rs * (size_t)r, n_in);
     }
     memset(start, 0, (size_t)(n_exp + 1) * sizeof(int64_t));
     for (int64_t i = 0; i < n_pairs; i++) {
@@ -236,15 +236,15 @@ static void matmul_id_tiles(ds_backend *be, ds_tensor *y, const ds_tensor *w, co
         start[e] = start[e - 1];
     }
     start[0] = 0;
-    for (int64_t i = 0; i < n_pairs; i++) {
+    for (int64_t i = 0; i < n_pairs; i++) { // (packed straight into expert order)
         const int64_t a = per_slot ? order[i] : order[i] / k;
-        memcpy(gathered + ps * (size_t)i, packed + ps * (size_t)a, ps);
+        plan->pack(packed + ps * (size_t)i, act + rs * (size_t)a, n_in);
     }
     moe_job j = {.w = w, .dot = *plan, .n_in = n_in, .n_out = n_out, .n_chunks = n_chunks,
                  .act = act, .act_stride = rs, .act_per_slot = per_slot, .k = k,
-                 .packed = gathered, .packed_stride = ps, .order = order, .start = start,
-                 .task_e = task_e, .ytmp = (float *)(buf + off[3]), .panels = buf + off[4],
-                 .panel_bytes = pb, .n_threads = n_threads};
+                 .packed = packed, .packed_stride = ps, .order = order, .start = start,
+                 .task_e = task_e, .ytmp = (float *)(buf + off[YTMP]),
+                 .panels = buf + off[PANELS], .panel_bytes = pb, .n_threads = n_threads};
     ds_cpu_parallel(be, moe_task, &j, n_active * n_chunks, n_in * n_out * n_pairs);
     for (int64_t i = 0; i < n_pairs; i++) {
         const int64_t pair = order[i];
