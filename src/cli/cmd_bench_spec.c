@@ -178,14 +178,17 @@ done:
 
 int ds_cli_bench_spec(int argc, char **argv) {
     bs_opts o = {.n_new = 256};
+    for (int i = 1; i < argc; i++) { // (first: `--model --help` is help, not a file "--help")
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t iv;
         double fv;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-cuda-graphs")) {
+        if (!strcmp(a, "--no-cuda-graphs")) {
             o.no_graphs = 1;
         } else if (!strcmp(a, "--exact-prefill")) {
             o.exact_prefill = 1;

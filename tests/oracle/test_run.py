@@ -109,6 +109,14 @@ def bench_checks(dspec, model, draft, tmp):
         R.check(f"bench --spec: error for {name}",
                 r.returncode == 2 and want in r.stderr and not r.stdout,
                 r.stderr.decode(errors="replace").strip()[-120:])
+    # `bench --model --help` / `bench --spec --model --help` (as bench's usage suggests) print
+    # help, not an error about a model file named "--help"
+    for args, want in ((("--model", "--help"), "usage: dspec bench --model"),
+                       (("--spec", "--model", "--help"), "usage: dspec bench --spec")):
+        r = run(dspec, "bench", *args, ok=False)
+        out = r.stdout.decode(errors="replace")
+        R.check(f"bench {' '.join(args)}: usage", r.returncode == 0 and out.startswith(want),
+                (out + r.stderr.decode(errors="replace"))[-160:])
     r = run(dspec, "bench", "--kernels", "--n", "256", "--rows", "64", "--time", "0.01",
             "--type", "q4_K", "-t", "1", ok=False)
     out = r.stdout.decode(errors="replace")
