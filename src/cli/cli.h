@@ -19,6 +19,10 @@ int ds_cli_serve(int argc, char **argv);
 int ds_cli_synth(int argc, char **argv);
 int ds_cli_bench_model(int argc, char **argv);
 int ds_cli_bench_spec(int argc, char **argv);
+// cmd_bench.c: whether -h / --help is among the arguments -- looked for before any option takes
+// its value, so that `bench --model --help` is help, not a model file named "--help" (bench's
+// own usage points there; its options' values are paths and numbers, never "--help").
+bool ds_cli_bench_help(int argc, char **argv);
 
 // --kv-type (cli_kv.c): "f16", "f32" or "q8_0" into *t, or into the engine parameters; false
 // for anything else (the caller reports it).

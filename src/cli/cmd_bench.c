@@ -297,6 +297,13 @@ static bool parse_i64(const char *s, int64_t *out) {
     return true;
 }
 
+bool ds_cli_bench_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
+    }
+    return false;
+}
+
 int ds_cli_bench(int argc, char **argv) {
     bench_opts o = {.n = 4096, .rows = 4096, .threads = 0, .time = 0.5};
     bool kernels = false;

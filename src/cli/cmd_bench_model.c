@@ -291,11 +291,9 @@ done:
 int ds_cli_bench_model(int argc, char **argv) {
     bm_opts o = {.prompt = 512, .decode = 32, .reps = 5, .kv = DS_TYPE_F16,
                  .verify = {1, 2, 4, 8, 16, 24, 32}, .n_verify = 7};
-    for (int i = 1; i < argc; i++) { // (first: `--model --help` is help, not a file "--help")
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
+    if (ds_cli_bench_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

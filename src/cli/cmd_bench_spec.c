@@ -178,11 +178,9 @@ done:
 
 int ds_cli_bench_spec(int argc, char **argv) {
     bs_opts o = {.n_new = 256};
-    for (int i = 1; i < argc; i++) { // (first: `--model --help` is help, not a file "--help")
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
+    if (ds_cli_bench_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
