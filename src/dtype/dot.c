@@ -258,6 +258,8 @@ static void act_copy_f32(void *restrict y, const float *restrict x, int64_t n) {
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
+// Every kernel of a type gives the same bits, so a level without its own kernel falls back to the
+// one below. The AVX-512 single-row kernels need VNNI (vpdpwssd) on top of level 2's features.
 typedef struct kernel_set {
     ds_vec_dot_fn dot[3];       // [level]: scalar, AVX2, AVX-512 (NULL: fall back to lower)
     ds_vec_dot_rows_fn rows[3]; // several activation rows at once (NULL: dot per row)
@@ -273,11 +275,11 @@ static const kernel_set k_dots[DS_TYPE_COUNT] = {
                       {NULL, ds_dot_rows_q4_0_avx2, NULL}},
     [DS_TYPE_IQ4_NL] = {{ds_dot_iq4_nl_scalar, ds_dot_iq4_nl_avx2, NULL},
                         {NULL, ds_dot_rows_iq4_nl_avx2, NULL}},
-    [DS_TYPE_Q4_K] = {{ds_dot_q4_k_scalar, ds_dot_q4_k_avx2, NULL},
+    [DS_TYPE_Q4_K] = {{ds_dot_q4_k_scalar, ds_dot_q4_k_avx2, ds_dot_q4_k_avx512},
                       {NULL, ds_dot_rows_q4_k_avx2, NULL}},
-    [DS_TYPE_Q5_K] = {{ds_dot_q5_k_scalar, ds_dot_q5_k_avx2, NULL},
+    [DS_TYPE_Q5_K] = {{ds_dot_q5_k_scalar, ds_dot_q5_k_avx2, ds_dot_q5_k_avx512},
                       {NULL, ds_dot_rows_q5_k_avx2, NULL}},
-    [DS_TYPE_Q6_K] = {{ds_dot_q6_k_scalar, ds_dot_q6_k_avx2, NULL},
+    [DS_TYPE_Q6_K] = {{ds_dot_q6_k_scalar, ds_dot_q6_k_avx2, ds_dot_q6_k_avx512},
                       {NULL, ds_dot_rows_q6_k_avx2, NULL}},
     [DS_TYPE_IQ4_XS] = {{ds_dot_iq4_xs_scalar, ds_dot_iq4_xs_avx2, NULL},
                         {NULL, ds_dot_rows_iq4_xs_avx2, NULL}},
@@ -303,12 +305,17 @@ static int clamp_level(int level) {
     return level < 0 ? 0 : level;
 }
 
+// Whether dot[l] may run here.
+static bool dot_level_ok(ds_type t, int l) {
+    return k_dots[t].dot[l] != NULL && (l < 2 || ds_cpu_get()->avx512_vnni);
+}
+
 ds_vec_dot_fn ds_vec_dot_get(ds_type t, int level) {
     if ((int)t < 0 || (int)t >= DS_TYPE_COUNT || k_dots[t].dot[0] == NULL) {
         return NULL;
     }
     for (int l = clamp_level(level); l >= 0; l--) {
-        if (k_dots[t].dot[l] != NULL) {
+        if (dot_level_ok(t, l)) {
             return k_dots[t].dot[l];
         }
     }
@@ -320,7 +327,7 @@ int ds_vec_dot_level(ds_type t, int level) {
         return -1;
     }
     int l = clamp_level(level);
-    while (l > 0 && k_dots[t].dot[l] == NULL) {
+    while (l > 0 && !dot_level_ok(t, l)) {
         l--;
     }
     return l;
@@ -368,8 +375,10 @@ ds_dot_plan ds_vec_dot_plan(ds_type t) {
     }
     p.one = ds_vec_dot_get(t, 2);
     DS_ASSERT(p.one != NULL);
-    // (the rows kernel of the level the single-row kernel comes from: the same bits)
-    p.rows = k_dots[t].rows[ds_vec_dot_level(t, 2)];
+    // (the rows kernel of the single-row kernel's level or the nearest below: the same bits)
+    for (int l = ds_vec_dot_level(t, 2); l >= 0 && p.rows == NULL; l--) {
+        p.rows = k_dots[t].rows[l];
+    }
     return p;
 }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# vs_llamacpp.sh LLAMA_BENCH DSPEC MODEL.gguf [MODEL.gguf ...]: the CPU backend against llama.cpp's
+# CPU backend on the same GGUF files, side by side in one run: prompt processing (PROMPT tokens,
+# default 512) and decode (DECODE tokens, default 32) on THREADS threads (default: all CPUs).
+# Each tool runs twice per file, alternating (A B A B), so a drift of the machine shows; the table
+# prints each run and the ratio of the medians. llama-bench is built outside this repository
+# (bench/README.md, "CPU against llama.cpp"); nothing of llama.cpp is kept here.
+set -euo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $0 LLAMA_BENCH DSPEC MODEL.gguf [MODEL.gguf ...]" >&2
+  exit 2
+fi
+LB=$1 DS=$2
+shift 2
+P=${PROMPT:-512} N=${DECODE:-32} T=${THREADS:-$(nproc)}
+ds_run() { # prefill tok/s, decode tok/s (next step queued ahead, as dspec run decodes)
+  local out
+  out=$("$DS" bench --model "$1" --prompt "$P" --decode "$N" --verify 1 -t "$T" 2>&1)
+  printf '%s %s\n' "$(grep -o '^prefill.*, [0-9.]* tok/s' <<<"$out" | grep -o '[0-9.]* tok/s' |
+                      grep -o '^[0-9.]*')" \
+                   "$(grep -o 'queued ahead [0-9.]* ms/token, [0-9.]* tok/s' <<<"$out" |
+                      grep -o '[0-9.]* tok/s' | grep -o '^[0-9.]*')"
+}
+lb_run() { # pp and tg tok/s (llama-bench's mean over -r 2; columns found by their csv header)
+  "$LB" -m "$1" -t "$T" -p "$P" -n "$N" -r 2 -o csv 2>/dev/null | awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { gsub(/"/, ""); if ($c["n_gen"] == 0) pp = $c["avg_ts"]; else tg = $c["avg_ts"] }
+    END { print pp, tg }'
+}
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (a[int((NR+1)/2)]+a[int(NR/2)+1])/2}'; }
+printf '%-28s %-9s %22s %22s\n' "model" "tool" "prefill $P tok/s" "decode tok/s"
+for f in "$@"; do
+  dp=() dd=() lp=() ld=()
+  for rep in 1 2; do
+    read -r a b < <(ds_run "$f"); dp+=("$a"); dd+=("$b")
+    read -r a b < <(lb_run "$f"); lp+=("$a"); ld+=("$b")
+  done
+  name=$(basename "$f")
+  printf '%-28s %-9s %22s %22s\n' "$name" dspec "${dp[*]}" "${dd[*]}"
+  printf '%-28s %-9s %22s %22s\n' "" llama.cpp "$(printf '%.1f ' "${lp[@]}")" \
+         "$(printf '%.1f ' "${ld[@]}")"
+  printf '%-28s %-9s %22.2f %22.2f\n' "" "ratio" \
+         "$(echo "$(med "${dp[@]}") / $(med "${lp[@]}")" | bc -l)" \
+         "$(echo "$(med "${dd[@]}") / $(med "${ld[@]}")" | bc -l)"
+done

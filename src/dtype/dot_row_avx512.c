@@ -1,0 +1,214 @@
+// dot_row_avx512.c: AVX-512 single-row dot products of the K-quant types a decode step reads most
+// (Q4_K, Q5_K, Q6_K against Q8_K): one weight row against one activation row, bit for bit the
+// scalar kernel in dot.c (the same exact integer sums per superblock, then the same float step
+// added in superblock order), which dtype_test.c checks. Calls dot_x86.h. Called only through
+// dot.c's dispatch when ds_cpu_get()->avx512_vnni holds (vpdpwssd).
+// Spec: target-qwen35.md §2.13.
+//
+// Why: a decode step is one activation row against every weight matrix; on few cores the AVX2
+// kernels are bound by their instruction count, not by memory. Here a superblock's 256 weights
+// are four 64-byte vectors and each 16-bit product pair meets its scale in one vpdpwssd: ~60-70
+// instructions a superblock instead of ~130. `bench --kernels`, one thread (Zen 5): in L2 AVX2
+// -> AVX-512 Q4_K 23.5 -> 32 GB/s, Q5_K 21.7 -> 34, Q6_K 17.5 -> 54; from DRAM Q4_K 22.3 ->
+// 27, Q6_K 16.5 -> 35.
+//   bytes: n * bpw / 8 (weights) + n * 1.14 (activations)
+//   ops:   per superblock 4 vpmaddubsw + 4 vpdpwssd + the weights' decoding and one reduction
+#include "dot_x86.h"
+
+// Lanes 8q .. 8q + 7 (128-bit lane q) take word a + q.
+static inline __m512i words4(int a) {
+    return _mm512_set_epi16(a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 2, a + 2,
+                            a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 1, a + 1, a + 1, a + 1,
+                            a + 1, a + 1, a + 1, a + 1, a, a, a, a, a, a, a, a);
+}
+
+// The exact integer sums of two superblocks, each as its products (16 lanes) and its mins term
+// (8 lanes): out = {isum A, msum A, isum B, msum B}.
+static inline void hsum4(__m512i ia, __m256i ma, __m512i ib, __m256i mb, int32_t out[4]) {
+    const __m256i a8 =
+        _mm256_add_epi32(_mm512_castsi512_si256(ia), _mm512_extracti64x4_epi64(ia, 1));
+    const __m256i b8 =
+        _mm256_add_epi32(_mm512_castsi512_si256(ib), _mm512_extracti64x4_epi64(ib, 1));
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a8, ma), _mm256_hadd_epi32(b8, mb));
+    const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128((__m128i *)out, q);
+}
+
+static inline float h2f(ds_fp16 h) {
+    return _cvtsh_ss(h);
+}
+
+// dtype_impl.h's ds_ksum_step with F16C conversions (the same float operations).
+static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
+    float dd = h2f(d) * ad;
+    float dm = h2f(dmin) * ad;
+    return dd * (float)isum - dm * (float)msum;
+}
+
+// Q4_K / Q5_K: the 8 six-bit scales of a superblock as bytes 0-7 of every 128-bit lane of *sc
+// (zero-extended to words by the pair_ix shuffles) and its mins term's 8 lanes, mn[j] *
+// (bsums[2j] + bsums[2j + 1]). dot_x86.h's k4_words with vector operations on the 16 bytes from
+// the scales on (12 scale bytes, then 4 bytes not used): 32-bit lanes u0 u1 u2 give sc 0-3 =
+// u0 & m6, mn 0-3 = u1 & m6, sc 4-7 = (u2 & m4) | ((u0 & hi2) >> 2), mn 4-7 = ((u2 >> 4) & m4) |
+// ((u1 & hi2) >> 2).
+static inline void k45_scales(const uint8_t *q, const int16_t bsums[16], __m512i *sc,
+                              __m256i *mins) {
+    const __m128i u = _mm_loadu_si128((const __m128i *)q);
+    const __m128i lo = _mm_and_si128(u, _mm_set1_epi8(0x3f)); // sc 0-3, mn 0-3
+    const __m128i u22 = _mm_srlv_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(2, 2, 2, 2)),
+                                       _mm_set_epi32(0, 0, 4, 0)); // u2, u2 >> 4
+    const __m128i top = _mm_srli_epi32(_mm_and_si128(u, _mm_set1_epi8((char)0xc0)), 2);
+    const __m128i hi = _mm_or_si128(_mm_and_si128(u22, _mm_set1_epi8(0x0f)), top); // sc/mn 4-7
+    const __m128i t = _mm_unpacklo_epi32(lo, hi); // bytes: sc 0-7, mn 0-7
+    *sc = _mm512_broadcast_i32x4(t);
+    const __m256i mm = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(t, t)); // mn 0 0 1 1 .. 7 7
+    *mins = _mm256_madd_epi16(mm, _mm256_loadu_si256((const __m256i *)bsums));
+}
+
+// The activations of two groups 64 bytes apart: bytes q8[0..31] in the low half, q8[64..95] in
+// the high half (a masked load: no shuffle).
+static inline __m512i act_pair(const int8_t *q8) {
+    const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8));
+    return _mm512_mask_loadu_epi64(lo, 0xf0, q8 + 32);
+}
+
+// 64 weights of groups (g, g + 2) against their activations, times the groups' scales, into acc
+// (ix: pair_ix(g), which puts scale g in word lanes 0-15 and scale g + 2 in lanes 16-31).
+static inline __m512i k45_pair(__m512i acc, __m512i wv, const int8_t *q8, __m512i sc, __m512i ix) {
+    const __m512i p = _mm512_maddubs_epi16(wv, act_pair(q8));
+    return _mm512_dpwssd_epi32(acc, p, _mm512_shuffle_epi8(sc, ix));
+}
+// vpshufb control (within each 128-bit lane) selecting byte g zero-extended to 16 bits in 128-bit
+// lanes 0-1, byte g + 2 in 2-3 (a control byte with its top bit set gives 0).
+static inline __m512i pair_ix(int g) {
+    const __m128i a = _mm_set1_epi16((short)(g | 0x8000));
+    const __m128i b = _mm_set1_epi16((short)((g + 2) | 0x8000));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)),
+                              _mm256_set_m128i(b, b), 1);
+}
+
+// The 4-bit values of a Q4_K superblock's 64-byte half h (groups 4h .. 4h + 3): bytes 32j + l
+// hold element l of group 2j (low nibble) and of group 2j + 1 (high nibble), so the low nibbles
+// are groups (4h, 4h + 2) and the high ones (4h + 1, 4h + 3), each a pair 64 activations apart.
+static inline void q4_half(const uint8_t *qs, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i q = _mm512_loadu_si512((const void *)qs);
+    *lo = _mm512_and_si512(q, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+}
+
+// One Q4_K superblock's integer sums: the scaled products (16 lanes) and the mins term (8).
+static inline __m512i q4_k_sb(const ds_block_q4_k *x, const ds_block_q8_k *y, __m512i sc) {
+    __m512i v0, v1, v2, v3;
+    q4_half(x->qs, &v0, &v1);
+    q4_half(x->qs + 64, &v2, &v3);
+    // (two chains of multiply-adds: the integer sum's order does not matter)
+    const __m512i s0 = k45_pair(_mm512_setzero_si512(), v0, y->qs, sc, pair_ix(0));
+    const __m512i s1 = k45_pair(_mm512_setzero_si512(), v1, y->qs + 32, sc, pair_ix(1));
+    return _mm512_add_epi32(k45_pair(s0, v2, y->qs + 128, sc, pair_ix(4)),
+                            k45_pair(s1, v3, y->qs + 160, sc, pair_ix(5)));
+}
+
+// Q5_K: the Q4_K nibbles plus a fifth bit, bit g of qh[l] for element l of group g. qh goes to
+// both halves of a vector; the vectors of groups (0, 2), (1, 3), (4, 6), (5, 7) want bits
+// g of each byte moved to bit 4: 64-bit shifts by these counts (left for the first two, right
+// after), then the mask. No shift here moves a bit of a neighbouring byte into bit 4 (left by at
+// most 4, right by at most 3).
+static inline __m512i q5_pair(__m512i acc, __m512i v, __m512i h, const int8_t *q8, __m512i sc,
+                              int g) {
+    // (A & B) | C: 0xea
+    const __m512i wv = _mm512_ternarylogic_epi32(h, _mm512_set1_epi8(0x10), v, 0xea);
+    return k45_pair(acc, wv, q8, sc, pair_ix(g));
+}
+static inline __m512i q5_k_sb(const ds_block_q5_k *x, const ds_block_q8_k *y, __m512i sc) {
+    __m512i v0, v1, v2, v3;
+    q4_half(x->qs, &v0, &v1);
+    q4_half(x->qs + 64, &v2, &v3);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh));
+    const __m512i h0 = _mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4));
+    const __m512i h1 = _mm512_sllv_epi64(qh, _mm512_set_epi64(1, 1, 1, 1, 3, 3, 3, 3));
+    const __m512i h2 = _mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0));
+    const __m512i h3 = _mm512_srlv_epi64(qh, _mm512_set_epi64(3, 3, 3, 3, 1, 1, 1, 1));
+    const __m512i s0 = q5_pair(_mm512_setzero_si512(), v0, h0, y->qs, sc, 0);
+    const __m512i s1 = q5_pair(_mm512_setzero_si512(), v1, h1, y->qs + 32, sc, 1);
+    return _mm512_add_epi32(q5_pair(s0, v2, h2, y->qs + 128, sc, 4),
+                            q5_pair(s1, v3, h3, y->qs + 160, sc, 5));
+}
+
+// Superblocks two at a time (their four integer totals in one reduction), each one's float step
+// added in superblock order; an odd last one is paired with itself.
+#define K45_DOT(NAME, BLOCK_T, SB)                                                                 \
+    void NAME(int64_t n, float *restrict s, const void *restrict w, const void *restrict a) {     \
+        const BLOCK_T *x = w;                                                                      \
+        const ds_block_q8_k *y = a;                                                                \
+        const int64_t nb = n / DS_QK_K;                                                            \
+        float sum = 0;                                                                             \
+        for (int64_t i = 0; i < nb; i += 2) {                                                      \
+            const int64_t j = i + 1 < nb ? i + 1 : i;                                              \
+            __m512i sa, sb;                                                                        \
+            __m256i ma, mb;                                                                        \
+            k45_scales(x[i].scales, y[i].bsums, &sa, &ma);                                         \
+            k45_scales(x[j].scales, y[j].bsums, &sb, &mb);                                         \
+            int32_t t[4];                                                                          \
+            hsum4(SB(&x[i], &y[i], sa), ma, SB(&x[j], &y[j], sb), mb, t);                          \
+            sum += ksum_step(x[i].d, x[i].dmin, y[i].d, t[0], t[1]);                               \
+            if (j != i) {                                                                          \
+                sum += ksum_step(x[j].d, x[j].dmin, y[j].d, t[2], t[3]);                           \
+            }                                                                                      \
+        }                                                                                          \
+        *s = sum;                                                                                  \
+    }
+
+K45_DOT(ds_dot_q4_k_avx512, ds_block_q4_k, q4_k_sb)
+K45_DOT(ds_dot_q5_k_avx512, ds_block_q5_k, q5_k_sb)
+
+// Q6_K: per 128-weight half k, ql bytes 64k + l (l < 64) and qh bytes 32k + l (l < 32) give
+// element l of sub-blocks 0-1 (ql[l] low, qh bits 0-1), l + 32 of 2-3 (ql[l + 32] low, bits
+// 2-3), l + 64 of 4-5 (ql[l] high, bits 4-5) and l + 96 of 6-7 (ql[l + 32] high, bits 6-7).
+// A vector of 64 values in activation order is a 64-byte ql load's nibbles with qh's pairs
+// moved to bits 4-5; each 128-bit lane (16 weights) is one 16-weight sub-block with its own
+// int8 scale. The values are taken without the - 32, whose total (32 * sum_j sc_j * bsums_j,
+// exact) comes off the integer sum lane-wise before the reduction.
+void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a) {
+    const ds_block_q6_k *x = w;
+    const ds_block_q8_k *y = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i up = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   // bits 0-1 | 2-3 -> 4-5
+    const __m512i down = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0); // bits 4-5 | 6-7 -> 4-5
+    const __m512i ix[4] = {words4(0), words4(4), words4(8), words4(12)};
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m256i off = _mm256_slli_epi32(
+            _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 2; k++) {
+            const __m512i l = _mm512_loadu_si512((const void *)(x[i].ql + 64 * k));
+            const __m512i h =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * k)));
+            // (A & B) | C: 0xea
+            const __m512i v01 = _mm512_ternarylogic_epi32(
+                l, m4, _mm512_and_si512(_mm512_sllv_epi64(h, up), m30), 0xea);
+            const __m512i v23 = _mm512_ternarylogic_epi32(
+                _mm512_srli_epi16(l, 4), m4, _mm512_and_si512(_mm512_srlv_epi64(h, down), m30),
+                0xea);
+            const __m512i p01 =
+                _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void *)(q8 + 128 * k)));
+            const __m512i p23 =
+                _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void *)(q8 + 128 * k + 64)));
+            acc = _mm512_dpwssd_epi32(acc, p01, _mm512_permutexvar_epi16(ix[2 * k], sc));
+            acc = _mm512_dpwssd_epi32(acc, p23, _mm512_permutexvar_epi16(ix[2 * k + 1], sc));
+        }
+        const __m256i a8 =
+            _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+        const __m256i d8 = _mm256_sub_epi32(a8, off);
+        __m128i q = _mm_add_epi32(_mm256_castsi256_si128(d8), _mm256_extracti128_si256(d8, 1));
+        q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 3, 2)));
+        q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1)));
+        sum += ksum_step(x[i].d, 0, y[i].d, _mm_cvtsi128_si32(q), 0);
+    }
+    *s = sum;
+}
