@@ -72,7 +72,9 @@ typedef struct gdn_job {
     int64_t dk, dv, n, hk, hv;
     const ds_gdn_params *p;
     bool simd;             // gdn_row's AVX2 form
-    float *scratch;        // per thread: dk*2 (normed q, k) + dk*dv*(tree ? n : 1)
+    bool chain;            // the whole chain per head in AVX-512 (ds_cpu_gdn_chain_avx512)
+    float *scratch;        // per thread: dk*2 (normed q, k) + dk*dv*(tree ? n : 1); chain:
+                           // n*(2*dk + 2) (normed q, k, decay, beta) + dk*dv
     int64_t scratch_stride;
 } gdn_job;
 
@@ -113,11 +115,38 @@ static void gdn_row(float *S, float *o, const float *q, const float *k, const fl
     }
 }
 
+// Head h of a chain in AVX-512: every row's normalized q and k, decay and beta first, then the
+// chain kernel (the same bits as gdn_task's loop below).
+static void gdn_chain_task(const gdn_job *j, int64_t h, float *scratch) {
+    const int64_t dk = j->dk, dv = j->dv, kh = h % j->hk, n = j->n;
+    float *qn = scratch, *kn = qn + n * dk, *dec = kn + n * dk, *bet = dec + n;
+    for (int64_t t = 0; t < n; t++) {
+        const float *row = ds_cpu_row(j->qkv, t, 0, 0);
+        l2norm(qn + t * dk, row + kh * dk, dk, j->p->eps, j->p->q_scale);
+        l2norm(kn + t * dk, row + (j->hk + kh) * dk, dk, j->p->eps, 1.0f);
+        bet[t] = ((const float *)ds_cpu_row(j->beta, t, 0, 0))[h];
+        dec[t] = expf(((const float *)ds_cpu_row(j->g, t, 0, 0))[h]); // (gdn_row's decay)
+    }
+    const size_t sz = (size_t)(dk * dv);
+    ds_cpu_gdn_chain c = {
+        .s_in = (const float *)j->state->data + h * (int64_t)sz,
+        .s_out = j->state_out ? (float *)j->state_out->data + h * (int64_t)sz : NULL,
+        .st = bet + n, .out = (float *)ds_cpu_row(j->out, 0, 0, 0) + h * dv,
+        .q = qn, .k = kn, .v = (const float *)ds_cpu_row(j->qkv, 0, 0, 0) + 2 * j->hk * dk + h * dv,
+        .beta = bet, .decay = dec, .v_stride = (int64_t)(j->qkv->nb[1] / sizeof(float)),
+        .out_stride = (int64_t)(j->out->nb[1] / sizeof(float)), .n = n, .dk = dk, .dv = dv};
+    ds_cpu_gdn_chain_avx512(&c);
+}
+
 static void gdn_task(void *ctx, int64_t h, int thread) {
     const gdn_job *j = ctx;
     int64_t dk = j->dk, dv = j->dv, kh = h % j->hk;
     size_t sz = (size_t)(dk * dv);
     float *qn = j->scratch + (size_t)thread * (size_t)j->scratch_stride;
+    if (j->chain) {
+        gdn_chain_task(j, h, qn);
+        return;
+    }
     float *kn = qn + dk;
     float *work = kn + dk;
     const float *s0 = (const float *)j->state->data + h * (int64_t)sz;
@@ -157,11 +186,13 @@ void ds_cpu_gated_delta(ds_backend *be, ds_tensor *out, const ds_tensor *qkv,
     DS_ASSERT(hv % hk == 0 && out->ne[0] == dv * hv && qkv->ne[0] == 2 * hk * dk + hv * dv);
     DS_ASSERT(state->ne[0] == dk * dv && state->ne[1] == hv && out->ne[1] == n);
     cpu_ctx *c = cpu_of(be);
-    int64_t stride = 2 * dk + dk * dv * (p->parent ? n : 1);
+    const bool chain = !p->parent && n >= DS_CPU_GDN_CHAIN_MIN && dk % 8 == 0 && dv % 16 == 0 &&
+                       ds_cpu_max_level() >= 2;
+    int64_t stride = chain ? n * (2 * dk + 2) + dk * dv : 2 * dk + dk * dv * (p->parent ? n : 1);
     float *scratch = ds_cpu_scratch(be, (size_t)c->n_threads * (size_t)stride * sizeof(float));
     gdn_job j = {.out = out, .qkv = qkv, .beta = beta, .g = g, .state = state,
                  .state_out = state_out, .dk = dk, .dv = dv, .n = n, .hk = hk, .hv = hv, .p = p,
-                 .simd = dk % 8 == 0 && dv % 8 == 0 && ds_cpu_max_level() >= 1,
+                 .simd = dk % 8 == 0 && dv % 8 == 0 && ds_cpu_max_level() >= 1, .chain = chain,
                  .scratch = scratch, .scratch_stride = stride};
     ds_cpu_parallel(be, gdn_task, &j, hv, hv * n * dk * dv);
 }

@@ -1,7 +1,8 @@
 // cpu_deltanet_test.c: the CPU gated-delta-rule op gives the same bits (outputs and the moved-on
-// state) with its AVX2 row update (cpu_deltanet_avx2.c) as with the scalar one
-// (ds_cpu_set_max_level(0)), for chains and trees, d_k / d_v 8-128, grouped heads, 1 and 2
-// threads; and a one-row step matches a double-precision evaluation of the rule.
+// state) with its AVX2 row update (cpu_deltanet_avx2.c) and its AVX-512 chain form
+// (cpu_deltanet_avx512.c: chains of DS_CPU_GDN_CHAIN_MIN rows or more, d_v a multiple of 16) as
+// with the scalar one (ds_cpu_set_max_level(0)), for chains and trees, d_k / d_v 8-128, grouped
+// heads, 1 and 2 threads; and a one-row step matches a double-precision evaluation of the rule.
 #include "backend/backend.h"
 #include "backend/cpu/cpu_test.h"
 
@@ -105,7 +106,8 @@ static void test_gated_delta_simd_equals_scalar(void **state) {
         int hk, hv;
         int64_t n;
     } shapes[] = {{8, 8, 1, 1, 1}, {64, 64, 2, 4, 1}, {64, 64, 2, 4, 9}, {128, 128, 1, 2, 5},
-                  {32, 96, 2, 2, 17}, {16, 40, 1, 1, 3}};
+                  {32, 96, 2, 2, 17}, {16, 40, 1, 1, 3}, {128, 128, 2, 4, 12},
+                  {128, 128, 1, 1, 8}, {8, 16, 1, 1, 8}};
     rng r = {5};
     for (int threads = 1; threads <= 2; threads++) {
         ds_backend *be = NULL;

@@ -72,6 +72,21 @@ void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 void ds_cpu_gdn_row_avx2(float *S, float *o, const float *q, const float *k, const float *v,
                          float beta, float decay, int64_t dk, int64_t dv);
 
+// A chain of n rows of one head's gated delta rule in AVX-512 (cpu_deltanet_avx512.c; dk a multiple
+// of 8, dv of 16), bitwise gdn_row row after row: the state s_in (dv rows of dk) moves on through
+// the rows into s_out (NULL: not kept), row t's output to out + t * out_stride. q, k: the rows'
+// normalized queries and keys (n x dk); v: row t's values at v + t * v_stride; beta, decay (n).
+// st: dk * dv floats of scratch. Used from DS_CPU_GDN_CHAIN_MIN rows (below, the per-row AVX2 form:
+// the state's transposes would cost more than they save).
+enum { DS_CPU_GDN_CHAIN_MIN = 8 };
+typedef struct ds_cpu_gdn_chain {
+    const float *s_in;
+    float *s_out, *st, *out;
+    const float *q, *k, *v, *beta, *decay;
+    int64_t v_stride, out_stride, n, dk, dv;
+} ds_cpu_gdn_chain;
+void ds_cpu_gdn_chain_avx512(const ds_cpu_gdn_chain *c);
+
 // The attention of nr consecutive batch rows' query heads [h0, h0 + hg), which share one kv head
 // (cpu_attn.c; shared with cpu_attn_block.c): each (row, head)'s scores (q · K_i) * scale in the
 // scalar loop's order, softmax (max, expf, double sum in key order) and weighted sum of V rows in
