@@ -29,7 +29,7 @@ enum {
     SLICES = 8,                   // 64-byte slices per group
     ACT_GROUP = 512 + 16 * 4,     // packed activation group: slices, scales
     PANEL_GROUP = 512 + 64 + 64,  // panel group: slices, corrections, scales
-    TILE_W = 4,                   // weight rows prepared together when the tile has many rows
+    TILE_W = 4,                   // weight rows prepared together (Q8_0 family: from 9 rows)
     TILE_R = 4,                   // activation rows per pass over a panel
 };
 
@@ -248,13 +248,16 @@ static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *pan
 
 // The loop of a tile kernel (TILE_KERNEL, KTILE_KERNEL): weight rows prepared by PREP into panels
 // of pb bytes, run against the packed rows by ROWS(nr, LEN, HALF, panel, y, y_stride, a,
-// a_stride). Up to 8 activation rows: each weight row's panel against all of them (they stay in
-// L1). More: TILE_W panels at a time against TILE_R rows at a time, so that those rows stay in L1
-// across the panels instead of every row being streamed from L2 once per weight row. (A macro,
-// not a function taking PREP / ROWS as pointers: called through pointers they were not
-// specialised, ~20% slower.)
-#define TILE_LOOP(PREP, BLOCK_T, ROWS, LEN, HALF)                                                  \
-    const int64_t wb = nr <= 8 ? 1 : TILE_W;                                                       \
+// a_stride). Up to 8 activation rows and no ROWS_W: each weight row's panel against all of them
+// (they stay in L1). Else TILE_W panels at a time against TILE_R rows at a time, so that those
+// rows stay in L1 across the panels instead of every row being streamed from L2 once per weight
+// row; ROWS_W (the super-block types) runs a full set of panels against the rows at once, each
+// slice load serving several panels or rows (4 x 4: 16 and 4 rows +25-40% and +7-10% on Q4_K /
+// Q5_K / IQ4_XS, Q6_K's 2 x 4 +13% at 16 rows; Zen 5). (A macro, not a function taking PREP /
+// ROWS as pointers: called through pointers they were not specialised, ~20% slower.)
+// ROWS_W (NULL: ROWS per panel) runs all TILE_W panels of a full set against the rows at once.
+#define TILE_LOOP(PREP, BLOCK_T, ROWS, ROWS_W, LEN, HALF)                                          \
+    const int64_t wb = nr <= 8 && ROWS_W == NULL ? 1 : TILE_W;                                     \
     uint8_t *pn = panel;                                                                           \
     for (int64_t o0 = 0; o0 < nw; o0 += wb) {                                                      \
         const int64_t k_n = DS_MIN(wb, nw - o0);                                                   \
@@ -263,12 +266,21 @@ static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *pan
         }                                                                                          \
         for (int64_t r = 0; r < nr; r += k_n == 1 ? nr : TILE_R) {                                 \
             const int64_t rc = k_n == 1 ? nr : DS_MIN(TILE_R, nr - r);                             \
+            const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
+            if (ROWS_W != NULL && k_n == TILE_W) {                                                 \
+                ROWS_W(rc, LEN, pn, pb, y + o0 + r * y_stride, y_stride, ar, a_stride);            \
+                continue;                                                                          \
+            }                                                                                      \
             for (int64_t k = 0; k < k_n; k++) {                                                    \
-                ROWS(rc, LEN, HALF, pn + k * pb, y + o0 + k + r * y_stride, y_stride,              \
-                     (const uint8_t *)a + (size_t)r * a_stride, a_stride);                         \
+                ROWS(rc, LEN, HALF, pn + k * pb, y + o0 + k + r * y_stride, y_stride, ar,          \
+                     a_stride);                                                                    \
             }                                                                                      \
         }                                                                                          \
     }
+
+typedef void rows_w_fn(int64_t nr, int64_t len, const uint8_t *panel, size_t pb, float *y,
+                       int64_t y_stride, const uint8_t *a, size_t a_stride);
+static rows_w_fn *const no_rows_w = NULL;
 
 #define TILE_KERNEL(NAME, PREP, BLOCK_T)                                                           \
     void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \
@@ -276,7 +288,7 @@ static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *pan
         const int64_t ng = n_groups(n);                                                            \
         const bool half = half_group((int)(n / DS_QK - (ng - 1) * TG));                            \
         const size_t pb = (size_t)ng * PANEL_GROUP;                                                \
-        TILE_LOOP(PREP, BLOCK_T, panel_rows_any, ng, half)                                         \
+        TILE_LOOP(PREP, BLOCK_T, panel_rows_any, no_rows_w, ng, half)                              \
     }
 
 TILE_KERNEL(ds_tile_q8_0_avx512, prep_q8_0, ds_block_q8_0)
@@ -471,82 +483,140 @@ KTILE_PREP(kprep_q5_k, ds_block_q5_k, ksb_q5_k, 0)
 KTILE_PREP(kprep_q6_k, ds_block_q6_k, ksb_q6_k, 1)
 KTILE_PREP(kprep_iq4_xs, ds_block_iq4_xs, ksb_iq4_xs, 0)
 
-// One panel against R (1..4) packed Q8_K rows: y[r * y_stride]. SPLIT / MINS as in the prep.
-static inline __attribute__((always_inline)) void kpanel_rows(const int R, const int SPLIT,
-                                                              const int MINS, int64_t nsb,
-                                                              const uint8_t *panel, float *y,
+// KP panels (weight rows, pb bytes apart) against R (1..4) packed Q8_K rows: y[r * y_stride + k]
+// for panel k. SPLIT / MINS as in the prep. Per group every (panel, row) pair's slice products
+// first, each weight and activation slice loaded once for all of them (KP x R chains of
+// vpdpbusd in flight), then each pair's integer sums and float steps as one panel's.
+static inline __attribute__((always_inline)) void kpanel_rows(const int KP, const int R,
+                                                              const int SPLIT, const int MINS,
+                                                              int64_t nsb, const uint8_t *panel,
+                                                              size_t pb, float *y,
                                                               int64_t y_stride, const uint8_t *a,
                                                               size_t a_stride) {
-    __m128 sum = _mm_setzero_ps(); // lane r: row r's sum (the scalar kernel's float steps, 4
-                                   // rows side by side)
+    __m128 sum[TILE_W]; // [k] lane r: row r's sum (the scalar kernel's float steps, 4 rows side
+                        // by side)
+#pragma GCC unroll 4
+    for (int k = 0; k < KP; k++) {
+        sum[k] = _mm_setzero_ps();
+    }
     const int64_t ng = (nsb + 1) / 2;
     for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
         const uint8_t *ag = a + (size_t)g * KACT_GROUP;
-        __m512i v[TILE_R], u[TILE_R];
-        slice_sums(R, SLICES, SPLIT, p, ag, a_stride, v, u); // (KP_CORR, KP_CORR_HI)
-        const __m512i sc = _mm512_load_si512(p + KP_SC);
-        const float *wd = (const float *)(p + KP_D);
-        // per row: lanes 0-7 super-block 0, 8-15 super-block 1 of is (scale x lane sum) and ms
-        // (min x lane activation sum); rows past R zero
-        __m512i x[TILE_R];
+        __m512i v[TILE_W][TILE_R], u[TILE_W][TILE_R];
 #pragma GCC unroll 4
-        for (int r = 0; r < TILE_R; r++) {
-            if (r >= R) {
-                x[r] = _mm512_setzero_si512();
-                continue;
+        for (int k = 0; k < KP; k++) {
+            const uint8_t *p = panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                v[k][r] = _mm512_load_si512(p + KP_CORR);
+                u[k][r] = SPLIT ? _mm512_load_si512(p + KP_CORR_HI) : _mm512_setzero_si512();
             }
-            const uint8_t *ar = ag + (size_t)r * a_stride;
-            __m512i is = _mm512_mullo_epi32(v[r], sc);
-            if (SPLIT) {
-                const __m512i sc_hi = _mm512_load_si512(p + KP_SC_HI);
-                is = _mm512_add_epi32(is, _mm512_mullo_epi32(u[r], sc_hi));
-            }
-            const __m512i ms = MINS ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
-                                                         _mm512_loadu_si512(ar + 512))
-                                    : _mm512_setzero_si512();
-            // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms)
-            x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is, ms), _mm512_unpackhi_epi32(is, ms));
         }
-        // rows (0, 1) and (2, 3): each 128-bit lane (is0, ms0, is1, ms1) of its 4 lanes' sums;
-        // then the two 128-bit lanes of each super-block added: the 16 exact integer sums
-        const __m512i y01 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[0], x[1]),
-                                             _mm512_unpackhi_epi64(x[0], x[1]));
-        const __m512i y23 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2], x[3]),
-                                             _mm512_unpackhi_epi64(x[2], x[3]));
-        const __m512i w = _mm512_add_epi32(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                           _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
-        // w: (row 0, 1) super-block 0 | (0, 1) super-block 1 | (2, 3) sb 0 | (2, 3) sb 1, each
-        // (is_a, ms_a, is_b, ms_b); as floats, regrouped to isum0, msum0, isum1, msum1 of rows 0-3
-        const __m512 wf = _mm512_permutexvar_ps(
-            _mm512_setr_epi32(0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15),
-            _mm512_cvtepi32_ps(w));
-        const __m128 f[4] = {_mm512_castps512_ps128(wf), _mm512_extractf32x4_ps(wf, 2),
-                             _mm512_extractf32x4_ps(wf, 1), _mm512_extractf32x4_ps(wf, 3)};
-        // f = isum0, isum1, msum0, msum1 of rows 0..3; per super-block h, every row:
-        // sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
+#pragma GCC unroll 8
+        for (int s = 0; s < SLICES; s++) {
+            __m512i w[TILE_W];
+#pragma GCC unroll 4
+            for (int k = 0; k < KP; k++) {
+                w[k] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP +
+                                         64 * s);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
+#pragma GCC unroll 4
+                for (int k = 0; k < KP; k++) {
+                    if (SPLIT && s >= 4) {
+                        u[k][r] = _mm512_dpbusd_epi32(u[k][r], q, w[k]);
+                    } else {
+                        v[k][r] = _mm512_dpbusd_epi32(v[k][r], q, w[k]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < KP; k++) {
+            const uint8_t *p = panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP;
+            const __m512i sc = _mm512_load_si512(p + KP_SC);
+            const float *wd = (const float *)(p + KP_D);
+            // per row: lanes 0-7 super-block 0, 8-15 super-block 1 of is (scale x lane sum) and
+            // ms (min x lane activation sum); rows past R zero
+            __m512i x[TILE_R];
+#pragma GCC unroll 4
+            for (int r = 0; r < TILE_R; r++) {
+                if (r >= R) {
+                    x[r] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *ar = ag + (size_t)r * a_stride;
+                __m512i is = _mm512_mullo_epi32(v[k][r], sc);
+                if (SPLIT) {
+                    const __m512i sc_hi = _mm512_load_si512(p + KP_SC_HI);
+                    is = _mm512_add_epi32(is, _mm512_mullo_epi32(u[k][r], sc_hi));
+                }
+                const __m512i ms = MINS ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
+                                                             _mm512_loadu_si512(ar + 512))
+                                        : _mm512_setzero_si512();
+                // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms)
+                x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is, ms),
+                                        _mm512_unpackhi_epi32(is, ms));
+            }
+            // rows (0, 1) and (2, 3): each 128-bit lane (is0, ms0, is1, ms1) of its 4 lanes'
+            // sums; then the two 128-bit lanes of each super-block added: the 16 exact sums
+            const __m512i y01 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[0], x[1]),
+                                                 _mm512_unpackhi_epi64(x[0], x[1]));
+            const __m512i y23 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2], x[3]),
+                                                 _mm512_unpackhi_epi64(x[2], x[3]));
+            const __m512i w =
+                _mm512_add_epi32(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
+            // w: (row 0, 1) super-block 0 | (0, 1) super-block 1 | (2, 3) sb 0 | (2, 3) sb 1,
+            // each (is_a, ms_a, is_b, ms_b); as floats, regrouped to isum0, msum0, isum1, msum1
+            // of rows 0-3
+            const __m512 wf = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15),
+                _mm512_cvtepi32_ps(w));
+            const __m128 f[4] = {_mm512_castps512_ps128(wf), _mm512_extractf32x4_ps(wf, 2),
+                                 _mm512_extractf32x4_ps(wf, 1), _mm512_extractf32x4_ps(wf, 3)};
+            // f = isum0, isum1, msum0, msum1 of rows 0..3; per super-block h, every row:
+            // sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
 #define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + 576))[h] : 0.0f)
-        for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
-            const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
-            const __m128 dd = _mm_mul_ps(_mm_set1_ps(wd[h]), ad);
-            const __m128 dm = _mm_mul_ps(_mm_set1_ps(wd[2 + h]), ad);
-            sum = _mm_add_ps(sum, _mm_sub_ps(_mm_mul_ps(dd, f[h]), _mm_mul_ps(dm, f[2 + h])));
-        }
+            for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
+                const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
+                const __m128 dd = _mm_mul_ps(_mm_set1_ps(wd[h]), ad);
+                const __m128 dm = _mm_mul_ps(_mm_set1_ps(wd[2 + h]), ad);
+                sum[k] = _mm_add_ps(sum[k],
+                                    _mm_sub_ps(_mm_mul_ps(dd, f[h]), _mm_mul_ps(dm, f[2 + h])));
+            }
 #undef AD
+        }
     }
-    float out[4];
-    _mm_storeu_ps(out, sum);
-    for (int r = 0; r < R; r++) {
-        y[r * y_stride] = out[r];
+#pragma GCC unroll 4
+    for (int k = 0; k < KP; k++) {
+        float out[4];
+        _mm_storeu_ps(out, sum[k]);
+        for (int r = 0; r < R; r++) {
+            y[r * y_stride + k] = out[r];
+        }
     }
 }
 
+// NAME: one panel against nr rows; NAME##_w: TILE_W panels (pb bytes apart) against nr rows, KP
+// at a time (Q6_K's split sums take twice the registers: 2 panels at a time).
 #define KPANEL_ROWS_ANY(NAME, SPLIT, MINS)                                                         \
     static void NAME(int64_t nr, int64_t nsb, bool half, const uint8_t *panel, float *y,          \
                      int64_t y_stride, const uint8_t *a, size_t a_stride) {                        \
         (void)half; /* (super-block groups have no half form) */                                   \
-        DS_RUNS_OF_4(nr, kpanel_rows(R_, SPLIT, MINS, nsb, panel, y + r_ * y_stride, y_stride,    \
-                                     a + (size_t)r_ * a_stride, a_stride));                        \
+        DS_RUNS_OF_4(nr, kpanel_rows(1, R_, SPLIT, MINS, nsb, panel, 0, y + r_ * y_stride,        \
+                                     y_stride, a + (size_t)r_ * a_stride, a_stride));              \
+    }                                                                                              \
+    static void NAME##_w(int64_t nr, int64_t nsb, const uint8_t *panel, size_t pb, float *y,      \
+                         int64_t y_stride, const uint8_t *a, size_t a_stride) {                    \
+        enum { KP = SPLIT ? 2 : TILE_W };                                                          \
+        for (int k = 0; k < TILE_W; k += KP) {                                                     \
+            DS_RUNS_OF_4(nr, kpanel_rows(KP, R_, SPLIT, MINS, nsb, panel + (size_t)k * pb, pb,    \
+                                         y + k + r_ * y_stride, y_stride,                          \
+                                         a + (size_t)r_ * a_stride, a_stride));                    \
+        }                                                                                          \
     }
 
 KPANEL_ROWS_ANY(kpanel_45, 0, 1)
@@ -557,7 +627,7 @@ KPANEL_ROWS_ANY(kpanel_xs, 0, 0)
     void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \
               size_t a_stride, float *y, int64_t y_stride, void *panel) {                          \
         const size_t pb = (size_t)k_groups(n) * KPANEL_GROUP;                                      \
-        TILE_LOOP(PREP, BLOCK_T, ROWS, n / DS_QK_K, false)                                         \
+        TILE_LOOP(PREP, BLOCK_T, ROWS, ROWS##_w, n / DS_QK_K, false)                               \
     }
 
 KTILE_KERNEL(ds_tile_q4_k_avx512, kprep_q4_k, kpanel_45, ds_block_q4_k)
