@@ -29,7 +29,7 @@ enum {
     SLICES = 8,                   // 64-byte slices per group
     ACT_GROUP = 512 + 16 * 4,     // packed activation group: slices, scales
     PANEL_GROUP = 512 + 64 + 64,  // panel group: slices, corrections, scales
-    TILE_W = 4,                   // weight rows prepared together (Q8_0 family: from 9 rows)
+    TILE_W = 4,                   // weight rows prepared together
     TILE_R = 4,                   // activation rows per pass over a panel
 };
 
@@ -203,72 +203,115 @@ static inline __attribute__((always_inline)) void half_rows(const int R, const u
     }
 }
 
-// One panel against R (1..4) packed activation rows: y[r * y_stride]. half: the last of the ng
-// groups is a half group.
-static inline __attribute__((always_inline)) void panel_rows(const int R, int64_t ng, bool half,
-                                                             const uint8_t *panel, float *y,
+// KP panels (weight rows, pb bytes apart) against R (1..4) packed activation rows:
+// y[r * y_stride + k] for panel k. half: the last of the ng groups is a half group. Per group the
+// KP x R slice products first, each slice load serving several of them, then each (panel, row)
+// pair's block terms into its 8 lane sums as one panel's (KP 2: the lane sums and products of 4
+// x 4 would not fit the 32 registers).
+static inline __attribute__((always_inline)) void panel_rows(const int KP, const int R, int64_t ng,
+                                                             bool half, const uint8_t *panel,
+                                                             size_t pb, float *y,
                                                              int64_t y_stride, const uint8_t *a,
                                                              size_t a_stride) {
-    __m256 acc[TILE_R];
+    __m256 acc[2][TILE_R];
+#pragma GCC unroll 2
+    for (int k = 0; k < KP; k++) {
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        acc[r] = _mm256_setzero_ps();
+        for (int r = 0; r < R; r++) {
+            acc[k][r] = _mm256_setzero_ps();
+        }
     }
     const int64_t ng_full = half ? ng - 1 : ng;
     for (int64_t g = 0; g < ng_full; g++) {
-        const uint8_t *p = panel + (size_t)g * PANEL_GROUP;
         const uint8_t *ag = a + (size_t)g * ACT_GROUP;
-        __m512i v[TILE_R], u[TILE_R];
-        slice_sums(R, SLICES, 0, p, ag, a_stride, v, u);
-        const __m512 dw = _mm512_load_ps(p + 576);
+        __m512i v[2][TILE_R];
+#pragma GCC unroll 2
+        for (int k = 0; k < KP; k++) {
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512 da = _mm512_loadu_ps(ag + (size_t)r * a_stride + 512);
-            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(v[r]), _mm512_mul_ps(dw, da));
-            acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(t));
-            acc[r] = _mm256_add_ps(acc[r], _mm512_extractf32x8_ps(t, 1));
+            for (int r = 0; r < R; r++) {
+                v[k][r] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP + 512);
+            }
+        }
+#pragma GCC unroll 8
+        for (int s = 0; s < SLICES; s++) {
+            __m512i w[2];
+#pragma GCC unroll 2
+            for (int k = 0; k < KP; k++) {
+                w[k] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP +
+                                         64 * s);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
+#pragma GCC unroll 2
+                for (int k = 0; k < KP; k++) {
+                    v[k][r] = _mm512_dpbusd_epi32(v[k][r], q, w[k]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int k = 0; k < KP; k++) {
+            const __m512 dw =
+                _mm512_load_ps(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP + 576);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512 da = _mm512_loadu_ps(ag + (size_t)r * a_stride + 512);
+                const __m512 t =
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(v[k][r]), _mm512_mul_ps(dw, da));
+                acc[k][r] = _mm256_add_ps(acc[k][r], _mm512_castps512_ps256(t));
+                acc[k][r] = _mm256_add_ps(acc[k][r], _mm512_extractf32x8_ps(t, 1));
+            }
         }
     }
-    if (half) { // (last: the blocks' order in the lane sums)
-        half_rows(R, panel + (size_t)ng_full * PANEL_GROUP, a + (size_t)ng_full * ACT_GROUP,
-                  a_stride, acc);
-    }
-    for (int r = 0; r < R; r++) {
-        float lanes[8];
-        _mm256_storeu_ps(lanes, acc[r]);
-        y[r * y_stride] = ds_lanes8_reduce(lanes);
+#pragma GCC unroll 2
+    for (int k = 0; k < KP; k++) {
+        if (half) { // (last: the blocks' order in the lane sums)
+            half_rows(R, panel + (size_t)k * pb + (size_t)ng_full * PANEL_GROUP,
+                      a + (size_t)ng_full * ACT_GROUP, a_stride, acc[k]);
+        }
+        for (int r = 0; r < R; r++) {
+            float lanes[8];
+            _mm256_storeu_ps(lanes, acc[k][r]);
+            y[r * y_stride + k] = ds_lanes8_reduce(lanes);
+        }
     }
 }
 
 static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *panel, float *y,
                            int64_t y_stride, const uint8_t *a, size_t a_stride) {
-    DS_RUNS_OF_4(nr, panel_rows(R_, ng, half, panel, y + r_ * y_stride, y_stride,
+    DS_RUNS_OF_4(nr, panel_rows(1, R_, ng, half, panel, 0, y + r_ * y_stride, y_stride,
                                 a + (size_t)r_ * a_stride, a_stride));
 }
 
+static void panel_rows_any_w(int64_t nr, int64_t ng, bool half, const uint8_t *panel, size_t pb,
+                             float *y, int64_t y_stride, const uint8_t *a, size_t a_stride) {
+    for (int k = 0; k < TILE_W; k += 2) {
+        DS_RUNS_OF_4(nr, panel_rows(2, R_, ng, half, panel + (size_t)k * pb, pb,
+                                    y + k + r_ * y_stride, y_stride, a + (size_t)r_ * a_stride,
+                                    a_stride));
+    }
+}
+
 // The loop of a tile kernel (TILE_KERNEL, KTILE_KERNEL): weight rows prepared by PREP into panels
-// of pb bytes, run against the packed rows by ROWS(nr, LEN, HALF, panel, y, y_stride, a,
-// a_stride). Up to 8 activation rows and no ROWS_W: each weight row's panel against all of them
-// (they stay in L1). Else TILE_W panels at a time against TILE_R rows at a time, so that those
-// rows stay in L1 across the panels instead of every row being streamed from L2 once per weight
-// row; ROWS_W (the super-block types) runs a full set of panels against the rows at once, each
-// slice load serving several panels or rows (4 x 4: 16 and 4 rows +25-40% and +7-10% on Q4_K /
-// Q5_K / IQ4_XS, Q6_K's 2 x 4 +13% at 16 rows; Zen 5). (A macro, not a function taking PREP /
-// ROWS as pointers: called through pointers they were not specialised, ~20% slower.)
-// ROWS_W (NULL: ROWS per panel) runs all TILE_W panels of a full set against the rows at once.
+// of pb bytes, TILE_W at a time, run against TILE_R packed rows at a time (those rows stay in L1
+// across the panels) by ROWS_W(nr, LEN, HALF, panel, pb, y, y_stride, a, a_stride), which runs
+// the TILE_W panels together, each slice load serving several panels or rows (the super-block
+// types 4 panels x 4 rows, Q6_K 2 x 4, the 32-element block types 2 x 4: at 16 / 4 rows +13-40%
+// / +7-10% on Zen 5, bench/RESULTS.md session 35); the last 1-3 weight rows one panel at a time
+// by ROWS(nr, LEN, HALF, panel, y, ...). (A macro, not a function taking PREP / ROWS as
+// pointers: called through pointers they were not specialised, ~20% slower.)
 #define TILE_LOOP(PREP, BLOCK_T, ROWS, ROWS_W, LEN, HALF)                                          \
-    const int64_t wb = nr <= 8 && ROWS_W == NULL ? 1 : TILE_W;                                     \
     uint8_t *pn = panel;                                                                           \
-    for (int64_t o0 = 0; o0 < nw; o0 += wb) {                                                      \
-        const int64_t k_n = DS_MIN(wb, nw - o0);                                                   \
+    for (int64_t o0 = 0; o0 < nw; o0 += TILE_W) {                                                  \
+        const int64_t k_n = DS_MIN(TILE_W, nw - o0);                                               \
         for (int64_t k = 0; k < k_n; k++) {                                                        \
             PREP(pn + k * pb, (const BLOCK_T *)((const uint8_t *)w + (o0 + k) * w_stride), n);     \
         }                                                                                          \
         for (int64_t r = 0; r < nr; r += k_n == 1 ? nr : TILE_R) {                                 \
             const int64_t rc = k_n == 1 ? nr : DS_MIN(TILE_R, nr - r);                             \
             const uint8_t *ar = (const uint8_t *)a + (size_t)r * a_stride;                         \
-            if (ROWS_W != NULL && k_n == TILE_W) {                                                 \
-                ROWS_W(rc, LEN, pn, pb, y + o0 + r * y_stride, y_stride, ar, a_stride);            \
+            if (k_n == TILE_W) {                                                                   \
+                ROWS_W(rc, LEN, HALF, pn, pb, y + o0 + r * y_stride, y_stride, ar, a_stride);      \
                 continue;                                                                          \
             }                                                                                      \
             for (int64_t k = 0; k < k_n; k++) {                                                    \
@@ -278,17 +321,13 @@ static void panel_rows_any(int64_t nr, int64_t ng, bool half, const uint8_t *pan
         }                                                                                          \
     }
 
-typedef void rows_w_fn(int64_t nr, int64_t len, const uint8_t *panel, size_t pb, float *y,
-                       int64_t y_stride, const uint8_t *a, size_t a_stride);
-static rows_w_fn *const no_rows_w = NULL;
-
 #define TILE_KERNEL(NAME, PREP, BLOCK_T)                                                           \
     void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \
               size_t a_stride, float *y, int64_t y_stride, void *panel) {                          \
         const int64_t ng = n_groups(n);                                                            \
         const bool half = half_group((int)(n / DS_QK - (ng - 1) * TG));                            \
         const size_t pb = (size_t)ng * PANEL_GROUP;                                                \
-        TILE_LOOP(PREP, BLOCK_T, panel_rows_any, no_rows_w, ng, half)                              \
+        TILE_LOOP(PREP, BLOCK_T, panel_rows_any, panel_rows_any_w, ng, half)                       \
     }
 
 TILE_KERNEL(ds_tile_q8_0_avx512, prep_q8_0, ds_block_q8_0)
@@ -609,8 +648,9 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
         DS_RUNS_OF_4(nr, kpanel_rows(1, R_, SPLIT, MINS, nsb, panel, 0, y + r_ * y_stride,        \
                                      y_stride, a + (size_t)r_ * a_stride, a_stride));              \
     }                                                                                              \
-    static void NAME##_w(int64_t nr, int64_t nsb, const uint8_t *panel, size_t pb, float *y,      \
-                         int64_t y_stride, const uint8_t *a, size_t a_stride) {                    \
+    static void NAME##_w(int64_t nr, int64_t nsb, bool half, const uint8_t *panel, size_t pb,     \
+                         float *y, int64_t y_stride, const uint8_t *a, size_t a_stride) {          \
+        (void)half;                                                                                \
         enum { KP = SPLIT ? 2 : TILE_W };                                                          \
         for (int k = 0; k < TILE_W; k += KP) {                                                     \
             DS_RUNS_OF_4(nr, kpanel_rows(KP, R_, SPLIT, MINS, nsb, panel + (size_t)k * pb, pb,    \
