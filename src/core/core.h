@@ -174,7 +174,7 @@ float ds_rng_normal(ds_rng *r);
 
 typedef struct ds_cpu_features {
     bool avx2;    // AVX2 + FMA + F16C, OS-enabled YMM state
-    bool avx512;  // AVX-512 F/BW/VL, OS-enabled ZMM state
+    bool avx512;  // AVX-512 F/BW/VL/DQ, OS-enabled ZMM state
     bool avx512_vnni;
 } ds_cpu_features;
 

@@ -45,11 +45,12 @@ static void cpu_detect(void) {
     }
     bool avx2 = (b >> 5) & 1;
     bool avx512f = (b >> 16) & 1;
+    bool avx512dq = (b >> 17) & 1;
     bool avx512bw = (b >> 30) & 1;
     bool avx512vl = (b >> 31) & 1;
     bool vnni = (c >> 11) & 1;
     g_cpu.avx2 = ymm_ok && avx2 && fma && f16c;
-    g_cpu.avx512 = g_cpu.avx2 && zmm_ok && avx512f && avx512bw && avx512vl;
+    g_cpu.avx512 = g_cpu.avx2 && zmm_ok && avx512f && avx512bw && avx512vl && avx512dq;
     g_cpu.avx512_vnni = g_cpu.avx512 && vnni;
 #endif
 }

@@ -1,8 +1,9 @@
 // dot.c: scalar reference dot kernels of every weight type against its activation type, the
 // activation quantizers, and the run-time choice between scalar, AVX2 and AVX-512 kernels (the
-// AVX-512 level: the VNNI tile kernels of ds_vec_dot_plan). Calls quants.c/convert.c (block
-// helpers), dot_avx2.c and dot_avx512.c. Called through dtype.h (ds_vec_dot, ds_vec_dot_rows,
-// ds_vec_dot_plan, ds_vec_dot_get, ds_quantize_act).
+// AVX-512 level, with VNNI: the tile kernels of ds_vec_dot_plan, dot_avx512.c, and the
+// single-row Q4_K / Q5_K / Q6_K kernels, dot_row_avx512.c). Calls quants.c/convert.c (block
+// helpers), dot_avx2.c, dot_avx512.c and dot_row_avx512.c. Called through dtype.h (ds_vec_dot,
+// ds_vec_dot_rows, ds_vec_dot_plan, ds_vec_dot_get, ds_quantize_act).
 // Spec: target-qwen35.md §2.13 (which activation type each weight type is dotted with).
 //
 // The summation order is part of each kernel's contract (dtype.h, "Dot products") so that every

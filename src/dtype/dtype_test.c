@@ -632,7 +632,8 @@ static void test_dot_simd_equals_scalar(void **state) {
             check_dot_type(t, n, &r, true);
         }
     }
-    printf("dot kernels: CPU level %d checked against scalar\n", ds_cpu_max_level());
+    printf("dot kernels: CPU level %d%s checked against scalar\n", ds_cpu_max_level(),
+           ds_cpu_get()->avx512_vnni ? "" : " (no VNNI: level 2 runs the AVX2 kernels)");
 }
 
 // ds_vec_dot_rows == ds_vec_dot per row, bitwise, for every type (1..9 rows: the multi-row
@@ -686,9 +687,10 @@ static void test_dot_rows_and_dispatch(void **state) {
 // The tile kernels (AVX-512 VNNI): each y[o + r * y_stride] of a tile of nw weight rows (random
 // bytes or quantized values) against nr packed activation rows equals the scalar kernel's result
 // bitwise -- row lengths of 1-160 blocks (partial groups of 16 included) or 1-21 super-blocks
-// (odd counts: a group's missing second super-block), 1-13 activation rows
-// (the per-row path up to 8, the blocked one beyond), 1-6 weight rows (the blocked path's groups
-// of 4 and their remainders). Without VNNI, or at level 1, the plan has no tile kernel.
+// (odd counts: a group's missing second super-block), 1-13 activation rows (runs of 4 and their
+// 1-3 remainders), 1-9 weight rows (full sets of 4 panels, one or two of them, and 1-3 left
+// over); outputs outside the nw x nr tile stay untouched. Without VNNI, or at level 1, the plan
+// has no tile kernel.
 static void test_dot_tile(void **state) {
     (void)state;
     static const ds_type types[] = {DS_TYPE_Q8_0, DS_TYPE_Q4_0, DS_TYPE_IQ4_NL, DS_TYPE_Q4_K,
@@ -696,8 +698,8 @@ static void test_dot_tile(void **state) {
     static const int64_t blocks[] = {1, 3, 8, 15, 16, 17, 31, 40, 160};
     static const int64_t superblocks[] = {1, 2, 3, 5, 8, 20, 21};
     static const int64_t nrs[] = {1, 2, 3, 4, 5, 8, 9, 13};
-    static const int64_t nws[] = {1, 3, 6};
-    enum { NW = 6, NR = 13 };
+    static const int64_t nws[] = {1, 3, 4, 5, 6, 9};
+    enum { NW = 9, NR = 13 };
     rng r = {31};
     ds_cpu_set_max_level(1);
     assert_null(ds_vec_dot_plan(DS_TYPE_Q8_0).tile);
@@ -733,12 +735,18 @@ static void test_dot_tile(void **state) {
                 for (size_t v = 0; v < DS_ARRAY_LEN(nws); v++) {
                     const int64_t nr = nrs[q], nw = nws[v], ys = NW + 1;
                     float y[(NW + 1) * NR];
+                    const float sentinel = -12345.5f;
+                    for (size_t e = 0; e < DS_ARRAY_LEN(y); e++) {
+                        y[e] = sentinel;
+                    }
                     p.tile(n, nw, w, wrow, nr, pk, prow, y, ys, panel);
-                    for (int64_t o = 0; o < nw; o++) {
-                        for (int64_t i = 0; i < nr; i++) {
-                            float ref;
-                            ds_vec_dot_get(t, 0)(n, &ref, w + (size_t)o * wrow,
-                                                 a + (size_t)i * arow);
+                    for (int64_t o = 0; o < ys; o++) {
+                        for (int64_t i = 0; i < NR; i++) {
+                            float ref = sentinel;
+                            if (o < nw && i < nr) {
+                                ds_vec_dot_get(t, 0)(n, &ref, w + (size_t)o * wrow,
+                                                     a + (size_t)i * arow);
+                            }
                             assert_int_equal(f32_bits(y[o + i * ys]), f32_bits(ref));
                         }
                     }

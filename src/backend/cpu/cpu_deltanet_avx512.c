@@ -1,7 +1,9 @@
 // cpu_deltanet_avx512.c: the gated delta rule of a chain of rows (a prompt chunk, a verify chain)
 // for one head in AVX-512, bit for bit cpu_deltanet.c's gdn_row applied row after row, which
-// cpu_deltanet_test.c checks. Called by cpu_deltanet.c when ds_cpu_max_level() >= 2, d_v is a
-// multiple of 16 and the chain has at least DS_CPU_GDN_CHAIN_MIN rows.
+// cpu_deltanet_test.c checks. Called by cpu_deltanet.c for chains (not trees) of at least
+// DS_CPU_GDN_CHAIN_MIN rows when ds_cpu_max_level() >= 2, d_k is a multiple of 8 and d_v of 16.
+// Only AVX-512F float operations (and AVX2 for the transposes): level 2 does not imply the VNNI
+// or DQ instructions the file's build flags would allow.
 //
 // Why: gdn_row's AVX2 form puts 8 value rows of the state in the lanes and transposes 8 x 8
 // blocks twice per row (its dot products run along the key index, in the scalar order); in a

@@ -1,8 +1,9 @@
 // cpu_deltanet_test.c: the CPU gated-delta-rule op gives the same bits (outputs and the moved-on
 // state) with its AVX2 row update (cpu_deltanet_avx2.c) and its AVX-512 chain form
 // (cpu_deltanet_avx512.c: chains of DS_CPU_GDN_CHAIN_MIN rows or more, d_v a multiple of 16) as
-// with the scalar one (ds_cpu_set_max_level(0)), for chains and trees, d_k / d_v 8-128, grouped
-// heads, 1 and 2 threads; and a one-row step matches a double-precision evaluation of the rule.
+// with the scalar one (ds_cpu_set_max_level(0)), at levels 1 and 2, for chains and trees, the
+// state moved on into a separate buffer, in place or not kept, d_k / d_v 8-128, grouped heads, 1
+// and 2 threads; and a one-row step matches a double-precision evaluation of the rule.
 #include "backend/backend.h"
 #include "backend/cpu/cpu_test.h"
 
@@ -24,7 +25,9 @@ static float *rand_buf(int64_t n, float lo, float hi, rng *r) {
     return b;
 }
 
-// out, state_out of the op at the current level.
+// out, state_out of the op at the current level (state_out NULL: the state is not kept, as a
+// speculative verify runs it; == state: moved on in place, as a commit's replay does; trees keep
+// no state).
 static void run_op(ds_backend *be, int64_t dk, int64_t dv, int hk, int hv, int64_t n,
                    const int32_t *parent, float *qkv, float *beta, float *g, float *state,
                    float *out, float *state_out) {
@@ -36,7 +39,8 @@ static void run_op(ds_backend *be, int64_t dk, int64_t dv, int hk, int hv, int64
     ds_tensor to = ds_tensor_2d(out, DS_TYPE_F32, dv * hv, n);
     ds_tensor tso = ds_tensor_2d(state_out, DS_TYPE_F32, dk * dv, hv);
     ds_gdn_params p = {.parent = parent, .q_scale = 1.0f / sqrtf((float)dk), .eps = 1e-6f};
-    be->ops.gated_delta(be, &to, &tq, &tb, &tg, &ts, parent ? NULL : &tso, hk, hv, &p);
+    be->ops.gated_delta(be, &to, &tq, &tb, &tg, &ts, parent || !state_out ? NULL : &tso, hk, hv,
+                        &p);
 }
 
 static void run_case(ds_backend *be, int64_t dk, int64_t dv, int hk, int hv, int64_t n, bool tree,
@@ -50,14 +54,21 @@ static void run_case(ds_backend *be, int64_t dk, int64_t dv, int hk, int hv, int
     }
     const size_t ob = (size_t)(dv * hv * n) * sizeof(float), sb = (size_t)(dk * dv * hv) * 4;
     float *o1 = malloc(ob), *o0 = malloc(ob), *s1 = malloc(sb), *s0 = malloc(sb);
-    run_op(be, dk, dv, hk, hv, n, tree ? parent : NULL, qkv, beta, g, state, o1, s1);
     ds_cpu_set_max_level(0);
     run_op(be, dk, dv, hk, hv, n, tree ? parent : NULL, qkv, beta, g, state, o0, s0);
-    ds_cpu_set_max_level(2);
-    assert_memory_equal(o1, o0, ob);
-    if (!tree) {
-        assert_memory_equal(s1, s0, sb);
+    // levels 1 (AVX2 row update) and 2 (AVX-512 chains from DS_CPU_GDN_CHAIN_MIN rows), the state
+    // into a separate buffer, in place, or not kept
+    for (int level = 1; level <= 2; level++) {
+        ds_cpu_set_max_level(level);
+        for (int mode = 0; mode < 3; mode++) { // separate, in place, not kept
+            memcpy(s1, state, sb);
+            run_op(be, dk, dv, hk, hv, n, tree ? parent : NULL, qkv, beta, g,
+                   mode == 1 ? s1 : state, o1, mode < 2 ? s1 : NULL);
+            assert_memory_equal(o1, o0, ob);
+            assert_memory_equal(s1, !tree && mode < 2 ? s0 : state, sb);
+        }
     }
+    ds_cpu_set_max_level(2);
     if (n == 1) { // the rule in double precision: S = decay S + k (beta (v - decay S k))^T
         for (int h = 0; h < hv; h++) {
             const int kh = h % hk;
