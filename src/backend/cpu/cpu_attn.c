@@ -62,7 +62,8 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
     const int hg = a->hg, nr = a->nr, nu = nr * hg; // units u = r * hg + g
     const int64_t all = a->total + (nr - 1) * a->row_step; // keys of the block's last row
     DS_ASSERT(nr == 1 || a->vis == NULL);
-    float *kb = scratch + (size_t)nu * (size_t)sc_stride, *vr = kb + DS_ATTN_KB * hd;
+    float *kb = scratch + (size_t)nu * (size_t)sc_stride, *kt = kb + DS_ATTN_KB * hd;
+    float *vr = kt + DS_ATTN_KB * hd;
     float *acc = vr + hd, *inv = acc + (size_t)nu * (size_t)hd;
 #define UNIT_Q(u) (a->q + (size_t)((u) / hg) * a->q_row_stride + (size_t)((u) % hg) * a->q_stride)
     // scores: each key row converted once for every unit (a row's keys past its own are computed
@@ -87,9 +88,19 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
                               a->off, hd);
             }
             memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
+            // (2 units or more: the block transposed once for all of them; the same products
+            // and adds in the same order either way)
+            const bool once = nu >= 2;
+            if (once) {
+                ds_cpu_k_groups_avx2(kb, nk8, hd, kt);
+            }
             for (int u = 0; u < nu; u++) { // (up to 7 scores past the end: DS_ATTN_PAD)
                 float *sc = scratch + u * sc_stride;
-                ds_cpu_qk_avx2(UNIT_Q(u), kb, nk8, hd, sc + i0);
+                if (once) {
+                    ds_cpu_qk_groups_avx2(UNIT_Q(u), kt, nk8, hd, sc + i0);
+                } else {
+                    ds_cpu_qk_avx2(UNIT_Q(u), kb, nk8, hd, sc + i0);
+                }
                 for (int64_t i = i0; i < i0 + nk; i++) {
                     sc[i] *= a->scale;
                 }

@@ -66,6 +66,10 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
 // the scalar loops: s[i] = sum_d q[d] * kb[i * hd + d] (d in order) for n_keys (a multiple of 8)
 // rows of kb; acc[d] += w * v[d].
 void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd, float *s);
+// The same scores from a key block transposed once for all the queries that read it
+// (ds_cpu_k_groups_avx2: per group of 8 keys, element d of key l at kt[(g * hd + d) * 8 + l]).
+void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, float *kt);
+void ds_cpu_qk_groups_avx2(const float *q, const float *kt, int64_t n_keys, int64_t hd, float *s);
 void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 
 // gdn_row of cpu_deltanet.c in AVX2 (cpu_deltanet_avx2.c; dk, dv multiples of 8), bitwise.
@@ -111,7 +115,7 @@ typedef struct ds_attn_heads {
 } ds_attn_heads;
 enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8, DS_ATTN_ROWS = 8 };
 #define DS_ATTN_SCRATCH(n, hd, units)                                                              \
-    ((units) * ((n) + DS_ATTN_PAD) + DS_ATTN_KB * (hd) + (hd) + (units) * (hd) + (units))
+    ((units) * ((n) + DS_ATTN_PAD) + 2 * DS_ATTN_KB * (hd) + (hd) + (units) * (hd) + (units))
 static inline bool ds_cpu_attn_simd(int64_t hd) {
     return hd % 8 == 0 && ds_cpu_max_level() >= 1;
 }
