@@ -65,6 +65,9 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
     float *kb = scratch + (size_t)nu * (size_t)sc_stride, *kt = kb + DS_ATTN_KB * hd;
     float *vr = kt + DS_ATTN_KB * hd;
     float *acc = vr + hd, *inv = acc + (size_t)nu * (size_t)hd;
+    // (AVX-512: keys 16 at a time, each block transposed once whatever the unit count; V rows
+    // 16 elements at a time)
+    const bool wide = a->simd && hd % 16 == 0 && ds_cpu_max_level() >= 2;
 #define UNIT_Q(u) (a->q + (size_t)((u) / hg) * a->q_row_stride + (size_t)((u) % hg) * a->q_stride)
     // scores: each key row converted once for every unit (a row's keys past its own are computed
     // and then left out)
@@ -81,8 +84,9 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
             }
         }
     } else {
-        for (int64_t i0 = 0; i0 < all; i0 += DS_ATTN_KB) { // blocks of keys, 8 at a time
-            const int64_t nk = DS_MIN(DS_ATTN_KB, all - i0), nk8 = (nk + 7) / 8 * 8;
+        const int64_t kg = wide ? 16 : 8;
+        for (int64_t i0 = 0; i0 < all; i0 += DS_ATTN_KB) { // blocks of keys, kg at a time
+            const int64_t nk = DS_MIN(DS_ATTN_KB, all - i0), nk8 = (nk + kg - 1) / kg * kg;
             for (int64_t i = 0; i < nk; i++) {
                 ds_cpu_kv_row(kb + i * hd, a->k, vis_row(i0 + i, a->base, a->n_past, a->vis),
                               a->off, hd);
@@ -91,12 +95,16 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
             // (2 units or more: the block transposed once for all of them; the same products
             // and adds in the same order either way)
             const bool once = nu >= 2;
-            if (once) {
+            if (wide) {
+                ds_cpu_k_groups16_avx512(kb, nk8, hd, kt);
+            } else if (once) {
                 ds_cpu_k_groups_avx2(kb, nk8, hd, kt);
             }
-            for (int u = 0; u < nu; u++) { // (up to 7 scores past the end: DS_ATTN_PAD)
+            for (int u = 0; u < nu; u++) { // (up to kg - 1 scores past the end: DS_ATTN_PAD)
                 float *sc = scratch + u * sc_stride;
-                if (once) {
+                if (wide) {
+                    ds_cpu_qk_groups16_avx512(UNIT_Q(u), kt, nk8, hd, sc + i0);
+                } else if (once) {
                     ds_cpu_qk_groups_avx2(UNIT_Q(u), kt, nk8, hd, sc + i0);
                 } else {
                     ds_cpu_qk_avx2(UNIT_Q(u), kb, nk8, hd, sc + i0);
@@ -133,7 +141,11 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
             float *au = acc + u * hd;
             const float w = scratch[u * sc_stride + i];
             if (a->simd) {
-                ds_cpu_axpy_avx2(au, w, vr, hd);
+                if (wide) {
+                    ds_cpu_axpy_avx512(au, w, vr, hd);
+                } else {
+                    ds_cpu_axpy_avx2(au, w, vr, hd);
+                }
                 continue;
             }
             for (int64_t d = 0; d < hd; d++) {

@@ -1,6 +1,7 @@
 // cpu_attn_test.c: the CPU attention ops (`attention`: chain and tree visibility over a committed
 // prefix; `attention_rows`: per-row cache ranges) give the same bits with the AVX2 loops
-// (cpu_attn_avx2.c) as with the scalar ones (ds_cpu_set_max_level(0)), and whether a task takes
+// (cpu_attn_avx2.c, level 1) and the AVX-512 ones (cpu_attn_avx512.c, level 2) as with the scalar
+// ones (ds_cpu_set_max_level(0)), and whether a task takes
 // a kv head's query heads together or one each and chain rows in blocks of up to 8 or one by one
 // (1 or 4 threads split them apart), for F32, F16 and Q8_0 caches, head
 // dims 32-256, GQA; and the scalar result matches a double-precision softmax attention over the
@@ -81,18 +82,22 @@ static void run_case(ds_backend *be, ds_backend *be2, ds_type ct, int64_t hd, in
     ds_attn_params p = {.n_past = n_past, .parent = tree ? parent : NULL,
                         .scale = 1.0f / sqrtf((float)hd)};
     const size_t ob = (size_t)(hd * n_head * n) * sizeof(float);
-    float *o_simd = malloc(ob), *o_ref = malloc(ob), *o_2 = malloc(ob);
+    float *o_simd = malloc(ob), *o_ref = malloc(ob), *o_2 = malloc(ob), *o_1 = malloc(ob);
     ds_tensor out_2 = ds_tensor_2d(o_2, DS_TYPE_F32, hd * n_head, n);
     ds_tensor out_s = ds_tensor_2d(o_simd, DS_TYPE_F32, hd * n_head, n);
     ds_tensor out_r = ds_tensor_2d(o_ref, DS_TYPE_F32, hd * n_head, n);
+    ds_tensor out_1 = ds_tensor_2d(o_1, DS_TYPE_F32, hd * n_head, n);
     be->ops.attention(be, &out_s, &q, &k, &v, n_kv, &p);
     be2->ops.attention(be2, &out_2, &q, &k, &v, n_kv, &p);
+    ds_cpu_set_max_level(1); // (the AVX2 loops; level 2 runs the AVX-512 ones where hd % 16 == 0)
+    be->ops.attention(be, &out_1, &q, &k, &v, n_kv, &p);
     ds_cpu_set_max_level(0);
     be->ops.attention(be, &out_r, &q, &k, &v, n_kv, &p);
     ds_cpu_set_max_level(2);
     for (int64_t i = 0; i < hd * n_head * n; i++) {
         assert_int_equal(f32_bits(o_simd[i]), f32_bits(o_ref[i]));
         assert_int_equal(f32_bits(o_2[i]), f32_bits(o_ref[i]));
+        assert_int_equal(f32_bits(o_1[i]), f32_bits(o_ref[i]));
     }
     // the scalar result against double precision: last row, every head, a few dims
     int64_t *rows = malloc((size_t)n_ctx * sizeof(int64_t)), nr = 0, t = n - 1;
@@ -136,6 +141,7 @@ static void run_case(ds_backend *be, ds_backend *be2, ds_type ct, int64_t hd, in
     free(lo);
     free(rows);
     free(o_2);
+    free(o_1);
     free(o_ref);
     free(o_simd);
     free(parent);

@@ -70,6 +70,12 @@ void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd,
 // (ds_cpu_k_groups_avx2: per group of 8 keys, element d of key l at kt[(g * hd + d) * 8 + l]).
 void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, float *kt);
 void ds_cpu_qk_groups_avx2(const float *q, const float *kt, int64_t n_keys, int64_t hd, float *s);
+// The same in AVX-512 (cpu_attn_avx512.c; ds_cpu_max_level() >= 2, hd a multiple of 16, n_keys of
+// 16): groups of 16 keys (element d of key l at kt[(g * hd + d) * 16 + l]), and the V sums.
+void ds_cpu_k_groups16_avx512(const float *kb, int64_t n_keys, int64_t hd, float *kt);
+void ds_cpu_qk_groups16_avx512(const float *q, const float *kt, int64_t n_keys, int64_t hd,
+                               float *s);
+void ds_cpu_axpy_avx512(float *acc, float w, const float *v, int64_t hd);
 void ds_cpu_axpy_avx2(float *acc, float w, const float *v, int64_t hd);
 
 // gdn_row of cpu_deltanet.c in AVX2 (cpu_deltanet_avx2.c; dk, dv multiples of 8), bitwise.
@@ -113,7 +119,7 @@ typedef struct ds_attn_heads {
     float scale;
     bool simd;
 } ds_attn_heads;
-enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 8, DS_ATTN_ROWS = 8 };
+enum { DS_ATTN_KB = 32, DS_ATTN_PAD = 16, DS_ATTN_ROWS = 8 };
 #define DS_ATTN_SCRATCH(n, hd, units)                                                              \
     ((units) * ((n) + DS_ATTN_PAD) + 2 * DS_ATTN_KB * (hd) + (hd) + (units) * (hd) + (units))
 static inline bool ds_cpu_attn_simd(int64_t hd) {
