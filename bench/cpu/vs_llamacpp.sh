@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # vs_llamacpp.sh LLAMA_BENCH DSPEC MODEL.gguf [MODEL.gguf ...]: the CPU backend against llama.cpp's
 # CPU backend on the same GGUF files, side by side in one run: prompt processing (PROMPT tokens,
-# default 512) and decode (DECODE tokens, default 32) on THREADS threads (default: all CPUs).
+# default 512) and decode (DECODE tokens, default 32, after PROMPT tokens of context) on THREADS
+# threads (default: all CPUs).
 # Each tool runs twice per file, alternating (A B A B), so a drift of the machine shows; the table
 # prints each run and the ratio of the medians. llama-bench is built outside this repository
 # (bench/README.md, "CPU against llama.cpp"); nothing of llama.cpp is kept here.
@@ -21,11 +22,16 @@ ds_run() { # prefill tok/s, decode tok/s (next step queued ahead, as dspec run d
                    "$(grep -o 'queued ahead [0-9.]* ms/token, [0-9.]* tok/s' <<<"$out" |
                       grep -o '[0-9.]* tok/s' | grep -o '^[0-9.]*')"
 }
-lb_run() { # pp and tg tok/s (llama-bench's mean over -r 2; columns found by their csv header)
-  "$LB" -m "$1" -t "$T" -p "$P" -n "$N" -r 2 -o csv 2>/dev/null | awk -F, '
-    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    { gsub(/"/, ""); if ($c["n_gen"] == 0) pp = $c["avg_ts"]; else tg = $c["avg_ts"] }
-    END { print pp, tg }'
+lb_run() { # pp and tg tok/s (llama-bench's mean over -r 2): tg after a context of P tokens
+  # (-d P), as dspec's decode follows its P-token prompt (llama-bench's tg alone starts empty)
+  local pp tg
+  pp=$("$LB" -m "$1" -t "$T" -p "$P" -n 0 -r 2 -o csv 2>/dev/null | lb_ts)
+  tg=$("$LB" -m "$1" -t "$T" -p 0 -n "$N" -d "$P" -r 2 -o csv 2>/dev/null | lb_ts)
+  echo "$pp $tg"
+}
+lb_ts() { # avg_ts of the csv's one test (columns found by the header)
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+           { gsub(/"/, ""); print $c["avg_ts"] }'
 }
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (a[int((NR+1)/2)]+a[int(NR/2)+1])/2}'; }
 printf '%-28s %-9s %22s %22s\n' "model" "tool" "prefill $P tok/s" "decode tok/s"
