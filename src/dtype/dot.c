@@ -1,7 +1,7 @@
 // dot.c: scalar reference dot kernels of every weight type against its activation type, the
 // activation quantizers, and the run-time choice between scalar, AVX2 and AVX-512 kernels (the
 // AVX-512 level, with VNNI: the tile kernels of ds_vec_dot_plan, dot_avx512.c, and the
-// single-row Q4_K / Q5_K / Q6_K kernels, dot_row_avx512.c). Calls quants.c/convert.c (block
+// single-row Q4_K / Q5_K / Q6_K / Q8_0 kernels, dot_row_avx512.c). Calls quants.c/convert.c (block
 // helpers), dot_avx2.c, dot_avx512.c and dot_row_avx512.c. Called through dtype.h (ds_vec_dot,
 // ds_vec_dot_rows, ds_vec_dot_plan, ds_vec_dot_get, ds_quantize_act).
 // Spec: target-qwen35.md §2.13 (which activation type each weight type is dotted with).
@@ -270,7 +270,7 @@ static const kernel_set k_dots[DS_TYPE_COUNT] = {
     [DS_TYPE_F32] = {{ds_dot_f32_scalar, ds_dot_f32_avx2, NULL}},
     [DS_TYPE_F16] = {{ds_dot_f16_scalar, ds_dot_f16_avx2, NULL}},
     [DS_TYPE_BF16] = {{ds_dot_bf16_scalar, ds_dot_bf16_avx2, NULL}},
-    [DS_TYPE_Q8_0] = {{ds_dot_q8_0_scalar, ds_dot_q8_0_avx2, NULL},
+    [DS_TYPE_Q8_0] = {{ds_dot_q8_0_scalar, ds_dot_q8_0_avx2, ds_dot_q8_0_avx512},
                       {NULL, ds_dot_rows_q8_0_avx2, NULL}},
     [DS_TYPE_Q4_0] = {{ds_dot_q4_0_scalar, ds_dot_q4_0_avx2, NULL},
                       {NULL, ds_dot_rows_q4_0_avx2, NULL}},

@@ -1,8 +1,8 @@
-// dot_row_avx512.c: AVX-512 single-row dot products of the K-quant types a decode step reads most
-// (Q4_K, Q5_K, Q6_K against Q8_K): one weight row against one activation row, bit for bit the
-// scalar kernel in dot.c (the same exact integer sums per superblock, then the same float step
-// added in superblock order), which dtype_test.c checks. Calls dot_x86.h. Called only through
-// dot.c's dispatch when ds_cpu_get()->avx512_vnni holds (vpdpwssd).
+// dot_row_avx512.c: AVX-512 single-row dot products of the types a decode step reads most (Q4_K,
+// Q5_K, Q6_K against Q8_K; Q8_0 against Q8_0): one weight row against one activation row, bit for
+// bit the scalar kernel in dot.c (the same exact integer sums per superblock or block, then the
+// same float steps in the same order), which dtype_test.c checks. Calls dot_x86.h. Called only
+// through dot.c's dispatch when ds_cpu_get()->avx512_vnni holds (vpdpwssd, vpdpbusd).
 // Spec: target-qwen35.md §2.13.
 //
 // Why: a decode step is one activation row against every weight matrix; on few cores the AVX2
@@ -211,4 +211,69 @@ void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
         sum += ksum_step(x[i].d, 0, y[i].d, _mm_cvtsi128_si32(q), 0);
     }
     *s = sum;
+}
+
+// Q8_0 against Q8_0, 8 blocks at a time (scalar: block ib's term into lane ib % 8, then the
+// 8-lane tree): each pair of blocks one vector, |w| times a with w's sign (vpdpbusd: unsigned x
+// signed; the activation quantizer never gives -128), the 8 blocks' 16-lane sums reduced to one
+// exact sum per block in block order, times dw * da, added into the 8 lanes; the last 1-7 blocks
+// as the scalar loop.
+static inline __m512i q8_pair(const ds_block_q8_0 *x, const ds_block_q8_0 *y) {
+    const __m512i w = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].qs)),
+        _mm256_loadu_si256((const __m256i *)x[1].qs), 1);
+    const __m512i a = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[0].qs)),
+        _mm256_loadu_si256((const __m256i *)y[1].qs), 1);
+    const __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sa);
+}
+
+// The 8 fp16 scales of 8 consecutive Q8_0 blocks (34 bytes apart) as floats: a 32-bit gather
+// from each block's start (its d, then 2 bytes of qs), narrowed to the low halves.
+static inline __m256 q8_scales8(const ds_block_q8_0 *x) {
+    const __m256i ix = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    const __m256i g = _mm256_i32gather_epi32((const int *)(const void *)x, ix, 1);
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+}
+
+void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a) {
+    static_assert(sizeof(ds_block_q8_0) == 34, "q8_scales8's offsets");
+    const ds_block_q8_0 *x = w;
+    const ds_block_q8_0 *y = a;
+    const int64_t nb = n / DS_QK;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 8 <= nb; ib += 8) {
+        __m512i z[4];
+        for (int p = 0; p < 4; p++) { // z[p]: lanes 0-7 block 2p, 8-15 block 2p + 1
+            z[p] = q8_pair(&x[ib + 2 * p], &y[ib + 2 * p]);
+        }
+        // per 128-bit lane q of z[p] (blocks 2p for q < 2, 2p + 1 after): the 4 lanes' sums of
+        // z[0..3] side by side, then the lanes q = 0, 1 and 2, 3 added: blocks 0 2 4 6 | 1 3 5 7
+        const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
+                                             _mm512_unpackhi_epi32(z[0], z[1]));
+        const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
+                                             _mm512_unpackhi_epi32(z[2], z[3]));
+        const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23),
+                                           _mm512_unpackhi_epi64(a01, a23));
+        const __m512i c = _mm512_add_epi32(b, _mm512_shuffle_i64x2(b, b, _MM_SHUFFLE(2, 3, 0, 1)));
+        // lanes 0-3 of c: blocks 0 2 4 6, lanes 8-11: blocks 1 3 5 7
+        const __m512i isum = _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0), c);
+        const __m256 dd = _mm256_mul_ps(q8_scales8(&x[ib]), q8_scales8(&y[ib]));
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(isum)), dd);
+        acc = _mm256_add_ps(acc, t);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    for (; ib < nb; ib++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < DS_QK; j++) {
+            sumi += x[ib].qs[j] * y[ib].qs[j];
+        }
+        lanes[ib % 8] += (float)sumi * (h2f(x[ib].d) * h2f(y[ib].d));
+    }
+    *s = ds_lanes8_reduce(lanes);
 }
