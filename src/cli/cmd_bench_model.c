@@ -192,8 +192,8 @@ static int run_bench(const bm_opts *o) {
            o->model, hp->n_layer, hp->n_embd, gb);
     ds_pool *pool = ds_backend_cpu_pool(be);
     if (pool) { // (CPU: the roofline is what the threads read; the copy for reference)
-        const double copy = bw;
-        bw = read_bandwidth(pool);
+        const double copy = bw, rd = read_bandwidth(pool);
+        bw = rd > 0.0 ? rd : copy; // (no 256 MiB to read: the copy's)
         printf("backend %s, %d threads; measured read bandwidth %.1f GB/s (single-thread copy "
                "%.1f) -> decode roofline %.2f ms/token (%.0f tok/s)\n", be->name,
                ds_pool_n_threads(pool), bw, copy, gb / bw * 1e3, bw / gb);

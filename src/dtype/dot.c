@@ -260,7 +260,8 @@ static void act_copy_f32(void *restrict y, const float *restrict x, int64_t n) {
 // ---- dispatch ----------------------------------------------------------------------------------
 
 // Every kernel of a type gives the same bits, so a level without its own kernel falls back to the
-// one below. The AVX-512 single-row kernels need VNNI (vpdpwssd) on top of level 2's features.
+// one below. The AVX-512 single-row kernels need VNNI (vpdpwssd, vpdpbusd) on top of level 2's
+// features.
 typedef struct kernel_set {
     ds_vec_dot_fn dot[3];       // [level]: scalar, AVX2, AVX-512 (NULL: fall back to lower)
     ds_vec_dot_rows_fn rows[3]; // several activation rows at once (NULL: dot per row)

@@ -273,7 +273,8 @@ void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
         for (int j = 0; j < DS_QK; j++) {
             sumi += x[ib].qs[j] * y[ib].qs[j];
         }
-        lanes[ib % 8] += (float)sumi * (h2f(x[ib].d) * h2f(y[ib].d));
+        const float t = (float)sumi * (h2f(x[ib].d) * h2f(y[ib].d));
+        lanes[ib % 8] += t;
     }
     *s = ds_lanes8_reduce(lanes);
 }

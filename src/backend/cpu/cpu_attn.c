@@ -1,8 +1,8 @@
 // cpu_attn.c: RoPE (NEOX, partial), K/V cache row stores (F32, F16 or Q8_0: ds_cpu_kv_row reads
 // them back) and softmax attention over the cache with chain or tree visibility; its loops
 // (ds_cpu_attn_heads, shared with cpu_attn_block.c: the query heads of one kv head together, so
-// that each K / V row is converted once for them) run the AVX2 kernels of cpu_attn_avx2.c where
-// the CPU has them, with the same bits.
+// that each K / V row is converted once for them) run the AVX2 kernels of cpu_attn_avx2.c or the
+// AVX-512 ones of cpu_attn_avx512.c where the CPU has them, with the same bits.
 // Spec: target-qwen35.md §2.7-2.8. Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
@@ -86,28 +86,28 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
     } else {
         const int64_t kg = wide ? 16 : 8;
         for (int64_t i0 = 0; i0 < all; i0 += DS_ATTN_KB) { // blocks of keys, kg at a time
-            const int64_t nk = DS_MIN(DS_ATTN_KB, all - i0), nk8 = (nk + kg - 1) / kg * kg;
+            const int64_t nk = DS_MIN(DS_ATTN_KB, all - i0), nkg = (nk + kg - 1) / kg * kg;
             for (int64_t i = 0; i < nk; i++) {
                 ds_cpu_kv_row(kb + i * hd, a->k, vis_row(i0 + i, a->base, a->n_past, a->vis),
                               a->off, hd);
             }
-            memset(kb + nk * hd, 0, (size_t)((nk8 - nk) * hd) * sizeof(float));
+            memset(kb + nk * hd, 0, (size_t)((nkg - nk) * hd) * sizeof(float));
             // (2 units or more: the block transposed once for all of them; the same products
             // and adds in the same order either way)
             const bool once = nu >= 2;
             if (wide) {
-                ds_cpu_k_groups16_avx512(kb, nk8, hd, kt);
+                ds_cpu_k_groups16_avx512(kb, nkg, hd, kt);
             } else if (once) {
-                ds_cpu_k_groups_avx2(kb, nk8, hd, kt);
+                ds_cpu_k_groups_avx2(kb, nkg, hd, kt);
             }
             for (int u = 0; u < nu; u++) { // (up to kg - 1 scores past the end: DS_ATTN_PAD)
                 float *sc = scratch + u * sc_stride;
                 if (wide) {
-                    ds_cpu_qk_groups16_avx512(UNIT_Q(u), kt, nk8, hd, sc + i0);
+                    ds_cpu_qk_groups16_avx512(UNIT_Q(u), kt, nkg, hd, sc + i0);
                 } else if (once) {
-                    ds_cpu_qk_groups_avx2(UNIT_Q(u), kt, nk8, hd, sc + i0);
+                    ds_cpu_qk_groups_avx2(UNIT_Q(u), kt, nkg, hd, sc + i0);
                 } else {
-                    ds_cpu_qk_avx2(UNIT_Q(u), kb, nk8, hd, sc + i0);
+                    ds_cpu_qk_avx2(UNIT_Q(u), kb, nkg, hd, sc + i0);
                 }
                 for (int64_t i = i0; i < i0 + nk; i++) {
                     sc[i] *= a->scale;
@@ -178,7 +178,7 @@ typedef struct attn_job {
     int hg;                 // query heads per task (group, or 1 when that leaves threads idle)
     int rb;                 // batch rows per task (chains: ds_cpu_attn_row_block; trees: 1)
     float scale;
-    bool simd;              // the AVX2 loops (cpu_attn_avx2.c)
+    bool simd;              // the SIMD loops (cpu_attn_avx2.c, cpu_attn_avx512.c)
     const int32_t *vis;     // tree: per row, visible batch rows ascending, -1 terminated
     int64_t vis_stride;     // ints per row in vis
     float *scratch;         // per thread: DS_ATTN_SCRATCH(n_past + n_rows, hd, hg) floats

@@ -14,7 +14,7 @@ typedef struct rows_job {
     int group, hg; // query heads per kv head, per task
     int rb, step;  // rows per task; their ranges: the same (0) or each one key longer (1)
     float scale;
-    bool simd;     // the AVX2 loops (cpu_attn_avx2.c)
+    bool simd;     // the SIMD loops (cpu_attn_avx2.c, cpu_attn_avx512.c)
     const int32_t *lo, *hi;
     float *scratch;
     int64_t scratch_stride;

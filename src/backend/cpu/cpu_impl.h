@@ -103,7 +103,7 @@ void ds_cpu_gdn_chain_avx512(const ds_cpu_gdn_chain *c);
 // key order -- the same bits whatever nr and hg -- with each K / V row converted once for all of
 // them. Visible key i is cache row base + i for i < n_past, then base + n_past + vis[i - n_past]
 // (vis NULL: base + i); row r sees `total + r * row_step` keys (row_step 1: a chain's causal
-// rows, 0: rows with the same range; nr > 1 needs vis NULL). simd: the AVX2 loops
+// rows, 0: rows with the same range; nr > 1 needs vis NULL). simd: the AVX2 / AVX-512 loops
 // (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats, n_keys >= the last
 // row's keys.
 typedef struct ds_attn_heads {
