@@ -1,5 +1,5 @@
 // dot_x86.h: AVX2 helpers shared by the x86 kernel files of src/dtype/ (dot_avx2.c,
-// dot_avx512.c): the weight blocks decoded to int8. Include only from files built with
+// dot_avx512.c, dot_row_avx512.c): the weight blocks decoded to int8. Include only from files built with
 // the AVX2 flags (CMakeLists.txt DS_AVX2_FLAGS / DS_AVX512_FLAGS).
 // Also the Q4_K / Q5_K scale unpacking and 64-value decoders, and the runs of up to 4 activation
 // rows the multi-row kernels take.

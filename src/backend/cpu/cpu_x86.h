@@ -1,5 +1,5 @@
-// cpu_x86.h: AVX2 helpers shared by the CPU backend's *_avx2.c files (cpu_attn_avx2.c,
-// cpu_deltanet_avx2.c). Include only from files built with the AVX2 flags (CMakeLists.txt).
+// cpu_x86.h: AVX2 helpers shared by the CPU backend's *_avx2.c and *_avx512.c files (cpu_attn_*,
+// cpu_deltanet_*). Include only from files built with the AVX2 flags (CMakeLists.txt).
 #pragma once
 
 #include "backend/cpu/cpu_impl.h"
