@@ -19,18 +19,6 @@ static inline __m256i dot_i8_32(__m256i x, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
 }
 
-// fp16 -> f32 with F16C: the same value as ds_fp16_to_f32 for every non-NaN input.
-static inline float h2f(ds_fp16 h) {
-    return _cvtsh_ss(h);
-}
-
-// The float step of dtype_impl.h's ds_ksum_step, with F16C conversions (same operations).
-static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
-    float dd = h2f(d) * ad;
-    float dm = h2f(dmin) * ad;
-    return dd * (float)isum - dm * (float)msum;
-}
-
 // sum_j mn[j] * (bsums[2j] + bsums[2j+1]) with one multiply-add of 16-bit lanes (exact).
 static inline int32_t k4_min_sum(const uint8_t mn[8], const int16_t bsums[16]) {
     __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));

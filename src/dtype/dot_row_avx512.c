@@ -34,17 +34,6 @@ static inline void hsum4(__m512i ia, __m256i ma, __m512i ib, __m256i mb, int32_t
     _mm_storeu_si128((__m128i *)out, q);
 }
 
-static inline float h2f(ds_fp16 h) {
-    return _cvtsh_ss(h);
-}
-
-// dtype_impl.h's ds_ksum_step with F16C conversions (the same float operations).
-static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
-    float dd = h2f(d) * ad;
-    float dm = h2f(dmin) * ad;
-    return dd * (float)isum - dm * (float)msum;
-}
-
 // Q4_K / Q5_K: the 8 six-bit scales of a superblock as bytes 0-7 of every 128-bit lane of *sc
 // (zero-extended to words by the pair_ix shuffles) and its mins term's 8 lanes, mn[j] *
 // (bsums[2j] + bsums[2j + 1]). dot_x86.h's k4_words with vector operations on the 16 bytes from

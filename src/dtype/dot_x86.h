@@ -1,6 +1,7 @@
 // dot_x86.h: AVX2 helpers shared by the x86 kernel files of src/dtype/ (dot_avx2.c,
-// dot_avx512.c, dot_row_avx512.c): the weight blocks decoded to int8. Include only from files built with
-// the AVX2 flags (CMakeLists.txt DS_AVX2_FLAGS / DS_AVX512_FLAGS).
+// dot_avx512.c, dot_row_avx512.c): fp16 scales and the super-block float step, the weight blocks
+// decoded to int8. Include only from files built with the AVX2 flags (CMakeLists.txt
+// DS_AVX2_FLAGS / DS_AVX512_FLAGS).
 // Also the Q4_K / Q5_K scale unpacking and 64-value decoders, and the runs of up to 4 activation
 // rows the multi-row kernels take.
 #pragma once
@@ -9,6 +10,18 @@
 
 #include <immintrin.h>
 #include <string.h>
+
+// fp16 -> f32 with F16C: the same value as ds_fp16_to_f32 for every non-NaN input.
+static inline float h2f(ds_fp16 h) {
+    return _cvtsh_ss(h);
+}
+
+// The float step of dtype_impl.h's ds_ksum_step, with F16C conversions (same operations).
+static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, int32_t msum) {
+    float dd = h2f(d) * ad;
+    float dm = h2f(dmin) * ad;
+    return dd * (float)isum - dm * (float)msum;
+}
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
 static inline __m256i nibbles_32(const uint8_t *q) {

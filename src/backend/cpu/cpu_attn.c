@@ -95,10 +95,8 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
             // (2 units or more: the block transposed once for all of them; the same products
             // and adds in the same order either way)
             const bool once = nu >= 2;
-            if (wide) {
-                ds_cpu_k_groups16_avx512(kb, nkg, hd, kt);
-            } else if (once) {
-                ds_cpu_k_groups_avx2(kb, nkg, hd, kt);
+            if (wide || once) {
+                ds_cpu_k_groups_avx2(kb, nkg, hd, kg, kt);
             }
             for (int u = 0; u < nu; u++) { // (up to kg - 1 scores past the end: DS_ATTN_PAD)
                 float *sc = scratch + u * sc_stride;

@@ -49,21 +49,9 @@ void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd,
     }
 }
 
-void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, float *kt) {
-    DS_ASSERT(hd % 8 == 0 && n_keys % 8 == 0);
-    for (int64_t k0 = 0; k0 < n_keys; k0 += 8) {
-        float *g = kt + k0 * hd;
-        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-            __m256 r[8], t[8];
-            for (int l = 0; l < 8; l++) {
-                r[l] = _mm256_loadu_ps(kb + (k0 + l) * hd + d0);
-            }
-            ds_transpose8(r, t);
-            for (int m = 0; m < 8; m++) {
-                _mm256_storeu_ps(g + (d0 + m) * 8, t[m]);
-            }
-        }
-    }
+void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, int64_t G, float *kt) {
+    DS_ASSERT(hd % 8 == 0 && (G == 8 || G == 16) && n_keys % G == 0);
+    ds_transpose_groups(kb, n_keys, hd, G, kt);
 }
 
 // G groups of 8 transposed keys at once.

@@ -1,28 +1,11 @@
 // cpu_attn_avx512.c: AVX-512 forms of cpu_attn_avx2.c's transposed-key scores and V sums, bit for
-// bit the scalar loops (cpu_attn_test.c): the key block transposed once into groups of 16 keys
-// (element d of key l at kt[(g * hd + d) * 16 + l]), then per query 16 keys' q·k in one vector,
-// lane l adding key l's products in the order of d (each product rounded, then added); and the
-// weighted sum of a V row 16 elements at a time. Only AVX-512F float operations (and AVX2 for the
-// 8 x 8 transposes). Called by cpu_attn.c (ds_cpu_attn_heads) when ds_cpu_max_level() >= 2 and the
-// head dimension is a multiple of 16.
+// bit the scalar loops (cpu_attn_test.c): with the key block in groups of 16 keys
+// (ds_cpu_k_groups_avx2, G = 16: element d of key l at kt[(g * hd + d) * 16 + l]), per query 16
+// keys' q·k in one vector, lane l adding key l's products in the order of d (each product
+// rounded, then added); and the weighted sum of a V row 16 elements at a time. Only AVX-512F
+// float operations. Called by cpu_attn.c (ds_cpu_attn_heads) when ds_cpu_max_level() >= 2 and
+// the head dimension is a multiple of 16.
 #include "backend/cpu/cpu_x86.h"
-
-void ds_cpu_k_groups16_avx512(const float *kb, int64_t n_keys, int64_t hd, float *kt) {
-    DS_ASSERT(hd % 16 == 0 && n_keys % 16 == 0);
-    for (int64_t k0 = 0; k0 < n_keys; k0 += 8) {
-        float *g = kt + (k0 / 16) * 16 * hd + k0 % 16; // (the group's first or second 8 lanes)
-        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-            __m256 r[8], t[8];
-            for (int l = 0; l < 8; l++) {
-                r[l] = _mm256_loadu_ps(kb + (k0 + l) * hd + d0);
-            }
-            ds_transpose8(r, t);
-            for (int m = 0; m < 8; m++) {
-                _mm256_storeu_ps(g + (d0 + m) * 16, t[m]);
-            }
-        }
-    }
-}
 
 // G groups of 16 transposed keys at once.
 static inline __attribute__((always_inline)) void qk_groups16(const int G, const float *q,

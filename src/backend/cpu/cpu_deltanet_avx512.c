@@ -19,23 +19,6 @@
 //   flops: n * dk * dv * 7
 #include "backend/cpu/cpu_x86.h"
 
-// S (dv rows of dk, value-major) -> St (dk rows of dv), and back: 8 x 8 blocks (dk, dv multiples
-// of 8).
-static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            __m256 r[8], t[8];
-            for (int l = 0; l < 8; l++) {
-                r[l] = _mm256_loadu_ps(src + (r0 + l) * cols + c0);
-            }
-            ds_transpose8(r, t);
-            for (int l = 0; l < 8; l++) {
-                _mm256_storeu_ps(dst + (c0 + l) * rows + r0, t[l]);
-            }
-        }
-    }
-}
-
 // G vectors (16 G value columns from j0) of every row of the chain.
 static inline __attribute__((always_inline)) void chain_block(const int G, float *St,
                                                               const ds_cpu_gdn_chain *c,
@@ -81,7 +64,7 @@ static inline __attribute__((always_inline)) void chain_block(const int G, float
 
 void ds_cpu_gdn_chain_avx512(const ds_cpu_gdn_chain *c) {
     DS_ASSERT(c->dk % 8 == 0 && c->dv % 16 == 0);
-    transpose(c->st, c->s_in, c->dv, c->dk);
+    ds_transpose_groups(c->s_in, c->dv, c->dk, c->dv, c->st); // (S: dv rows of dk -> St)
     int64_t j0 = 0;
     for (; j0 + 64 <= c->dv; j0 += 64) {
         chain_block(4, c->st, c, j0);
@@ -90,6 +73,6 @@ void ds_cpu_gdn_chain_avx512(const ds_cpu_gdn_chain *c) {
         chain_block(1, c->st, c, j0);
     }
     if (c->s_out) {
-        transpose(c->s_out, c->st, c->dk, c->dv);
+        ds_transpose_groups(c->st, c->dk, c->dv, c->dk, c->s_out);
     }
 }

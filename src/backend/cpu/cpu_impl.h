@@ -67,12 +67,12 @@ static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, in
 // rows of kb; acc[d] += w * v[d].
 void ds_cpu_qk_avx2(const float *q, const float *kb, int64_t n_keys, int64_t hd, float *s);
 // The same scores from a key block transposed once for all the queries that read it
-// (ds_cpu_k_groups_avx2: per group of 8 keys, element d of key l at kt[(g * hd + d) * 8 + l]).
-void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, float *kt);
+// (ds_cpu_k_groups_avx2: per group of G = 8 (or 16, for the AVX-512 scores below) keys, element d
+// of key l at kt[(g * hd + d) * G + l]).
+void ds_cpu_k_groups_avx2(const float *kb, int64_t n_keys, int64_t hd, int64_t G, float *kt);
 void ds_cpu_qk_groups_avx2(const float *q, const float *kt, int64_t n_keys, int64_t hd, float *s);
 // The same in AVX-512 (cpu_attn_avx512.c; ds_cpu_max_level() >= 2, hd a multiple of 16, n_keys of
-// 16): groups of 16 keys (element d of key l at kt[(g * hd + d) * 16 + l]), and the V sums.
-void ds_cpu_k_groups16_avx512(const float *kb, int64_t n_keys, int64_t hd, float *kt);
+// 16) from groups of 16 keys, and the V sums.
 void ds_cpu_qk_groups16_avx512(const float *q, const float *kt, int64_t n_keys, int64_t hd,
                                float *s);
 void ds_cpu_axpy_avx512(float *acc, float w, const float *v, int64_t hd);

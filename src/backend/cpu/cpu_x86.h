@@ -29,3 +29,23 @@ static inline void ds_transpose8(const __m256 r[8], __m256 t[8]) {
     t[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
     t[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
 }
+
+// rows x cols floats (row-major; both multiples of 8) regrouped column-major in groups of G rows
+// (G a multiple of 8 dividing rows): element (r, c) to dst[((r / G) * cols + c) * G + r % G], by
+// 8 x 8 transposes. G = rows: the plain transpose.
+static inline void ds_transpose_groups(const float *src, int64_t rows, int64_t cols, int64_t G,
+                                       float *dst) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+        float *g = dst + (r0 / G) * G * cols + r0 % G;
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            __m256 r[8], t[8];
+            for (int l = 0; l < 8; l++) {
+                r[l] = _mm256_loadu_ps(src + (r0 + l) * cols + c0);
+            }
+            ds_transpose8(r, t);
+            for (int m = 0; m < 8; m++) {
+                _mm256_storeu_ps(g + (c0 + m) * G, t[m]);
+            }
+        }
+    }
+}
