@@ -10,16 +10,18 @@
 // vpdpbusd of an activation slice with the weight slice adds, in int32 lane j, four products of
 // block j, and 8 of them leave each lane its block's exact sum -- no horizontal sums.
 //   * Activation rows are packed once per matmul (ds_act_pack_q8_0_avx512): per group the 8
-//     slices of the values + 128 as unsigned bytes (vpdpbusd's unsigned operand), then the 16
-//     block scales as floats.
+//     slices of the values (int8), the 16 block scales as floats, and -128 * each lane's sum of
+//     activations, which undoes the + 128 of the weights.
 //   * Each weight row is transposed once per tile into a panel (tile_prep): per group its 8
-//     slices (int8), -128 * (each block's sum of weights), which undoes the + 128, and the 16
-//     weight scales as floats; the panel then meets every activation row of the tile.
+//     slices of the weights + 128 as unsigned bytes (vpdpbusd's unsigned operand) and the 16
+//     weight scales as floats; the panel then meets every activation row of the tile. (All the
+//     per-row work that can be is on the activation side: a panel is made for every weight row
+//     of a matmul, a packed activation row once per matmul.)
 // Per activation row and group: t_j = (float)isum_j * (dw_j * da_j) for the 16 blocks, added into
 // the 8 lane sums as blocks 0-7 then 8-15 (lane = block mod 8 in block order: the scalar order).
 // Blocks past the row's end have zero weights and scales: they add +0.0f to a lane sum, which
 // leaves it unchanged (a lane sum that starts at +0.0f is never -0.0f).
-//   bytes: per weight row n * bpw / 8 once per tile (then a 640-byte-per-group panel from L1) +
+//   bytes: per weight row n * bpw / 8 once per tile (then a 576-byte-per-group panel from L1) +
 //          per activation row 36 bytes per block per weight row (from L1 / L2)
 //   ops:   per activation row and group 8 vpdpbusd (512 multiply-adds each) + 8 float ops
 #include "dtype/dot_x86.h"
@@ -27,8 +29,10 @@
 enum {
     TG = 16,                      // blocks per group
     SLICES = 8,                   // 64-byte slices per group
-    ACT_GROUP = 512 + 16 * 4,     // packed activation group: slices, scales
-    PANEL_GROUP = 512 + 64 + 64,  // panel group: slices, corrections, scales
+    ACT_GROUP = 512 + 64 + 64,    // packed activation group: slices, scales, corrections
+    A_SC = 512, A_CORR = 576,
+    PANEL_GROUP = 512 + 64,       // panel group: slices, scales
+    P_SC = 512,
     TILE_W = 4,                   // weight rows prepared together
     TILE_R = 4,                   // activation rows per pass over a panel
 };
@@ -102,7 +106,7 @@ static inline void split_halves(__m256i b[TG]) {
 void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64_t n) {
     const ds_block_q8_0 *y = act;
     const int64_t nb = n / DS_QK, ng = n_groups(n);
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    const __m512i one = _mm512_set1_epi8(1);
     for (int64_t g = 0; g < ng; g++) {
         const int nv = (int)DS_MIN(TG, nb - g * TG);
         __m256i b[TG];
@@ -115,10 +119,14 @@ void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64
         __m512i sl[SLICES];
         transpose16(b, sl);
         uint8_t *d = (uint8_t *)dst + (size_t)g * ACT_GROUP;
+        __m512i sum = _mm512_setzero_si512();
         for (int s = 0; s < SLICES; s++) {
-            _mm512_storeu_si512(d + 64 * s, _mm512_xor_si512(sl[s], x80));
+            _mm512_storeu_si512(d + 64 * s, sl[s]);
+            sum = _mm512_dpbusd_epi32(sum, one, sl[s]);
         }
-        _mm512_storeu_ps(d + 512, scales16(&y[g * TG].d, sizeof(ds_block_q8_0), nv));
+        _mm512_storeu_ps(d + A_SC, scales16(&y[g * TG].d, sizeof(ds_block_q8_0), nv));
+        _mm512_storeu_si512(d + A_CORR, _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                         _mm512_slli_epi32(sum, 7)));
     }
 }
 
@@ -129,6 +137,7 @@ void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64
         const __m512i x80 = _mm512_set1_epi8((char)0x80);                                          \
         for (int64_t g = 0; g < ng; g++) {                                                         \
             const int nv = (int)DS_MIN(TG, nb - g * TG);                                           \
+            prefetch_ahead(&x[g * TG], TG * sizeof(BLOCK_T));                                      \
             __m256i b[TG];                                                                         \
             if (nv == TG) {                                                                        \
                 _Pragma("GCC unroll 16") for (int j = 0; j < TG; j++) {                            \
@@ -142,15 +151,13 @@ void ds_act_pack_q8_0_avx512(void *restrict dst, const void *restrict act, int64
                     split_halves(b);                                                               \
                 }                                                                                  \
             }                                                                                      \
-            __m512i sl[SLICES], c = _mm512_setzero_si512();                                        \
+            __m512i sl[SLICES];                                                                    \
             transpose16(b, sl);                                                                    \
             uint8_t *p = panel + (size_t)g * PANEL_GROUP;                                          \
             _Pragma("GCC unroll 8") for (int s = 0; s < SLICES; s++) {                             \
-                _mm512_store_si512(p + 64 * s, sl[s]);                                             \
-                c = _mm512_dpbusd_epi32(c, x80, sl[s]);                                            \
+                _mm512_store_si512(p + 64 * s, _mm512_xor_si512(sl[s], x80));                      \
             }                                                                                      \
-            _mm512_store_si512(p + 512, _mm512_sub_epi32(_mm512_setzero_si512(), c));              \
-            _mm512_store_ps(p + 576, scales16(&x[g * TG].d, sizeof(BLOCK_T), nv));                 \
+            _mm512_store_ps(p + P_SC, scales16(&x[g * TG].d, sizeof(BLOCK_T), nv));                \
         }                                                                                          \
     }
 
@@ -158,30 +165,22 @@ TILE_PREP(prep_q8_0, ds_block_q8_0, wq_q8_0)
 TILE_PREP(prep_q4_0, ds_block_q4_0, wq_q4_0)
 TILE_PREP(prep_iq4_nl, ds_block_iq4_nl, wq_iq4_nl)
 
-// A group's slice products for R packed rows: v[r] = the correction at p + 512 plus vpdpbusd of
-// slices 0 .. NS-1 (each lane its block's exact sum); SPLIT: slices 4-7 into u[r] from the
-// second correction at p + 576 instead (Q6_K's 16-value halves).
-static inline __attribute__((always_inline)) void slice_sums(const int R, const int NS,
-                                                             const int SPLIT, const uint8_t *p,
-                                                             const uint8_t *ag, size_t a_stride,
-                                                             __m512i v[TILE_R],
-                                                             __m512i u[TILE_R]) {
+// A half group's slice products for R packed rows: v[r] = the row's correction plus vpdpbusd
+// of slices 0 .. 3 (each lane its half block's exact sum).
+static inline __attribute__((always_inline)) void half_sums(const int R, const uint8_t *p,
+                                                            const uint8_t *ag, size_t a_stride,
+                                                            __m512i v[TILE_R]) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        v[r] = _mm512_load_si512(p + 512);
-        u[r] = SPLIT ? _mm512_load_si512(p + 576) : _mm512_setzero_si512();
+        v[r] = _mm512_loadu_si512(ag + (size_t)r * a_stride + A_CORR);
     }
-#pragma GCC unroll 8
-    for (int s = 0; s < NS; s++) {
+#pragma GCC unroll 4
+    for (int s = 0; s < SLICES / 2; s++) {
         const __m512i w = _mm512_load_si512(p + 64 * s);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-            if (SPLIT && s >= 4) {
-                u[r] = _mm512_dpbusd_epi32(u[r], q, w);
-            } else {
-                v[r] = _mm512_dpbusd_epi32(v[r], q, w);
-            }
+            v[r] = _mm512_dpbusd_epi32(v[r], w, q);
         }
     }
 }
@@ -190,14 +189,14 @@ static inline __attribute__((always_inline)) void slice_sums(const int R, const 
 static inline __attribute__((always_inline)) void half_rows(const int R, const uint8_t *p,
                                                             const uint8_t *ag, size_t a_stride,
                                                             __m256 acc[TILE_R]) {
-    __m512i v[TILE_R], u[TILE_R];
-    slice_sums(R, SLICES / 2, 0, p, ag, a_stride, v, u);
-    const __m256 dw = _mm256_load_ps((const float *)(p + 576));
+    __m512i v[TILE_R];
+    half_sums(R, p, ag, a_stride, v);
+    const __m256 dw = _mm256_load_ps((const float *)(p + P_SC));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(v[r]),
                                             _mm512_extracti64x4_epi64(v[r], 1));
-        const __m256 da = _mm256_loadu_ps((const float *)(ag + (size_t)r * a_stride + 512));
+        const __m256 da = _mm256_loadu_ps((const float *)(ag + (size_t)r * a_stride + A_SC));
         const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, da));
         acc[r] = _mm256_add_ps(acc[r], t);
     }
@@ -225,11 +224,12 @@ static inline __attribute__((always_inline)) void panel_rows(const int KP, const
     for (int64_t g = 0; g < ng_full; g++) {
         const uint8_t *ag = a + (size_t)g * ACT_GROUP;
         __m512i v[2][TILE_R];
-#pragma GCC unroll 2
-        for (int k = 0; k < KP; k++) {
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                v[k][r] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP + 512);
+        for (int r = 0; r < R; r++) {
+            const __m512i c = _mm512_loadu_si512(ag + (size_t)r * a_stride + A_CORR);
+#pragma GCC unroll 2
+            for (int k = 0; k < KP; k++) {
+                v[k][r] = c;
             }
         }
 #pragma GCC unroll 8
@@ -245,17 +245,17 @@ static inline __attribute__((always_inline)) void panel_rows(const int KP, const
                 const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
 #pragma GCC unroll 2
                 for (int k = 0; k < KP; k++) {
-                    v[k][r] = _mm512_dpbusd_epi32(v[k][r], q, w[k]);
+                    v[k][r] = _mm512_dpbusd_epi32(v[k][r], w[k], q);
                 }
             }
         }
 #pragma GCC unroll 2
         for (int k = 0; k < KP; k++) {
             const __m512 dw =
-                _mm512_load_ps(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP + 576);
+                _mm512_load_ps(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP + P_SC);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                const __m512 da = _mm512_loadu_ps(ag + (size_t)r * a_stride + 512);
+                const __m512 da = _mm512_loadu_ps(ag + (size_t)r * a_stride + A_SC);
                 const __m512 t =
                     _mm512_mul_ps(_mm512_cvtepi32_ps(v[k][r]), _mm512_mul_ps(dw, da));
                 acc[k][r] = _mm256_add_ps(acc[k][r], _mm512_castps512_ps256(t));
@@ -335,23 +335,29 @@ TILE_KERNEL(ds_tile_q4_0_avx512, prep_q4_0, ds_block_q4_0)
 TILE_KERNEL(ds_tile_iq4_nl_avx512, prep_iq4_nl, ds_block_iq4_nl)
 
 // ---- super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K ---------------------------------
-// A group is 2 super-blocks: 16 sub-blocks of 32 values, one per lane, in the slices above.
-//   * Packed Q8_K activation row (ds_act_pack_q8_k_avx512), per group: the 8 slices (values +
-//     128), each sub-block's sum of activations (16 int32, the bsums of its two halves), the two
-//     super-blocks' d (floats; then padding). A missing second super-block is zeros.
-//   * Panel per group: the 8 slices of the weights as int8 (Q6_K: q - 32), the corrections
-//     (-128 * the lane's sum of weights; Q6_K per 16-value half: slices 0-3 and 4-7, whose
-//     sub-blocks carry their own scales), the sub-block scales as int32 (Q6_K: both halves'),
-//     the mins (Q4_K / Q5_K), and d, dmin per super-block as floats.
+// A group is 2 super-blocks: 16 lane blocks of 32 values (lane block b of super-block h: its
+// values 32b .. 32b + 31, in lane 8h + b), in the slices above. The weights go in as unsigned
+// bytes (vpdpbusd's unsigned operand: the 4-6-bit codes as stored; IQ4_XS its code book + 128),
+// the activations as they are (int8), so that no weight row needs a correction term: the
+// offsets are taken off on the activation side, from its block sums -- Q6_K 32 per 16-value
+// half (its halves carry their own scales: slices 0-3 and 4-7), IQ4_XS 128 per block.
+//   * Packed Q8_K activation row (ds_act_pack_q8_k_avx512), per group: the 8 slices, each lane
+//     block's activation sum (16 int32, the bsums of its two halves), the sum of its first half
+//     alone, the two super-blocks' d (floats; then padding). A missing second super-block is
+//     zeros.
+//   * Panel per group: the 8 slices of the weight codes, the lane blocks' scales as int32 (Q6_K:
+//     both halves'), the mins (Q4_K / Q5_K), and d, dmin per super-block as floats. The slices
+//     are cut straight from the packed codes (kprep_*: a few dword permutes, then a shift and
+//     mask per slice; no unpacked super-block is transposed).
 // Per activation row and group: exact isum (sum of scale * lane sum) and msum (sum of min * lane
 // activation sum) per super-block from the lanes, then the scalar kernel's float step
 // sum += (d * da) * (float)isum - (dmin * da) * (float)msum, super-block by super-block.
 enum {
-    KACT_GROUP = 512 + 64 + 64,
-    KP_CORR = 512, KP_CORR_HI = 576, KP_SC = 640, KP_SC_HI = 704, KP_MIN = 768, KP_D = 832,
-    KPANEL_GROUP = 896,
+    KACT_GROUP = 512 + 3 * 64,
+    KA_BS = 512, KA_BS_LO = 576, KA_D = 640,
+    KP_SC = 512, KP_SC_HI = 576, KP_MIN = 640, KP_D = 704,
+    KPANEL_GROUP = 768,
 };
-static_assert(KP_CORR == 512 && KP_CORR_HI == 576, "slice_sums reads the corrections there");
 
 static inline int64_t k_groups(int64_t n) {
     return (n / DS_QK_K + 1) / 2;
@@ -368,16 +374,16 @@ size_t ds_tile_q8_k_panel_size(int64_t n) {
 void ds_act_pack_q8_k_avx512(void *restrict dst, const void *restrict act, int64_t n) {
     const ds_block_q8_k *y = act;
     const int64_t nsb = n / DS_QK_K, ng = k_groups(n);
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
     for (int64_t g = 0; g < ng; g++) {
         __m256i b[TG];
-        int32_t bs[TG] = {0};
+        int32_t bs[TG] = {0}, lo[TG] = {0};
         float d[TG] = {0};
         for (int h = 0; h < 2; h++) {
             const int64_t sb = 2 * g + h;
             for (int k = 0; k < 8; k++) {
                 if (sb < nsb) {
                     b[8 * h + k] = _mm256_loadu_si256((const __m256i *)(y[sb].qs + 32 * k));
+                    lo[8 * h + k] = y[sb].bsums[2 * k];
                     bs[8 * h + k] = y[sb].bsums[2 * k] + y[sb].bsums[2 * k + 1];
                 } else {
                     b[8 * h + k] = _mm256_setzero_si256();
@@ -389,15 +395,58 @@ void ds_act_pack_q8_k_avx512(void *restrict dst, const void *restrict act, int64
         transpose16(b, sl);
         uint8_t *p = (uint8_t *)dst + (size_t)g * KACT_GROUP;
         for (int s = 0; s < SLICES; s++) {
-            _mm512_storeu_si512(p + 64 * s, _mm512_xor_si512(sl[s], x80));
+            _mm512_storeu_si512(p + 64 * s, sl[s]);
         }
-        _mm512_storeu_si512(p + 512, _mm512_loadu_si512(bs));
-        _mm512_storeu_ps(p + 576, _mm512_loadu_ps(d));
+        _mm512_storeu_si512(p + KA_BS, _mm512_loadu_si512(bs));
+        _mm512_storeu_si512(p + KA_BS_LO, _mm512_loadu_si512(lo));
+        _mm512_storeu_ps(p + KA_D, _mm512_loadu_ps(d));
     }
 }
 
-// Per super-block decoders: the 8 lane blocks' values (s8) into v[0..7], and as 8 int8 in the
-// low half of a vector each: the lane blocks' scales, the second-half scales (Q6_K), the mins.
+// Cutting slices from packed codes. Each super-block's 128 code bytes are 4 rows of 32 bytes
+// (Q4_K / Q5_K: pair p of sub-blocks, low nibbles sub-block 2p; Q6_K ql: rows 2k, 2k + 1 of half
+// k; IQ4_XS: 8 rows of 16 bytes instead, see kprep_iq4_xs), loaded as z[0] = bytes 0-63 and
+// z[1] = bytes 64-127 of the first super-block, z[2], z[3] of the second. A batch of 4 slices
+// (s = 4c .. 4c + 3) needs dword s of every row: mz[0] gathers those of rows 0-1 of both
+// super-blocks (lane 8h + 4r + (s - 4c)), mz[1] of rows 2-3, one permute each; then a slice is
+// one permute of the pair and a per-lane shift to its nibble (cut_nibbles).
+static inline void cut_batch(const __m512i z[4], int c, __m512i mz[2]) {
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),
+        _mm512_set1_epi32(4 * c));
+    mz[0] = _mm512_permutex2var_epi32(z[0], idx, z[2]);
+    mz[1] = _mm512_permutex2var_epi32(z[1], idx, z[3]);
+}
+
+// The 4-bit codes of the 8 slices of a group. ix: the permute index of a batch's first slice:
+// lane 8h + b (lane block b of super-block h, in row row_b) takes mz[row_b / 2] lane
+// 8h + 4 (row_b % 2) (+ the slice's place in the batch); sh: per lane the shift to its nibble.
+static inline __attribute__((always_inline)) void cut_nibbles(const __m512i z[4], __m512i ix,
+                                                              __m512i sh, __m512i sl[SLICES]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; c++) {
+        __m512i mz[2];
+        cut_batch(z, c, mz);
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; s++) {
+            const __m512i t = _mm512_permutex2var_epi32(
+                mz[0], _mm512_add_epi32(ix, _mm512_set1_epi32(s)), mz[1]);
+            sl[4 * c + s] = _mm512_and_si512(_mm512_srlv_epi32(t, sh), m4);
+        }
+    }
+}
+
+// The code bytes of two super-blocks (b of 128 bytes at offset off of each) as z[0..3].
+static inline void load_codes(const uint8_t *x0, const uint8_t *x1, __m512i z[4]) {
+    z[0] = _mm512_loadu_si512(x0);
+    z[1] = _mm512_loadu_si512(x0 + 64);
+    z[2] = _mm512_loadu_si512(x1);
+    z[3] = _mm512_loadu_si512(x1 + 64);
+}
+
+// Scales of one super-block: as 8 int8 in the low half of a vector each, the lane blocks'
+// scales, the second-half scales (Q6_K), the mins (Q4_K / Q5_K); d and dmin.
 typedef struct k_sb {
     __m128i sc, sc_hi, mn;
     float d, dmin;
@@ -410,43 +459,12 @@ static inline void ksb_k45(const uint8_t scales[12], ds_fp16 d, ds_fp16 dmin, k_
     o->sc = _mm_set_epi32(0, 0, (int)w[2], (int)w[0]);
     o->mn = _mm_set_epi32(0, 0, (int)w[3], (int)w[1]);
     o->sc_hi = _mm_setzero_si128();
-    o->d = ds_fp16_to_f32(d);
-    o->dmin = ds_fp16_to_f32(dmin);
+    o->d = h2f(d);
+    o->dmin = h2f(dmin);
 }
 
-static inline void ksb_q4_k(const ds_block_q4_k *x, __m256i v[8], k_sb *o) {
-    for (int j = 0; j < 4; j++) {
-        q4_k_vals(x, j, &v[2 * j], &v[2 * j + 1]);
-    }
-    ksb_k45(x->scales, x->d, x->dmin, o);
-}
-
-static inline void ksb_q5_k(const ds_block_q5_k *x, __m256i v[8], k_sb *o) {
-    for (int j = 0; j < 4; j++) {
-        q5_k_vals(x, j, &v[2 * j], &v[2 * j + 1]);
-    }
-    ksb_k45(x->scales, x->d, x->dmin, o);
-}
-
-// Q6_K: lane block 4k + m holds values 128k + 32m .. + 31 (dot.c's v1 .. v4 of half k), whose
-// 16-value halves have scales 2(4k + m) and 2(4k + m) + 1.
-static inline void ksb_q6_k(const ds_block_q6_k *x, __m256i v[8], k_sb *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    const __m256i off = _mm256_set1_epi8(32);
-    for (int k = 0; k < 2; k++) {
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * k));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * k + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * k));
-        const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-        for (int m = 0; m < 4; m++) {
-            const __m256i h =
-                _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * m)), m2);
-            const __m256i q = _mm256_or_si256(lo[m], _mm256_slli_epi16(h, 4));
-            v[4 * k + m] = _mm256_sub_epi8(q, off);
-        }
-    }
+// Q6_K: lane block 4k + m's 16-value halves have scales 2(4k + m) and 2(4k + m) + 1.
+static inline void ksb_q6_k(const ds_block_q6_k *x, k_sb *o) {
     // even scales to the low 8 bytes, odd ones to the high 8
     const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)x->scales),
                                         _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
@@ -454,22 +472,20 @@ static inline void ksb_q6_k(const ds_block_q6_k *x, __m256i v[8], k_sb *o) {
     o->sc = sc;
     o->sc_hi = _mm_srli_si128(sc, 8);
     o->mn = _mm_setzero_si128();
-    o->d = ds_fp16_to_f32(x->d);
+    o->d = h2f(x->d);
     o->dmin = 0.0f;
 }
 
-static inline void ksb_iq4_xs(const ds_block_iq4_xs *x, __m256i v[8], k_sb *o) {
-    const __m256i table = iq4_table();
+static inline void ksb_iq4_xs(const ds_block_iq4_xs *x, k_sb *o) {
     uint64_t ls = 0;
     for (int ib = 0; ib < 8; ib++) {
-        v[ib] = _mm256_shuffle_epi8(table, nibbles_32(x->qs + 16 * ib));
         const int l = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
                       (((x->scales_h >> 2 * ib) & 3) << 4);
         ls |= (uint64_t)(uint8_t)(l - 32) << (8 * ib);
     }
     o->sc = _mm_cvtsi64_si128((long long)ls);
     o->sc_hi = o->mn = _mm_setzero_si128();
-    o->d = ds_fp16_to_f32(x->d);
+    o->d = h2f(x->d);
     o->dmin = 0.0f;
 }
 
@@ -478,60 +494,167 @@ static inline __m512i lanes16(__m128i a, __m128i b) {
     return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(a, b));
 }
 
-// The panel of one weight row. SPLIT: Q6_K's per-half corrections and scales.
-#define KTILE_PREP(NAME, BLOCK_T, DECODE, SPLIT)                                                   \
+// A group's scales, mins and d / dmin into its panel (SPLIT: the second-half scales too, MINS:
+// the mins).
+static inline void store_scales(uint8_t *p, const k_sb sb[2], bool split, bool mins) {
+    _mm512_store_si512(p + KP_SC, lanes16(sb[0].sc, sb[1].sc));
+    if (split) {
+        _mm512_store_si512(p + KP_SC_HI, lanes16(sb[0].sc_hi, sb[1].sc_hi));
+    }
+    if (mins) {
+        _mm512_store_si512(p + KP_MIN, lanes16(sb[0].mn, sb[1].mn));
+    }
+    _mm_store_ps((float *)(p + KP_D), _mm_setr_ps(sb[0].d, sb[1].d, sb[0].dmin, sb[1].dmin));
+}
+
+// The second super-block of a row's last group when the row has an odd number: zeros (codes 0,
+// scales 0, d 0; its activations are zeros too, and its float step is not taken).
+#define SECOND(x, g, nsb, ZERO) (2 * (g) + 1 < (nsb) ? &(x)[2 * (g) + 1] : &(ZERO))
+
+// Q4_K: row p = lane block / 2, the high nibble for odd lane blocks. Q5_K: the same, and the
+// fifth bit, bit m of qh byte 4s + i for lane block m, rotated to bit 4 of its byte (a rotate by
+// 4 - m per lane, never carrying another byte's bit there).
+
+#define KPREP_K45(NAME, BLOCK_T, QH, QHF)                                                          \
     static void NAME(uint8_t *panel, const BLOCK_T *x, int64_t n) {                                \
+        static const BLOCK_T zero;                                                                 \
         const int64_t nsb = n / DS_QK_K, ng = k_groups(n);                                         \
-        const __m512i x80 = _mm512_set1_epi8((char)0x80);                                          \
+        const __m512i ix = /* rows 0, 0, 1, 1, 2, 2, 3, 3 */                                       \
+            _mm512_setr_epi32(0, 0, 4, 4, 16, 16, 20, 20, 8, 8, 12, 12, 24, 24, 28, 28);           \
+        const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);     \
+        const __m512i rot = /* (4 - m) mod 32 */                                                   \
+            _mm512_setr_epi32(4, 3, 2, 1, 0, 31, 30, 29, 4, 3, 2, 1, 0, 31, 30, 29);              \
+        const __m512i hsel = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);   \
         for (int64_t g = 0; g < ng; g++) {                                                         \
-            __m256i b[TG];                                                                         \
-            k_sb sb[2];                                                                            \
-            DECODE(&x[2 * g], b, &sb[0]);                                                          \
-            if (2 * g + 1 < nsb) {                                                                 \
-                DECODE(&x[2 * g + 1], b + 8, &sb[1]);                                              \
-            } else {                                                                               \
-                for (int j = 8; j < TG; j++) {                                                     \
-                    b[j] = _mm256_setzero_si256();                                                 \
+            const BLOCK_T *x0 = &x[2 * g], *x1 = SECOND(x, g, nsb, zero);                          \
+            prefetch_ahead(x0, 2 * sizeof(*x0));                                                   \
+            __m512i z[4], sl[SLICES];                                                              \
+            load_codes(x0->qs, x1->qs, z);                                                         \
+            cut_nibbles(z, ix, sh, sl);                                                            \
+            if (QH) {                                                                              \
+                const __m512i h = _mm512_inserti64x4(                                              \
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->QHF)),          \
+                    _mm256_loadu_si256((const __m256i *)x1->QHF), 1);                              \
+                _Pragma("GCC unroll 8") for (int s = 0; s < SLICES; s++) {                         \
+                    const __m512i hs = _mm512_permutexvar_epi32(                                   \
+                        _mm512_add_epi32(hsel, _mm512_set1_epi32(s)), h);                          \
+                    sl[s] = _mm512_ternarylogic_epi32(sl[s], _mm512_rolv_epi32(hs, rot),           \
+                                                      _mm512_set1_epi8(0x10), 0xf8);               \
                 }                                                                                  \
-                sb[1].sc = sb[1].sc_hi = sb[1].mn = _mm_setzero_si128();                           \
-                sb[1].d = sb[1].dmin = 0.0f;                                                       \
             }                                                                                      \
-            __m512i sl[SLICES], c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();          \
-            transpose16(b, sl);                                                                    \
             uint8_t *p = panel + (size_t)g * KPANEL_GROUP;                                         \
             _Pragma("GCC unroll 8") for (int s = 0; s < SLICES; s++) {                             \
                 _mm512_store_si512(p + 64 * s, sl[s]);                                             \
-                if (SPLIT && s >= 4) {                                                             \
-                    c1 = _mm512_dpbusd_epi32(c1, x80, sl[s]);                                      \
-                } else {                                                                           \
-                    c0 = _mm512_dpbusd_epi32(c0, x80, sl[s]);                                      \
-                }                                                                                  \
             }                                                                                      \
-            _mm512_store_si512(p + KP_CORR, _mm512_sub_epi32(_mm512_setzero_si512(), c0));         \
-            _mm512_store_si512(p + KP_CORR_HI, _mm512_sub_epi32(_mm512_setzero_si512(), c1));      \
-            _mm512_store_si512(p + KP_SC, lanes16(sb[0].sc, sb[1].sc));                            \
-            _mm512_store_si512(p + KP_SC_HI, lanes16(sb[0].sc_hi, sb[1].sc_hi));                   \
-            _mm512_store_si512(p + KP_MIN, lanes16(sb[0].mn, sb[1].mn));                           \
-            _mm_store_ps((float *)(p + KP_D), _mm_setr_ps(sb[0].d, sb[1].d, sb[0].dmin,            \
-                                                          sb[1].dmin));                            \
+            k_sb sb[2];                                                                            \
+            ksb_k45(x0->scales, x0->d, x0->dmin, &sb[0]);                                          \
+            ksb_k45(x1->scales, x1->d, x1->dmin, &sb[1]);                                          \
+            store_scales(p, sb, false, true);                                                      \
         }                                                                                          \
     }
 
-KTILE_PREP(kprep_q4_k, ds_block_q4_k, ksb_q4_k, 0)
-KTILE_PREP(kprep_q5_k, ds_block_q5_k, ksb_q5_k, 0)
-KTILE_PREP(kprep_q6_k, ds_block_q6_k, ksb_q6_k, 1)
-KTILE_PREP(kprep_iq4_xs, ds_block_iq4_xs, ksb_iq4_xs, 0)
+KPREP_K45(kprep_q4_k, ds_block_q4_k, 0, qs) // (qs: a field name the Q4_K block has, unused)
+KPREP_K45(kprep_q5_k, ds_block_q5_k, 1, qh)
+
+// Q6_K: lane block b = 4k + m takes ql row 2k + (m & 1), the high nibble for m >= 2, and bits
+// 2m, 2m + 1 of qh byte 32k + 4s + i (qh dword 8k + s of its super-block), rotated by 4 - 2m to
+// bits 4-5 of their byte.
+
+static void kprep_q6_k(uint8_t *panel, const ds_block_q6_k *x, int64_t n) {
+    static const ds_block_q6_k zero;
+    const int64_t nsb = n / DS_QK_K, ng = k_groups(n);
+    const __m512i ix = // rows 0, 1, 0, 1, 2, 3, 2, 3
+        _mm512_setr_epi32(0, 4, 0, 4, 16, 20, 16, 20, 8, 12, 8, 12, 24, 28, 24, 28);
+    const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i rot = _mm512_setr_epi32(4, 2, 0, 30, 4, 2, 0, 30, 4, 2, 0, 30, 4, 2, 0, 30);
+    const __m512i hsel = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    for (int64_t g = 0; g < ng; g++) {
+        const ds_block_q6_k *x0 = &x[2 * g], *x1 = SECOND(x, g, nsb, zero);
+        prefetch_ahead(x0, 2 * sizeof(*x0));
+        __m512i z[4], sl[SLICES];
+        load_codes(x0->ql, x1->ql, z);
+        cut_nibbles(z, ix, sh, sl);
+        const __m512i h0 = _mm512_loadu_si512(x0->qh), h1 = _mm512_loadu_si512(x1->qh);
+        uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
+#pragma GCC unroll 8
+        for (int s = 0; s < SLICES; s++) {
+            const __m512i hs =
+                _mm512_permutex2var_epi32(h0, _mm512_add_epi32(hsel, _mm512_set1_epi32(s)), h1);
+            sl[s] = _mm512_ternarylogic_epi32(sl[s], _mm512_rolv_epi32(hs, rot), m30, 0xf8);
+            _mm512_store_si512(p + 64 * s, sl[s]);
+        }
+        k_sb sb[2];
+        ksb_q6_k(x0, &sb[0]);
+        ksb_q6_k(x1, &sb[1]);
+        store_scales(p, sb, true, false);
+    }
+}
+
+// IQ4_XS: lane block b is qs row b (16 bytes, 4 dwords): slice s < 4 the low nibbles of its
+// dword s, slice s + 4 the high ones, through the code book + 128. A batch (c = 0, 1) gathers
+// dwords 2c, 2c + 1 of rows 0-3 of both super-blocks (mz[0]) and of rows 4-7 (mz[1]).
+static void kprep_iq4_xs(uint8_t *panel, const ds_block_iq4_xs *x, int64_t n) {
+    static const ds_block_iq4_xs zero;
+    const int64_t nsb = n / DS_QK_K, ng = k_groups(n);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i book = _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
+                                             (const __m128i *)ds_iq4nl_values)),
+                                         _mm512_set1_epi8((char)0x80));
+    // mz lane 8h + 2r + e: row r (of 4) dword 2c + e of super-block h
+    const __m512i gather =
+        _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    // slice lane 8h + b: mz[b / 4] lane 8h + 2 (b % 4) + e
+    const __m512i pick =
+        _mm512_setr_epi32(0, 2, 4, 6, 16, 18, 20, 22, 8, 10, 12, 14, 24, 26, 28, 30);
+    for (int64_t g = 0; g < ng; g++) {
+        const ds_block_iq4_xs *x0 = &x[2 * g], *x1 = SECOND(x, g, nsb, zero);
+        prefetch_ahead(x0, 2 * sizeof(*x0));
+        __m512i z[4], sl[SLICES];
+        load_codes(x0->qs, x1->qs, z);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+            const __m512i gi = _mm512_add_epi32(gather, _mm512_set1_epi32(2 * c));
+            const __m512i mz0 = _mm512_permutex2var_epi32(z[0], gi, z[2]);
+            const __m512i mz1 = _mm512_permutex2var_epi32(z[1], gi, z[3]);
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const __m512i t = _mm512_permutex2var_epi32(
+                    mz0, _mm512_add_epi32(pick, _mm512_set1_epi32(e)), mz1);
+                sl[2 * c + e] = _mm512_shuffle_epi8(book, _mm512_and_si512(t, m4));
+                sl[2 * c + e + 4] =
+                    _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi32(t, 4), m4));
+            }
+        }
+        uint8_t *p = panel + (size_t)g * KPANEL_GROUP;
+#pragma GCC unroll 8
+        for (int s = 0; s < SLICES; s++) {
+            _mm512_store_si512(p + 64 * s, sl[s]);
+        }
+        k_sb sb[2];
+        ksb_iq4_xs(x0, &sb[0]);
+        ksb_iq4_xs(x1, &sb[1]);
+        store_scales(p, sb, false, false);
+    }
+}
+#undef SECOND
+
+// How a type's lane sums start and end (kpanel_rows): K45 (Q4_K, Q5_K) from 0, with mins; K6
+// (Q6_K) from -32 x each half's activation sum, the halves apart (slices 0-3 / 4-7); KXS
+// (IQ4_XS) from -128 x the lane block's activation sum.
+enum { K45, K6, KXS };
 
 // KP panels (weight rows, pb bytes apart) against R (1..4) packed Q8_K rows: y[r * y_stride + k]
-// for panel k. SPLIT / MINS as in the prep. Per group every (panel, row) pair's slice products
-// first, each weight and activation slice loaded once for all of them (KP x R chains of
-// vpdpbusd in flight), then each pair's integer sums and float steps as one panel's.
+// for panel k. Per group every (panel, row) pair's slice products first, each weight and
+// activation slice loaded once for all of them (KP x R chains of vpdpbusd in flight), then each
+// pair's integer sums and float steps as one panel's.
 static inline __attribute__((always_inline)) void kpanel_rows(const int KP, const int R,
-                                                              const int SPLIT, const int MINS,
-                                                              int64_t nsb, const uint8_t *panel,
-                                                              size_t pb, float *y,
-                                                              int64_t y_stride, const uint8_t *a,
+                                                              const int MODE, int64_t nsb,
+                                                              const uint8_t *panel, size_t pb,
+                                                              float *y, int64_t y_stride,
+                                                              const uint8_t *a,
                                                               size_t a_stride) {
+    const bool split = MODE == K6, mins = MODE == K45;
     __m128 sum[TILE_W]; // [k] lane r: row r's sum (the scalar kernel's float steps, 4 rows side
                         // by side)
 #pragma GCC unroll 4
@@ -543,12 +666,23 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
         const uint8_t *ag = a + (size_t)g * KACT_GROUP;
         __m512i v[TILE_W][TILE_R], u[TILE_W][TILE_R];
 #pragma GCC unroll 4
-        for (int k = 0; k < KP; k++) {
-            const uint8_t *p = panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP;
+        for (int r = 0; r < R; r++) {
+            __m512i v0 = _mm512_setzero_si512(), u0 = _mm512_setzero_si512();
+            if (MODE != K45) {
+                const uint8_t *ar = ag + (size_t)r * a_stride;
+                const __m512i bs = _mm512_loadu_si512(ar + KA_BS);
+                if (MODE == K6) {
+                    const __m512i lo = _mm512_loadu_si512(ar + KA_BS_LO);
+                    v0 = _mm512_sub_epi32(v0, _mm512_slli_epi32(lo, 5));
+                    u0 = _mm512_sub_epi32(u0, _mm512_slli_epi32(_mm512_sub_epi32(bs, lo), 5));
+                } else {
+                    v0 = _mm512_sub_epi32(v0, _mm512_slli_epi32(bs, 7));
+                }
+            }
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                v[k][r] = _mm512_load_si512(p + KP_CORR);
-                u[k][r] = SPLIT ? _mm512_load_si512(p + KP_CORR_HI) : _mm512_setzero_si512();
+            for (int k = 0; k < KP; k++) {
+                v[k][r] = v0;
+                u[k][r] = u0;
             }
         }
 #pragma GCC unroll 8
@@ -564,10 +698,10 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                 const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
 #pragma GCC unroll 4
                 for (int k = 0; k < KP; k++) {
-                    if (SPLIT && s >= 4) {
-                        u[k][r] = _mm512_dpbusd_epi32(u[k][r], q, w[k]);
+                    if (split && s >= 4) {
+                        u[k][r] = _mm512_dpbusd_epi32(u[k][r], w[k], q);
                     } else {
-                        v[k][r] = _mm512_dpbusd_epi32(v[k][r], q, w[k]);
+                        v[k][r] = _mm512_dpbusd_epi32(v[k][r], w[k], q);
                     }
                 }
             }
@@ -588,12 +722,12 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                 }
                 const uint8_t *ar = ag + (size_t)r * a_stride;
                 __m512i is = _mm512_mullo_epi32(v[k][r], sc);
-                if (SPLIT) {
+                if (split) {
                     const __m512i sc_hi = _mm512_load_si512(p + KP_SC_HI);
                     is = _mm512_add_epi32(is, _mm512_mullo_epi32(u[k][r], sc_hi));
                 }
-                const __m512i ms = MINS ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
-                                                             _mm512_loadu_si512(ar + 512))
+                const __m512i ms = mins ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
+                                                             _mm512_loadu_si512(ar + KA_BS))
                                         : _mm512_setzero_si512();
                 // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms)
                 x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is, ms),
@@ -618,7 +752,7 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                                  _mm512_extractf32x4_ps(wf, 1), _mm512_extractf32x4_ps(wf, 3)};
             // f = isum0, isum1, msum0, msum1 of rows 0..3; per super-block h, every row:
             // sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
-#define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + 576))[h] : 0.0f)
+#define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + KA_D))[h] : 0.0f)
             for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
                 const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
                 const __m128 dd = _mm_mul_ps(_mm_set1_ps(wd[h]), ad);
@@ -641,27 +775,27 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
 
 // NAME: one panel against nr rows; NAME##_w: TILE_W panels (pb bytes apart) against nr rows, KP
 // at a time (Q6_K's split sums take twice the registers: 2 panels at a time).
-#define KPANEL_ROWS_ANY(NAME, SPLIT, MINS)                                                         \
+#define KPANEL_ROWS_ANY(NAME, MODE)                                                                \
     static void NAME(int64_t nr, int64_t nsb, bool half, const uint8_t *panel, float *y,          \
                      int64_t y_stride, const uint8_t *a, size_t a_stride) {                        \
         (void)half; /* (super-block groups have no half form) */                                   \
-        DS_RUNS_OF_4(nr, kpanel_rows(1, R_, SPLIT, MINS, nsb, panel, 0, y + r_ * y_stride,        \
-                                     y_stride, a + (size_t)r_ * a_stride, a_stride));              \
+        DS_RUNS_OF_4(nr, kpanel_rows(1, R_, MODE, nsb, panel, 0, y + r_ * y_stride, y_stride,     \
+                                     a + (size_t)r_ * a_stride, a_stride));                        \
     }                                                                                              \
     static void NAME##_w(int64_t nr, int64_t nsb, bool half, const uint8_t *panel, size_t pb,     \
                          float *y, int64_t y_stride, const uint8_t *a, size_t a_stride) {          \
         (void)half;                                                                                \
-        enum { KP = SPLIT ? 2 : TILE_W };                                                          \
+        enum { KP = MODE == K6 ? 2 : TILE_W };                                                     \
         for (int k = 0; k < TILE_W; k += KP) {                                                     \
-            DS_RUNS_OF_4(nr, kpanel_rows(KP, R_, SPLIT, MINS, nsb, panel + (size_t)k * pb, pb,    \
+            DS_RUNS_OF_4(nr, kpanel_rows(KP, R_, MODE, nsb, panel + (size_t)k * pb, pb,           \
                                          y + k + r_ * y_stride, y_stride,                          \
                                          a + (size_t)r_ * a_stride, a_stride));                    \
         }                                                                                          \
     }
 
-KPANEL_ROWS_ANY(kpanel_45, 0, 1)
-KPANEL_ROWS_ANY(kpanel_6, 1, 0)
-KPANEL_ROWS_ANY(kpanel_xs, 0, 0)
+KPANEL_ROWS_ANY(kpanel_45, K45)
+KPANEL_ROWS_ANY(kpanel_6, K6)
+KPANEL_ROWS_ANY(kpanel_xs, KXS)
 
 #define KTILE_KERNEL(NAME, PREP, ROWS, BLOCK_T)                                                    \
     void NAME(int64_t n, int64_t nw, const void *w, size_t w_stride, int64_t nr, const void *a,    \

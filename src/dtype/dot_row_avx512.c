@@ -134,6 +134,7 @@ static inline __m512i q5_k_sb(const ds_block_q5_k *x, const ds_block_q8_k *y, __
         float sum = 0;                                                                             \
         for (int64_t i = 0; i < nb; i += 2) {                                                      \
             const int64_t j = i + 1 < nb ? i + 1 : i;                                              \
+            prefetch_ahead(&x[i], 2 * sizeof(*x));                                                 \
             __m512i sa, sb;                                                                        \
             __m256i ma, mb;                                                                        \
             k45_scales(x[i].scales, y[i].bsums, &sa, &ma);                                         \
@@ -168,6 +169,7 @@ void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
     const __m512i ix[4] = {words4(0), words4(4), words4(8), words4(12)};
     float sum = 0;
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        prefetch_ahead(&x[i], sizeof(*x));
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m256i off = _mm256_slli_epi32(
@@ -235,6 +237,7 @@ void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
     __m256 acc = _mm256_setzero_ps();
     int64_t ib = 0;
     for (; ib + 8 <= nb; ib += 8) {
+        prefetch_ahead(&x[ib], 8 * sizeof(*x));
         __m512i z[4];
         for (int p = 0; p < 4; p++) { // z[p]: lanes 0-7 block 2p, 8-15 block 2p + 1
             z[p] = q8_pair(&x[ib + 2 * p], &y[ib + 2 * p]);

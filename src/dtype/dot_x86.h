@@ -23,6 +23,18 @@ static inline float ksum_step(ds_fp16 d, ds_fp16 dmin, float ad, int32_t isum, i
     return dd * (float)isum - dm * (float)msum;
 }
 
+// Software prefetch of the weight bytes [p, p + bytes) DS_PF_DIST bytes ahead, into L1: the
+// kernels stream each weight row once, and a model's weights lie in the file's mapping, whose 4 KB
+// pages stop the hardware prefetchers at every page boundary (the prefetch never faults).
+#ifndef DS_PF_DIST
+#define DS_PF_DIST 4096
+#endif
+static inline void prefetch_ahead(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch((const char *)p + DS_PF_DIST + o, _MM_HINT_T0);
+    }
+}
+
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
 static inline __m256i nibbles_32(const uint8_t *q) {
     __m128i t = _mm_loadu_si128((const __m128i *)q);
