@@ -283,7 +283,7 @@ static const kernel_set k_dots[DS_TYPE_COUNT] = {
                       {NULL, ds_dot_rows_q5_k_avx2, NULL}},
     [DS_TYPE_Q6_K] = {{ds_dot_q6_k_scalar, ds_dot_q6_k_avx2, ds_dot_q6_k_avx512},
                       {NULL, ds_dot_rows_q6_k_avx2, NULL}},
-    [DS_TYPE_IQ4_XS] = {{ds_dot_iq4_xs_scalar, ds_dot_iq4_xs_avx2, NULL},
+    [DS_TYPE_IQ4_XS] = {{ds_dot_iq4_xs_scalar, ds_dot_iq4_xs_avx2, ds_dot_iq4_xs_avx512},
                         {NULL, ds_dot_rows_iq4_xs_avx2, NULL}},
 };
 

@@ -33,6 +33,7 @@ static inline int32_t k4_min_sum(const uint8_t mn[8], const int16_t bsums[16]) {
                      _mm256_setzero_ps()};                                                         \
     int64_t i = 0;                                                                                 \
     for (; i + DS_DOT_LANES <= n; i += DS_DOT_LANES) {                                            \
+        prefetch_ahead(x + i, DS_DOT_LANES * sizeof(*x));                                          \
         for (int k = 0; k < 4; k++) {                                                              \
             acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(LOAD8(x, i + 8 * k), LOAD8(y, i + 8 * k))); \
         }                                                                                          \
@@ -125,6 +126,7 @@ static inline __m256 scales8(const void *first, size_t stride) {
         }                                                                                          \
         int64_t ib = 0;                                                                            \
         for (; ib + 8 <= nb; ib += 8) {                                                            \
+            prefetch_ahead(&x[ib], 8 * sizeof(BLOCK_T));                                           \
             __m256i half[2][4];                                                                    \
             for (int hb = 0; hb < 2; hb++) {                                                       \
                 __m256i pr[4][2];                                                                  \
@@ -192,6 +194,7 @@ Q8_0_FAMILY(ds_dot_iq4_nl_avx2, ds_dot_rows_iq4_nl_avx2, ds_block_iq4_nl, wq_iq4
             sum[r] = 0;                                                                            \
         }                                                                                          \
         for (int64_t i = 0; i < n / DS_QK_K; i++) {                                                \
+            prefetch_ahead(&x[i], sizeof(BLOCK_T));                                                \
             uint8_t sc[8], mn[8];                                                                  \
             k4_unpack(x[i].scales, sc, mn);                                                        \
             __m256i acc[4];                                                                        \
@@ -251,6 +254,7 @@ static inline __attribute__((always_inline)) void ds_dot_rows_q6_k_avx2_r(
         sum[r] = 0;
     }
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        prefetch_ahead(&x[i], sizeof(*x));
         const uint8_t *ql = x[i].ql;
         const uint8_t *qhp = x[i].qh;
         const int8_t *sc = x[i].scales;
@@ -312,6 +316,7 @@ static inline __attribute__((always_inline)) void ds_dot_rows_iq4_xs_avx2_r(
         sum[r] = 0;
     }
     for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        prefetch_ahead(&x[i], sizeof(*x));
         const uint8_t *qs = x[i].qs;
         __m256i acc[4];
         for (int r = 0; r < R; r++) {

@@ -644,10 +644,39 @@ static void kprep_iq4_xs(uint8_t *panel, const ds_block_iq4_xs *x, int64_t n) {
 // (IQ4_XS) from -128 x the lane block's activation sum.
 enum { K45, K6, KXS };
 
+// The exact per-super-block sums of the lane vectors x[4k + r] (k < KP, r < 4; lanes 0-7 super-
+// block 0, 8-15 super-block 1): o[h] lane 4k + r = x[4k + r]'s lanes 8h .. 8h + 7 added (KP 2:
+// lanes 0-7, repeated above). One transposing tree for all the pairs: within 128-bit lanes
+// twice (4 lanes -> 1, four sources side by side), then across them.
+static inline __attribute__((always_inline)) void pair_sums(const int KP, const __m512i *x,
+                                                            __m512i o[2]) {
+    __m512i a[8], b[4], c[2];
+#pragma GCC unroll 8
+    for (int m = 0; m < 2 * KP; m++) {
+        a[m] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * m], x[2 * m + 1]),
+                                _mm512_unpackhi_epi32(x[2 * m], x[2 * m + 1]));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < KP; m++) { // b[m]: panel m, 128-bit lane L: lanes 4L .. 4L + 3 of row r
+        b[m] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * m], a[2 * m + 1]),
+                                _mm512_unpackhi_epi64(a[2 * m], a[2 * m + 1]));
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < KP / 2; p++) { // panels 2p, 2p + 1: sb 0 | sb 1 | sb 0 | sb 1
+        c[p] = _mm512_add_epi32(_mm512_shuffle_i64x2(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_i64x2(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    const __m512i c1 = KP == 4 ? c[1] : c[0];
+    o[0] = _mm512_shuffle_i64x2(c[0], c1, _MM_SHUFFLE(2, 0, 2, 0));
+    o[1] = _mm512_shuffle_i64x2(c[0], c1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
 // KP panels (weight rows, pb bytes apart) against R (1..4) packed Q8_K rows: y[r * y_stride + k]
 // for panel k. Per group every (panel, row) pair's slice products first, each weight and
-// activation slice loaded once for all of them (KP x R chains of vpdpbusd in flight), then each
-// pair's integer sums and float steps as one panel's.
+// activation slice loaded once for all of them (KP x R chains of vpdpbusd in flight); then the
+// pairs' integer sums (is: scale x lane sum, ms: min x lane activation sum) per super-block, and
+// the scalar kernel's float steps, sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h --
+// KP 2 or 4: all pairs at once (pair_sums; float lanes 4k + r), KP 1: the 4 rows side by side.
 static inline __attribute__((always_inline)) void kpanel_rows(const int KP, const int R,
                                                               const int MODE, int64_t nsb,
                                                               const uint8_t *panel, size_t pb,
@@ -655,12 +684,7 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                                                               const uint8_t *a,
                                                               size_t a_stride) {
     const bool split = MODE == K6, mins = MODE == K45;
-    __m128 sum[TILE_W]; // [k] lane r: row r's sum (the scalar kernel's float steps, 4 rows side
-                        // by side)
-#pragma GCC unroll 4
-    for (int k = 0; k < KP; k++) {
-        sum[k] = _mm_setzero_ps();
-    }
+    __m512 acc = _mm512_setzero_ps(); // lane 4k + r: the sum of panel k, row r
     const int64_t ng = (nsb + 1) / 2;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *ag = a + (size_t)g * KACT_GROUP;
@@ -706,35 +730,53 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                 }
             }
         }
+        // per pair: lanes 0-7 super-block 0, 8-15 super-block 1 of is and ms; rows past R zero
+        __m512i is[TILE_W * TILE_R], ms[TILE_W * TILE_R];
 #pragma GCC unroll 4
         for (int k = 0; k < KP; k++) {
             const uint8_t *p = panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP;
             const __m512i sc = _mm512_load_si512(p + KP_SC);
-            const float *wd = (const float *)(p + KP_D);
-            // per row: lanes 0-7 super-block 0, 8-15 super-block 1 of is (scale x lane sum) and
-            // ms (min x lane activation sum); rows past R zero
+#pragma GCC unroll 4
+            for (int r = 0; r < TILE_R; r++) {
+                const int q = 4 * k + r;
+                if (r >= R) {
+                    is[q] = ms[q] = _mm512_setzero_si512();
+                    continue;
+                }
+                is[q] = _mm512_mullo_epi32(v[k][r], sc);
+                if (split) {
+                    is[q] = _mm512_add_epi32(
+                        is[q], _mm512_mullo_epi32(u[k][r], _mm512_load_si512(p + KP_SC_HI)));
+                }
+                ms[q] = mins ? _mm512_mullo_epi32(
+                                   _mm512_load_si512(p + KP_MIN),
+                                   _mm512_loadu_si512(ag + (size_t)r * a_stride + KA_BS))
+                             : _mm512_setzero_si512();
+            }
+        }
+        // per super-block: isum (fi) and msum (fm) of every pair as floats, lane 4k + r
+        __m512 fi[2], fm[2];
+        if (KP >= 2) {
+            __m512i o[2];
+            pair_sums(KP, is, o);
+            fi[0] = _mm512_cvtepi32_ps(o[0]);
+            fi[1] = _mm512_cvtepi32_ps(o[1]);
+            if (mins) {
+                pair_sums(KP, ms, o);
+            } else {
+                o[0] = o[1] = _mm512_setzero_si512();
+            }
+            fm[0] = _mm512_cvtepi32_ps(o[0]);
+            fm[1] = _mm512_cvtepi32_ps(o[1]);
+        } else {
+            // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms); then
+            // rows (0, 1) and (2, 3); then the two 128-bit lanes of each super-block added
             __m512i x[TILE_R];
 #pragma GCC unroll 4
             for (int r = 0; r < TILE_R; r++) {
-                if (r >= R) {
-                    x[r] = _mm512_setzero_si512();
-                    continue;
-                }
-                const uint8_t *ar = ag + (size_t)r * a_stride;
-                __m512i is = _mm512_mullo_epi32(v[k][r], sc);
-                if (split) {
-                    const __m512i sc_hi = _mm512_load_si512(p + KP_SC_HI);
-                    is = _mm512_add_epi32(is, _mm512_mullo_epi32(u[k][r], sc_hi));
-                }
-                const __m512i ms = mins ? _mm512_mullo_epi32(_mm512_load_si512(p + KP_MIN),
-                                                             _mm512_loadu_si512(ar + KA_BS))
-                                        : _mm512_setzero_si512();
-                // each 128-bit lane: is and ms of its 4 lanes pairwise -> (is, ms, is, ms)
-                x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is, ms),
-                                        _mm512_unpackhi_epi32(is, ms));
+                x[r] = _mm512_add_epi32(_mm512_unpacklo_epi32(is[r], ms[r]),
+                                        _mm512_unpackhi_epi32(is[r], ms[r]));
             }
-            // rows (0, 1) and (2, 3): each 128-bit lane (is0, ms0, is1, ms1) of its 4 lanes'
-            // sums; then the two 128-bit lanes of each super-block added: the 16 exact sums
             const __m512i y01 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[0], x[1]),
                                                  _mm512_unpackhi_epi64(x[0], x[1]));
             const __m512i y23 = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2], x[3]),
@@ -743,32 +785,44 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                 _mm512_add_epi32(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
                                  _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
             // w: (row 0, 1) super-block 0 | (0, 1) super-block 1 | (2, 3) sb 0 | (2, 3) sb 1,
-            // each (is_a, ms_a, is_b, ms_b); as floats, regrouped to isum0, msum0, isum1, msum1
-            // of rows 0-3
+            // each (is_a, ms_a, is_b, ms_b); as floats, regrouped to isum0, isum1, msum0,
+            // msum1 of rows 0-3 (lanes 0-3 of each)
             const __m512 wf = _mm512_permutexvar_ps(
                 _mm512_setr_epi32(0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15),
                 _mm512_cvtepi32_ps(w));
-            const __m128 f[4] = {_mm512_castps512_ps128(wf), _mm512_extractf32x4_ps(wf, 2),
-                                 _mm512_extractf32x4_ps(wf, 1), _mm512_extractf32x4_ps(wf, 3)};
-            // f = isum0, isum1, msum0, msum1 of rows 0..3; per super-block h, every row:
-            // sum += (d_h * ad_h) * isum_h - (dmin_h * ad_h) * msum_h (the scalar step)
-#define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + KA_D))[h] : 0.0f)
-            for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
-                const __m128 ad = _mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h));
-                const __m128 dd = _mm_mul_ps(_mm_set1_ps(wd[h]), ad);
-                const __m128 dm = _mm_mul_ps(_mm_set1_ps(wd[2 + h]), ad);
-                sum[k] = _mm_add_ps(sum[k],
-                                    _mm_sub_ps(_mm_mul_ps(dd, f[h]), _mm_mul_ps(dm, f[2 + h])));
-            }
-#undef AD
+            fi[0] = wf;
+            fi[1] = _mm512_castps128_ps512(_mm512_extractf32x4_ps(wf, 2));
+            fm[0] = _mm512_castps128_ps512(_mm512_extractf32x4_ps(wf, 1));
+            fm[1] = _mm512_castps128_ps512(_mm512_extractf32x4_ps(wf, 3));
         }
+        // d, d, dmin, dmin of panel k in 128-bit lane k; the rows' activation d per lane 4k + r
+        __m512 wd = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int k = 0; k < KP; k++) {
+            wd = _mm512_insertf32x4(
+                wd, _mm_load_ps((const float *)(panel + (size_t)k * pb +
+                                                (size_t)g * KPANEL_GROUP + KP_D)),
+                k);
+        }
+#define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + KA_D))[h] : 0.0f)
+        for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {
+            const __m512 ad =
+                _mm512_broadcast_f32x4(_mm_setr_ps(AD(0, h), AD(1, h), AD(2, h), AD(3, h)));
+            const __m512 dd = _mm512_mul_ps(h ? _mm512_permute_ps(wd, 0x55)
+                                              : _mm512_permute_ps(wd, 0x00), ad);
+            const __m512 dm = _mm512_mul_ps(h ? _mm512_permute_ps(wd, 0xff)
+                                              : _mm512_permute_ps(wd, 0xaa), ad);
+            acc = _mm512_add_ps(acc, _mm512_sub_ps(_mm512_mul_ps(dd, fi[h]),
+                                                   _mm512_mul_ps(dm, fm[h])));
+        }
+#undef AD
     }
+    float out[16];
+    _mm512_storeu_ps(out, acc);
 #pragma GCC unroll 4
     for (int k = 0; k < KP; k++) {
-        float out[4];
-        _mm_storeu_ps(out, sum[k]);
         for (int r = 0; r < R; r++) {
-            y[r * y_stride + k] = out[r];
+            y[r * y_stride + k] = out[4 * k + r];
         }
     }
 }

@@ -204,6 +204,81 @@ void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
     *s = sum;
 }
 
+// IQ4_XS: the 8 sub-block scales ls - 32 as int16 (ib = 0..7): the low 4 bits are nibble ib % 2
+// of scales_l[ib / 2], the high 2 bits bits 2ib, 2ib + 1 of scales_h.
+static inline __m128i iq4_xs_scales(const ds_block_iq4_xs *x) {
+    uint32_t l4;
+    memcpy(&l4, x->scales_l, 4);
+    const __m128i b = _mm_cvtsi32_si128((int)l4), m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
+    const __m128i h = _mm_and_si128(_mm_srlv_epi16(_mm_set1_epi16((short)x->scales_h),
+                                                   _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+                                    _mm_set1_epi16(3));
+    return _mm_sub_epi16(_mm_or_si128(_mm_cvtepu8_epi16(lo), _mm_slli_epi16(h, 4)),
+                         _mm_set1_epi16(32));
+}
+
+// The exact sums of 16 blocks in lanes: z[p] lanes 0-7 block 2p, 8-15 block 2p + 1 -> lanes 0-3
+// blocks 0 2 4 6, lanes 8-11 blocks 1 3 5 7 (the other lanes: partial sums, not used). Per
+// 128-bit lane q of z[p]: the 4 lanes' sums of z[0..3] side by side, then lanes q = 0, 1 and
+// 2, 3 added.
+static inline __m512i block_sums8(const __m512i z[4]) {
+    const __m512i a01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+    const __m512i a23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+    const __m512i b =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
+    return _mm512_add_epi32(b, _mm512_shuffle_i64x2(b, b, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+// IQ4_XS: code-book values + 128 as unsigned bytes (vpdpbusd), so each 4-byte lane sum carries
+// 128 x its activations' sum; the total of those, 128 * sum_ib ls_ib * (bsums[2ib] +
+// bsums[2ib + 1]), comes off the exact integer sum. A 64-byte load of qs holds sub-blocks 4h ..
+// 4h + 3 (16 bytes each: low nibbles elements 0-15, high 16-31); the code-book lookups of its low
+// and high nibbles, interleaved by 128-bit lanes, are 64 weights in activation order (sub-blocks
+// 4h, 4h + 1 and 4h + 2, 4h + 3).
+void ds_dot_iq4_xs_avx512(int64_t n, float *restrict s, const void *restrict w,
+                          const void *restrict a) {
+    const ds_block_iq4_xs *x = w;
+    const ds_block_q8_k *y = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i book =
+        _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ds_iq4nl_values)),
+                        _mm512_set1_epi8((char)0x80));
+    const __m512i ix0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i ix1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    // lanes 0-3: scales 0 2 4 6, lanes 8-11: 1 3 5 7 (block_sums8's order), the others 0
+    const __m512i sc_ix = _mm512_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0, 1, 3, 5, 7, 0, 0, 0, 0);
+    float sum = 0;
+    for (int64_t i = 0; i < n / DS_QK_K; i++) {
+        prefetch_ahead(&x[i], sizeof(*x));
+        __m512i z[4];
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
+            const __m512i lo = _mm512_shuffle_epi8(book, _mm512_and_si512(q, m4));
+            const __m512i hi = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            const int8_t *q8 = y[i].qs + 128 * h;
+            z[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                           _mm512_permutex2var_epi64(lo, ix0, hi),
+                                           _mm512_loadu_si512((const void *)q8));
+            z[2 * h + 1] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                               _mm512_permutex2var_epi64(lo, ix1, hi),
+                                               _mm512_loadu_si512((const void *)(q8 + 64)));
+        }
+        const __m128i sc16 = iq4_xs_scales(&x[i]);
+        const __m512i sc = _mm512_maskz_permutexvar_epi32(
+            0x0f0f, sc_ix, _mm512_castsi256_si512(_mm256_cvtepi16_epi32(sc16)));
+        const __m256i off = _mm256_madd_epi16(
+            _mm256_loadu_si256((const __m256i *)y[i].bsums),
+            _mm256_set_m128i(_mm_unpackhi_epi16(sc16, sc16), _mm_unpacklo_epi16(sc16, sc16)));
+        const __m512i t = _mm512_sub_epi32(_mm512_mullo_epi32(block_sums8(z), sc),
+                                           _mm512_castsi256_si512(_mm256_slli_epi32(off, 7)));
+        sum += ksum_step(x[i].d, 0, y[i].d, _mm512_reduce_add_epi32(t), 0);
+    }
+    *s = sum;
+}
+
 // Q8_0 against Q8_0, 8 blocks at a time (scalar: block ib's term into lane ib % 8, then the
 // 8-lane tree): each pair of blocks one vector, |w| times a with w's sign (vpdpbusd: unsigned x
 // signed; the activation quantizer never gives -128), the 8 blocks' 16-lane sums reduced to one
@@ -242,16 +317,7 @@ void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
         for (int p = 0; p < 4; p++) { // z[p]: lanes 0-7 block 2p, 8-15 block 2p + 1
             z[p] = q8_pair(&x[ib + 2 * p], &y[ib + 2 * p]);
         }
-        // per 128-bit lane q of z[p] (blocks 2p for q < 2, 2p + 1 after): the 4 lanes' sums of
-        // z[0..3] side by side, then the lanes q = 0, 1 and 2, 3 added: blocks 0 2 4 6 | 1 3 5 7
-        const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
-                                             _mm512_unpackhi_epi32(z[0], z[1]));
-        const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
-                                             _mm512_unpackhi_epi32(z[2], z[3]));
-        const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23),
-                                           _mm512_unpackhi_epi64(a01, a23));
-        const __m512i c = _mm512_add_epi32(b, _mm512_shuffle_i64x2(b, b, _MM_SHUFFLE(2, 3, 0, 1)));
-        // lanes 0-3 of c: blocks 0 2 4 6, lanes 8-11: blocks 1 3 5 7
+        const __m512i c = block_sums8(z); // lanes 0-3: blocks 0 2 4 6, lanes 8-11: 1 3 5 7
         const __m512i isum = _mm512_permutexvar_epi32(
             _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0), c);
         const __m256 dd = _mm256_mul_ps(q8_scales8(&x[ib]), q8_scales8(&y[ib]));

@@ -118,7 +118,7 @@ void ds_dot_rows_q6_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, co
 void ds_dot_rows_iq4_xs_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                              const void *a, size_t a_stride);
 
-// ---- AVX-512 VNNI single-row kernels (dot_row_avx512.c: Q4_K, Q5_K, Q6_K, Q8_0); only used when
+// ---- AVX-512 VNNI single-row kernels (dot_row_avx512.c: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0); only used when
 // ds_cpu_get()->avx512_vnni (dot.c's level 2) -----------------------------------------------------
 void ds_dot_q4_k_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
@@ -128,6 +128,8 @@ void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
 void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
+void ds_dot_iq4_xs_avx512(int64_t n, float *restrict s, const void *restrict w,
+                          const void *restrict a);
 
 // ---- AVX-512 VNNI tile kernels (dot_avx512.c); only used when ds_cpu_get()->avx512_vnni ------
 // ds_dot_plan's act_size / panel_size / pack / tile for Q8_0, Q4_0 and IQ4_NL weights.
