@@ -351,9 +351,11 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 
 // Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations, the
 // super-block types against packed Q8_K -- each entry a plan's tile fields (the rest filled in by
-// ds_vec_dot_plan). tile_min_rows: where the tile beats the AVX2 rows kernel (`bench --kernels`
-// at 2 / 3 / 4 / 16 rows on a Zen 5 core: every type from 2 rows but Q4_K, even at 2 and ahead
-// from 3).
+// ds_vec_dot_plan). tile_min_rows: where the tile beats the AVX2 rows kernel -- from 2 rows for
+// every type (`bench --kernels` at 2 / 3 / 4 rows on a Zen 5 core, session 36: Q4_K 58 vs 35 GB/s
+// of weights x rows at 2 rows in L3, 43 vs 34 from memory; a 0.8B-shaped Q4_K_M verify of 2 /
+// 3 rows 27.4 / 38.5 -> 23.5 / 29 ms with Q6_K's tile from 2 rows instead of 4, although an
+// AVX-512 rows kernel of Q6_K led the tile from memory on one thread).
 #define TILE_Q8_0(F, R)                                                                            \
     {.tile = F, .act_size = ds_tile_q8_0_act_size, .panel_size = ds_tile_q8_0_panel_size,          \
      .pack = ds_act_pack_q8_0_avx512, .tile_min_rows = R}
@@ -364,7 +366,7 @@ static const ds_dot_plan k_tiles[DS_TYPE_COUNT] = {
     [DS_TYPE_Q8_0] = TILE_Q8_0(ds_tile_q8_0_avx512, 2),
     [DS_TYPE_Q4_0] = TILE_Q8_0(ds_tile_q4_0_avx512, 2),
     [DS_TYPE_IQ4_NL] = TILE_Q8_0(ds_tile_iq4_nl_avx512, 2),
-    [DS_TYPE_Q4_K] = TILE_Q8_K(ds_tile_q4_k_avx512, 3),
+    [DS_TYPE_Q4_K] = TILE_Q8_K(ds_tile_q4_k_avx512, 2),
     [DS_TYPE_Q5_K] = TILE_Q8_K(ds_tile_q5_k_avx512, 2),
     [DS_TYPE_Q6_K] = TILE_Q8_K(ds_tile_q6_k_avx512, 2),
     [DS_TYPE_IQ4_XS] = TILE_Q8_K(ds_tile_iq4_xs_avx512, 2),
