@@ -663,8 +663,9 @@ static inline __attribute__((always_inline)) void pair_sums(const int KP, const 
     }
 #pragma GCC unroll 2
     for (int p = 0; p < KP / 2; p++) { // panels 2p, 2p + 1: sb 0 | sb 1 | sb 0 | sb 1
-        c[p] = _mm512_add_epi32(_mm512_shuffle_i64x2(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                _mm512_shuffle_i64x2(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m512i b0 = b[2 * p], b1 = b[2 * p + 1];
+        c[p] = _mm512_add_epi32(_mm512_shuffle_i64x2(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_i64x2(b0, b1, _MM_SHUFFLE(3, 1, 3, 1)));
     }
     const __m512i c1 = KP == 4 ? c[1] : c[0];
     o[0] = _mm512_shuffle_i64x2(c[0], c1, _MM_SHUFFLE(2, 0, 2, 0));

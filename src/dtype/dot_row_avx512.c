@@ -1,8 +1,9 @@
 // dot_row_avx512.c: AVX-512 single-row dot products of the types a decode step reads most (Q4_K,
-// Q5_K, Q6_K against Q8_K; Q8_0 against Q8_0): one weight row against one activation row, bit for
-// bit the scalar kernel in dot.c (the same exact integer sums per superblock or block, then the
-// same float steps in the same order), which dtype_test.c checks. Calls dot_x86.h. Called only
-// through dot.c's dispatch when ds_cpu_get()->avx512_vnni holds (vpdpwssd, vpdpbusd).
+// Q5_K, Q6_K, IQ4_XS against Q8_K; Q8_0, Q4_0, IQ4_NL against Q8_0): one weight row against one
+// activation row, bit for bit the scalar kernel in dot.c (the same exact integer sums per
+// superblock or block, then the same float steps in the same order), which dtype_test.c checks.
+// Calls dot_x86.h. Called only through dot.c's dispatch when ds_cpu_get()->avx512_vnni holds
+// (vpdpwssd, vpdpbusd).
 // Spec: target-qwen35.md §2.13.
 //
 // Why: a decode step is one activation row against every weight matrix; on few cores the AVX2
@@ -210,7 +211,8 @@ static inline __m128i iq4_xs_scales(const ds_block_iq4_xs *x) {
     uint32_t l4;
     memcpy(&l4, x->scales_l, 4);
     const __m128i b = _mm_cvtsi32_si128((int)l4), m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
+    const __m128i lo =
+        _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
     const __m128i h = _mm_and_si128(_mm_srlv_epi16(_mm_set1_epi16((short)x->scales_h),
                                                    _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
                                     _mm_set1_epi16(3));
@@ -257,7 +259,8 @@ void ds_dot_iq4_xs_avx512(int64_t n, float *restrict s, const void *restrict w,
         for (int h = 0; h < 2; h++) {
             const __m512i q = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
             const __m512i lo = _mm512_shuffle_epi8(book, _mm512_and_si512(q, m4));
-            const __m512i hi = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            const __m512i hi =
+                _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
             const int8_t *q8 = y[i].qs + 128 * h;
             z[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                            _mm512_permutex2var_epi64(lo, ix0, hi),
@@ -336,3 +339,75 @@ void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
     }
     *s = ds_lanes8_reduce(lanes);
 }
+
+// ---- Q4_0 / IQ4_NL against Q8_0 ---------------------------------------------------------------
+
+// The 8 fp16 scales of 8 consecutive 18-byte blocks (Q4_0, IQ4_NL) as floats, as q8_scales8.
+static inline __m256 q4_scales8(const void *x) {
+    const __m256i ix = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
+    const __m256i g = _mm256_i32gather_epi32((const int *)x, ix, 1);
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+}
+
+// The 32 + 32 4-bit codes of two consecutive blocks in activation order (per block its 16 low
+// nibbles, elements 0-15, then the high ones, 16-31), as unsigned bytes.
+static inline __m512i nibbles_64(const uint8_t *qs0, const uint8_t *qs1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_32(qs0)), nibbles_32(qs1), 1);
+}
+
+// Q4_0 (code - 8) and IQ4_NL (its code book) against Q8_0, 8 blocks at a time as the Q8_0
+// kernel below: the weights go in as unsigned bytes u = value + OFF (the code itself for Q4_0,
+// OFF 8; the code book + 128 for IQ4_NL), each block's lane sums of u * a, less those of OFF *
+// a (a second vpdpbusd), are its exact sum; the float steps are the scalar kernel's.
+#define Q4_FAMILY_DOT(NAME, BLOCK_T, OFF, BOOK)                                                    \
+    void NAME(int64_t n, float *restrict s, const void *restrict w, const void *restrict a) {     \
+        static_assert(sizeof(BLOCK_T) == 18, "q4_scales8's offsets");                              \
+        const BLOCK_T *x = w;                                                                      \
+        const ds_block_q8_0 *y = a;                                                                \
+        const int64_t nb = n / DS_QK;                                                              \
+        const __m512i off = _mm512_set1_epi8(OFF);                                                 \
+        const __m512i book = _mm512_add_epi8(                                                      \
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ds_iq4nl_values)),             \
+            _mm512_set1_epi8((char)0x80));                                                         \
+        (void)book;                                                                                \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        int64_t ib = 0;                                                                            \
+        for (; ib + 8 <= nb; ib += 8) {                                                            \
+            prefetch_ahead(&x[ib], 8 * sizeof(*x));                                                \
+            __m512i z[4];                                                                          \
+            for (int p = 0; p < 4; p++) { /* z[p]: lanes 0-7 block 2p, 8-15 block 2p + 1 */        \
+                __m512i u = nibbles_64(x[ib + 2 * p].qs, x[ib + 2 * p + 1].qs);                    \
+                if (BOOK) {                                                                        \
+                    u = _mm512_shuffle_epi8(book, u);                                              \
+                }                                                                                  \
+                const __m512i av = _mm512_inserti64x4(                                             \
+                    _mm512_castsi256_si512(                                                        \
+                        _mm256_loadu_si256((const __m256i *)y[ib + 2 * p].qs)),                    \
+                    _mm256_loadu_si256((const __m256i *)y[ib + 2 * p + 1].qs), 1);                 \
+                z[p] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, av),        \
+                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, av));     \
+            }                                                                                      \
+            const __m512i isum = _mm512_permutexvar_epi32(                                         \
+                _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0),               \
+                block_sums8(z));                                                                   \
+            const __m256 dd = _mm256_mul_ps(q4_scales8(&x[ib]), q8_scales8(&y[ib]));               \
+            const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(isum)), dd);  \
+            acc = _mm256_add_ps(acc, t);                                                           \
+        }                                                                                          \
+        float lanes[8];                                                                            \
+        _mm256_storeu_ps(lanes, acc);                                                              \
+        for (; ib < nb; ib++) {                                                                    \
+            int32_t sumi = 0;                                                                      \
+            for (int j = 0; j < DS_QK / 2; j++) {                                                  \
+                const int lo = x[ib].qs[j] & 0xf, hi = x[ib].qs[j] >> 4;                           \
+                sumi += (BOOK ? ds_iq4nl_values[lo] : lo - 8) * y[ib].qs[j];                      \
+                sumi += (BOOK ? ds_iq4nl_values[hi] : hi - 8) * y[ib].qs[j + DS_QK / 2];          \
+            }                                                                                      \
+            const float t = (float)sumi * (h2f(x[ib].d) * h2f(y[ib].d));                          \
+            lanes[ib % 8] += t;                                                                    \
+        }                                                                                          \
+        *s = ds_lanes8_reduce(lanes);                                                              \
+    }
+
+Q4_FAMILY_DOT(ds_dot_q4_0_avx512, ds_block_q4_0, 8, 0)
+Q4_FAMILY_DOT(ds_dot_iq4_nl_avx512, ds_block_iq4_nl, (char)0x80, 1)

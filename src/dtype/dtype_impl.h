@@ -118,8 +118,8 @@ void ds_dot_rows_q6_k_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, co
 void ds_dot_rows_iq4_xs_avx2(int64_t n, int64_t nr, float *s, int64_t s_stride, const void *w,
                              const void *a, size_t a_stride);
 
-// ---- AVX-512 VNNI single-row kernels (dot_row_avx512.c: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0); only used when
-// ds_cpu_get()->avx512_vnni (dot.c's level 2) -----------------------------------------------------
+// ---- AVX-512 VNNI single-row kernels (dot_row_avx512.c: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0,
+// IQ4_NL); only used when ds_cpu_get()->avx512_vnni (dot.c's level 2) ---------------------------
 void ds_dot_q4_k_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
 void ds_dot_q5_k_avx512(int64_t n, float *restrict s, const void *restrict w,
@@ -129,6 +129,10 @@ void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
 void ds_dot_q8_0_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a);
 void ds_dot_iq4_xs_avx512(int64_t n, float *restrict s, const void *restrict w,
+                          const void *restrict a);
+void ds_dot_q4_0_avx512(int64_t n, float *restrict s, const void *restrict w,
+                        const void *restrict a);
+void ds_dot_iq4_nl_avx512(int64_t n, float *restrict s, const void *restrict w,
                           const void *restrict a);
 
 // ---- AVX-512 VNNI tile kernels (dot_avx512.c); only used when ds_cpu_get()->avx512_vnni ------
