@@ -374,22 +374,29 @@ static inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i
     return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// NaN lanes of v as +0 (the scalar quantizers' rounding gives a NaN code 0; the conversion
+// instructions would give INT_MIN).
+static inline __m256 not_nan(__m256 v) {
+    return _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+}
+
 void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n) {
     ds_block_q8_0 *b = y;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / DS_QK; i++, x += DS_QK) {
         __m256 v[4];
         __m256 amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 4; k++) { // (a NaN as the first operand gives the second: skipped)
             v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
         }
         float m = hmax_ps(amax);
         b[i].d = ds_f32_to_fp16(m / 127.f);
         __m256 id = _mm256_set1_ps(m != 0.0f ? 127.f / m : 0.0f);
         __m256i q[4];
         for (int k = 0; k < 4; k++) {
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(not_nan(_mm256_mul_ps(v[k], id)),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
         _mm256_storeu_si256((__m256i *)b[i].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
     }
@@ -400,8 +407,8 @@ void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / DS_QK_K; i++, x += DS_QK_K) {
         __m256 amaxv = _mm256_setzero_ps();
-        for (int k = 0; k < DS_QK_K; k += 8) {
-            amaxv = _mm256_max_ps(amaxv, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        for (int k = 0; k < DS_QK_K; k += 8) { // (NaNs skipped, as in ds_act_q8_0_avx2)
+            amaxv = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), amaxv);
         }
         float amax = hmax_ps(amaxv);
         if (amax == 0.0f) {
@@ -425,7 +432,8 @@ void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n) {
             __m256i q[4];
             for (int c = 0; c < 4; c++) {
                 q[c] = _mm256_min_epi32(
-                    _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * c))), lim);
+                    _mm256_cvtps_epi32(not_nan(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * c)))),
+                    lim);
             }
             b[i].bsums[k / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
             b[i].bsums[k / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));

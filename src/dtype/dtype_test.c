@@ -796,6 +796,17 @@ static void test_activation_quantizers_levels(void **state) {
         x[i] = blk == 2 ? 0.0f : blk == 3 ? 0.5f : rng_gauss(&r) * powf(10.0f, (float)(blk % 9) - 4.0f);
     }
     x[1000] = x[1001] = -x[1002]; // ties in |max| with different signs
+    // non-finite values (this loop only): a NaN among finite values, with an infinity, and a
+    // block all NaN (the scalar quantizers skip NaNs in the block maximum and give them code 0)
+    float *xf = xmalloc((size_t)n * sizeof(float));
+    memcpy(xf, x, (size_t)n * sizeof(float));
+    x[300] = NAN;
+    x[3500] = -INFINITY;
+    x[3501] = NAN;
+    x[3600] = INFINITY;
+    for (int64_t i = 3840; i < 4096; i++) {
+        x[i] = NAN;
+    }
     for (size_t k = 0; k < DS_ARRAY_LEN(acts); k++) {
         size_t bytes = ds_type_row_size(acts[k], n);
         uint8_t *ref = xmalloc(bytes), *got = xmalloc(bytes);
@@ -813,6 +824,8 @@ static void test_activation_quantizers_levels(void **state) {
         free(got);
         free(ref);
     }
+    memcpy(x, xf, (size_t)n * sizeof(float));
+    free(xf);
     // Q8_K activation == reference quantizer; Q8_0 activation values stay in [-127, 127].
     uint8_t *a = xmalloc(ds_type_row_size(DS_TYPE_Q8_K, n));
     uint8_t *b = xmalloc(ds_type_row_size(DS_TYPE_Q8_K, n));
