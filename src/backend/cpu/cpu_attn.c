@@ -121,9 +121,9 @@ void ds_cpu_attn_heads(const ds_attn_heads *a, float *scratch) {
         for (int64_t i = 0; i < total; i++) {
             mx = sc[i] > mx ? sc[i] : mx;
         }
+        ds_cpu_exp_row(sc, total, mx);
         double sum = 0.0;
         for (int64_t i = 0; i < total; i++) {
-            sc[i] = expf(sc[i] - mx);
             sum += sc[i];
         }
         inv[u] = (float)(1.0 / sum);

@@ -35,8 +35,9 @@ void ds_cpu_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x, const 
             for (int64_t j = 0; j < K; j++) {
                 s += wc[j] * in[j][ch];
             }
-            o[ch] = ds_cpu_silu(s);
+            o[ch] = s;
         }
+        ds_cpu_silu_row(o, o, C);
     }
     if (update_window) { // the last K-1 inputs of [window rows, x rows], oldest first
         const int64_t K1 = K - 1;
@@ -93,7 +94,7 @@ static void l2norm(float *y, const float *x, int64_t n, float eps, float scale) 
 // AVX2 form (cpu_deltanet_avx2.c), the same bits.
 static void gdn_row(float *S, float *o, const float *q, const float *k, const float *v,
                     float beta, float g, int64_t dk, int64_t dv, bool simd) {
-    float decay = expf(g);
+    float decay = ds_cpu_expf(g);
     if (simd) {
         ds_cpu_gdn_row_avx2(S, o, q, k, v, beta, decay, dk, dv);
         return;
@@ -125,7 +126,7 @@ static void gdn_chain_task(const gdn_job *j, int64_t h, float *scratch) {
         l2norm(qn + t * dk, row + kh * dk, dk, j->p->eps, j->p->q_scale);
         l2norm(kn + t * dk, row + (j->hk + kh) * dk, dk, j->p->eps, 1.0f);
         bet[t] = ((const float *)ds_cpu_row(j->beta, t, 0, 0))[h];
-        dec[t] = expf(((const float *)ds_cpu_row(j->g, t, 0, 0))[h]); // (gdn_row's decay)
+        dec[t] = ds_cpu_expf(((const float *)ds_cpu_row(j->g, t, 0, 0))[h]); // (gdn_row's decay)
     }
     const size_t sz = (size_t)(dk * dv);
     ds_cpu_gdn_chain c = {

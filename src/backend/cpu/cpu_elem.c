@@ -32,6 +32,8 @@ void ds_cpu_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_t
     }
 }
 
+enum { CPU_SILU_CHUNK = 256 };
+
 void ds_cpu_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                           const ds_tensor *z, float eps) {
     (void)be;
@@ -41,8 +43,13 @@ void ds_cpu_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, cons
         float *yr = ds_cpu_row_flat(y, r);
         const float *zr = ds_cpu_row_flat(z, r);
         rmsnorm_row(yr, ds_cpu_row_flat(x, r), w->data, d, eps);
-        for (int64_t i = 0; i < d; i++) {
-            yr[i] *= ds_cpu_silu(zr[i]);
+        for (int64_t i0 = 0; i0 < d; i0 += CPU_SILU_CHUNK) { // (SiLU rows on the stack)
+            float sz[CPU_SILU_CHUNK];
+            const int64_t m = DS_MIN(CPU_SILU_CHUNK, d - i0);
+            ds_cpu_silu_row(sz, zr + i0, m);
+            for (int64_t i = 0; i < m; i++) {
+                yr[i0 + i] *= sz[i];
+            }
         }
     }
 }
@@ -67,8 +74,15 @@ void ds_cpu_swiglu(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_te
     for (int64_t r = 0; r < rows; r++) {
         float *yr = ds_cpu_row_flat(y, r);
         const float *gr = ds_cpu_row_flat(g, r), *ur = ds_cpu_row_flat(u, r);
+        if (yr == ur) { // (the SiLU row first would overwrite u)
+            for (int64_t i = 0; i < n; i++) {
+                yr[i] = ds_cpu_silu(gr[i]) * ur[i];
+            }
+            continue;
+        }
+        ds_cpu_silu_row(yr, gr, n);
         for (int64_t i = 0; i < n; i++) {
-            yr[i] = ds_cpu_silu(gr[i]) * ur[i];
+            yr[i] *= ur[i];
         }
     }
 }
@@ -123,9 +137,10 @@ void ds_cpu_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *l
         float *wr = w + r * k;
         float mx = l[0];
         for (int64_t e = 1; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
+        memcpy(p, l, (size_t)ne * sizeof(float));
+        ds_cpu_exp_row(p, ne, mx);
         double sum = 0.0;
         for (int64_t e = 0; e < ne; e++) {
-            p[e] = expf(l[e] - mx);
             sum += p[e];
         }
         for (int64_t e = 0; e < ne; e++) p[e] = (float)(p[e] / sum);

@@ -39,15 +39,56 @@ static inline void *ds_cpu_row_flat(const ds_tensor *t, int64_t r) {
     return ds_cpu_row(t, i1, i2, i3);
 }
 
+// e^x, the CPU backend's own (libm's expf differs between machines and has no vector form):
+// x clamped to [-150, 100] (NaN passes through), n = round(x log2 e) (ties to even), the
+// Cody-Waite reduction r = x - n C1 - n C2, Cephes' degree-5 polynomial e^r ~ 1 + r + r^2 P(r),
+// times 2^n in two exact steps (2^(n >> 1), then 2^(n - (n >> 1)): every n in range, subnormal
+// results rounded once). Within 2 ulp of the true value (cpu_math_test.c against libm). Every
+// vector form (cpu_math_avx2.c, cpu_math_avx512.c) performs the same float operations in the same
+// order: the same bits for every input.
+static inline float ds_cpu_expf(float x) {
+    if (x != x) {
+        return x;
+    }
+    const float c = x < -150.0f ? -150.0f : x > 100.0f ? 100.0f : x;
+    const float t = c * 1.44269504088896341f;
+    const float nf = (t + 12582912.0f) - 12582912.0f;
+    float r = c - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    const float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * z + r;
+    p = p + 1.0f;
+    const int32_t n = (int32_t)nf, m = n >> 1, k = n - m;
+    const uint32_t bm = (uint32_t)(m + 127) << 23, bk = (uint32_t)(k + 127) << 23;
+    float sm, sk;
+    memcpy(&sm, &bm, sizeof(sm));
+    memcpy(&sk, &bk, sizeof(sk));
+    return (p * sm) * sk;
+}
 static inline float ds_cpu_silu(float x) {
-    return x / (1.0f + expf(-x));
+    return x / (1.0f + ds_cpu_expf(-x));
 }
 static inline float ds_cpu_sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + ds_cpu_expf(-x));
 }
 static inline float ds_cpu_softplus(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return x > 20.0f ? x : log1pf(ds_cpu_expf(x));
 }
+
+// Rows of e^x and SiLU (cpu_math.c): x[i] = ds_cpu_expf(x[i] - sub); y[i] = ds_cpu_silu(x[i])
+// (y may be x) -- with AVX-512 / AVX2 where the CPU has them, the same bits.
+void ds_cpu_exp_row(float *x, int64_t n, float sub);
+void ds_cpu_silu_row(float *y, const float *x, int64_t n);
+void ds_cpu_exp_row_avx2(float *x, int64_t n, float sub);
+void ds_cpu_silu_row_avx2(float *y, const float *x, int64_t n);
+void ds_cpu_exp_row_avx512(float *x, int64_t n, float sub);
+void ds_cpu_silu_row_avx512(float *y, const float *x, int64_t n);
 
 // K or V cache row `row`, elements [off, off + hd) as f32 (the cache is F32, F16 or Q8_0).
 static inline void ds_cpu_kv_row(float *dst, const ds_tensor *c, int64_t row, int64_t off,

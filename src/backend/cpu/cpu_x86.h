@@ -1,10 +1,36 @@
 // cpu_x86.h: AVX2 helpers shared by the CPU backend's *_avx2.c and *_avx512.c files (cpu_attn_*,
-// cpu_deltanet_*). Include only from files built with the AVX2 flags (CMakeLists.txt).
+// cpu_deltanet_*, cpu_math_*). Include only from files built with the AVX2 flags (CMakeLists.txt).
 #pragma once
 
 #include "backend/cpu/cpu_impl.h"
 
 #include <immintrin.h>
+
+// e^x in 8 lanes: cpu_impl.h's ds_cpu_expf, operation for operation (the same bits).
+static inline __m256 ds_exp8(__m256 x) {
+    const __m256 c = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-150.0f)),
+                                   _mm256_set1_ps(100.0f));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 t = _mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 nf = _mm256_sub_ps(_mm256_add_ps(t, magic), magic);
+    __m256 r = _mm256_sub_ps(c, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(nf, _mm256_set1_ps(-2.12194440e-4f)));
+    const __m256 z = _mm256_mul_ps(r, r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, z), r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    const __m256i n = _mm256_cvttps_epi32(nf), m = _mm256_srai_epi32(n, 1);
+    const __m256i k = _mm256_sub_epi32(n, m), bias = _mm256_set1_epi32(127);
+    const __m256 sm = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(m, bias), 23));
+    const __m256 sk = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, bias), 23));
+    const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, sm), sk);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); // (NaN: x)
+}
 
 // Rows r[0..7] (8 floats each) -> t[m] = (r[0][m], ..., r[7][m]).
 static inline void ds_transpose8(const __m256 r[8], __m256 t[8]) {
