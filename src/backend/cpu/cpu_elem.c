@@ -1,5 +1,6 @@
 // cpu_elem.c: row-wise and elementwise ops: RMSNorm, gated RMSNorm, add, SwiGLU, sigmoid gate,
-// MoE combine and router, argmax. Each row is computed independently (batch invariance). Called through the op table.
+// MoE combine and router, argmax. Each row is computed independently (batch invariance); e^x and
+// SiLU rows through cpu_math.c. Called through the op table.
 #include "backend/cpu/cpu_impl.h"
 
 #include <string.h>
