@@ -11,6 +11,7 @@
 // operations are the same ones in the same order.
 #include "dtype/dtype_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 // ---- float types: 32 lane partial sums, then a fixed pairwise tree -----------------------------
@@ -244,7 +245,9 @@ static void act_q8_0_scalar(void *restrict y, const float *restrict x, int64_t n
         b[i].d = ds_f32_to_fp16(amax / 127.f);
         float id = amax != 0.0f ? 127.f / amax : 0.0f;
         for (int j = 0; j < DS_QK; j++) {
-            float v = xb[j] * id + 12582912.0f; // ties-to-even rounding, |xb*id| <= 127 + ulp
+            const float p = xb[j] * id; // (|p| <= 127 + ulp; not finite: NaN in, or a block so
+                                        // small that 127 / amax overflows -> code 0)
+            float v = (isfinite(p) ? p : 0.0f) + 12582912.0f; // ties-to-even rounding
             int32_t bits;
             memcpy(&bits, &v, sizeof(bits));
             int q = (bits & 0x007fffff) - 0x00400000;
@@ -351,11 +354,11 @@ void ds_vec_dot(ds_type t, int64_t n, float *restrict s, const void *restrict w,
 
 // Tile kernels (AVX-512 VNNI): the 32-element block types against packed Q8_0 activations, the
 // super-block types against packed Q8_K -- each entry a plan's tile fields (the rest filled in by
-// ds_vec_dot_plan). tile_min_rows: where the tile beats the AVX2 rows kernel -- from 2 rows for
-// every type (`bench --kernels` at 2 / 3 / 4 rows on a Zen 5 core, session 36: Q4_K 58 vs 35 GB/s
-// of weights x rows at 2 rows in L3, 43 vs 34 from memory; a 0.8B-shaped Q4_K_M verify of 2 /
-// 3 rows 27.4 / 38.5 -> 23.5 / 29 ms with Q6_K's tile from 2 rows instead of 4, although an
-// AVX-512 rows kernel of Q6_K led the tile from memory on one thread).
+// ds_vec_dot_plan). tile_min_rows: where the tile beats the rows kernels -- from 2 rows for every
+// type (`bench --kernels` at 2 / 3 / 4 rows on a Zen 5 core, session 36: Q4_K 58 vs 35 GB/s of
+// weights x rows at 2 rows in L3, 43 vs 34 from memory; an AVX-512 rows kernel tried for 2-4 rows
+// led the tile only for Q6_K from memory on one thread, and lost to it in a 0.8B-shaped verify of
+// 2 / 3 rows: 27.4 / 38.5 vs 23.5 / 29 ms).
 #define TILE_Q8_0(F, R)                                                                            \
     {.tile = F, .act_size = ds_tile_q8_0_act_size, .panel_size = ds_tile_q8_0_panel_size,          \
      .pack = ds_act_pack_q8_0_avx512, .tile_min_rows = R}

@@ -5,6 +5,8 @@
 // Spec: target-qwen35.md §2.13.
 #include "dtype/dot_x86.h"
 
+#include <math.h>
+
 static inline int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -374,10 +376,12 @@ static inline __m256i pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i
     return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// NaN lanes of v as +0 (the scalar quantizers' rounding gives a NaN code 0; the conversion
-// instructions would give INT_MIN).
-static inline __m256 not_nan(__m256 v) {
-    return _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+// The lanes of v that are not finite (a NaN input, or a block so small that its inverse scale
+// overflows) as +0: code 0, as in the scalar quantizers (the conversion instructions would give
+// INT_MIN).
+static inline __m256 finite_or_zero(__m256 v) {
+    const __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_and_ps(v, _mm256_cmp_ps(mag, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
 }
 
 void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n) {
@@ -395,8 +399,9 @@ void ds_act_q8_0_avx2(void *restrict y, const float *restrict x, int64_t n) {
         __m256 id = _mm256_set1_ps(m != 0.0f ? 127.f / m : 0.0f);
         __m256i q[4];
         for (int k = 0; k < 4; k++) {
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(not_nan(_mm256_mul_ps(v[k], id)),
-                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const __m256 p = finite_or_zero(_mm256_mul_ps(v[k], id));
+            q[k] = _mm256_cvtps_epi32(
+                _mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
         _mm256_storeu_si256((__m256i *)b[i].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
     }
@@ -432,7 +437,8 @@ void ds_act_q8_k_avx2(void *restrict y, const float *restrict x, int64_t n) {
             __m256i q[4];
             for (int c = 0; c < 4; c++) {
                 q[c] = _mm256_min_epi32(
-                    _mm256_cvtps_epi32(not_nan(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * c)))),
+                    _mm256_cvtps_epi32(
+                        finite_or_zero(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * c)))),
                     lim);
             }
             b[i].bsums[k / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));

@@ -19,10 +19,11 @@
 //     of a matmul, a packed activation row once per matmul.)
 // Per activation row and group: t_j = (float)isum_j * (dw_j * da_j) for the 16 blocks, added into
 // the 8 lane sums as blocks 0-7 then 8-15 (lane = block mod 8 in block order: the scalar order).
-// Blocks past the row's end have zero weights and scales: they add +0.0f to a lane sum, which
-// leaves it unchanged (a lane sum that starts at +0.0f is never -0.0f).
+// Blocks past the row's end have zero activations and scales (their weight bytes are 0x80, code
+// 0): they add +0.0f to a lane sum, which leaves it unchanged (a lane sum that starts at +0.0f is
+// never -0.0f).
 //   bytes: per weight row n * bpw / 8 once per tile (then a 576-byte-per-group panel from L1) +
-//          per activation row 36 bytes per block per weight row (from L1 / L2)
+//          per activation row 40 bytes per block per weight row (from L1 / L2)
 //   ops:   per activation row and group 8 vpdpbusd (512 multiply-adds each) + 8 float ops
 #include "dtype/dot_x86.h"
 
@@ -437,7 +438,7 @@ static inline __attribute__((always_inline)) void cut_nibbles(const __m512i z[4]
     }
 }
 
-// The code bytes of two super-blocks (b of 128 bytes at offset off of each) as z[0..3].
+// The 128 code bytes of two super-blocks (x0, x1: their first code byte) as z[0..3].
 static inline void load_codes(const uint8_t *x0, const uint8_t *x1, __m512i z[4]) {
     z[0] = _mm512_loadu_si512(x0);
     z[1] = _mm512_loadu_si512(x0 + 64);
@@ -800,10 +801,10 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
         __m512 wd = _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int k = 0; k < KP; k++) {
-            wd = _mm512_insertf32x4(
-                wd, _mm_load_ps((const float *)(panel + (size_t)k * pb +
-                                                (size_t)g * KPANEL_GROUP + KP_D)),
-                k);
+            wd = _mm512_mask_broadcast_f32x4( // (a mask, not insert's constant lane index)
+                wd, (__mmask16)(0xfu << (4 * k)),
+                _mm_load_ps((const float *)(panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP +
+                                            KP_D)));
         }
 #define AD(r, h) (R > (r) ? ((const float *)(ag + (size_t)(r) * a_stride + KA_D))[h] : 0.0f)
         for (int h = 0; h < (2 * g + 1 < nsb ? 2 : 1); h++) {

@@ -276,7 +276,7 @@ void ds_dot_iq4_xs_avx512(int64_t n, float *restrict s, const void *restrict w,
             _mm256_loadu_si256((const __m256i *)y[i].bsums),
             _mm256_set_m128i(_mm_unpackhi_epi16(sc16, sc16), _mm_unpacklo_epi16(sc16, sc16)));
         const __m512i t = _mm512_sub_epi32(_mm512_mullo_epi32(block_sums8(z), sc),
-                                           _mm512_castsi256_si512(_mm256_slli_epi32(off, 7)));
+                                           _mm512_zextsi256_si512(_mm256_slli_epi32(off, 7)));
         sum += ksum_step(x[i].d, 0, y[i].d, _mm512_reduce_add_epi32(t), 0);
     }
     *s = sum;
@@ -366,10 +366,6 @@ static inline __m512i nibbles_64(const uint8_t *qs0, const uint8_t *qs1) {
         const ds_block_q8_0 *y = a;                                                                \
         const int64_t nb = n / DS_QK;                                                              \
         const __m512i off = _mm512_set1_epi8(OFF);                                                 \
-        const __m512i book = _mm512_add_epi8(                                                      \
-            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ds_iq4nl_values)),             \
-            _mm512_set1_epi8((char)0x80));                                                         \
-        (void)book;                                                                                \
         __m256 acc = _mm256_setzero_ps();                                                          \
         int64_t ib = 0;                                                                            \
         for (; ib + 8 <= nb; ib += 8) {                                                            \
@@ -377,8 +373,12 @@ static inline __m512i nibbles_64(const uint8_t *qs0, const uint8_t *qs1) {
             __m512i z[4];                                                                          \
             for (int p = 0; p < 4; p++) { /* z[p]: lanes 0-7 block 2p, 8-15 block 2p + 1 */        \
                 __m512i u = nibbles_64(x[ib + 2 * p].qs, x[ib + 2 * p + 1].qs);                    \
-                if (BOOK) {                                                                        \
-                    u = _mm512_shuffle_epi8(book, u);                                              \
+                if (BOOK) { /* (the code book + 128, as bytes) */                                 \
+                    u = _mm512_shuffle_epi8(                                                       \
+                        _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(                    \
+                                            (const __m128i *)ds_iq4nl_values)),                    \
+                                        _mm512_set1_epi8((char)0x80)),                             \
+                        u);                                                                        \
                 }                                                                                  \
                 const __m512i av = _mm512_inserti64x4(                                             \
                     _mm512_castsi256_si512(                                                        \

@@ -186,8 +186,8 @@ ds_type ds_type_vec_dot(ds_type t);
 // Kernels exist for F32·F32, F16·F16, BF16·BF16, Q8_0·Q8_0, Q4_0·Q8_0, IQ4_NL·Q8_0 and
 // Q4_K/Q5_K/Q6_K/IQ4_XS·Q8_K. Levels: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (a level without its
 // own kernel for a type uses the next lower one; level 2's are the tile kernels of
-// ds_vec_dot_plan and the single-row Q4_K/Q5_K/Q6_K/Q8_0 kernels, dot_row_avx512.c, all of which
-// also need VNNI: without it level 2 runs level 1's). Every level gives the SAME BITS as the scalar
+// ds_vec_dot_plan and the single-row Q4_K/Q5_K/Q6_K/IQ4_XS/Q8_0/Q4_0/IQ4_NL kernels,
+// dot_row_avx512.c, all of which also need VNNI: without it level 2 runs level 1's). Every level gives the SAME BITS as the scalar
 // reference, because the summation order is fixed by this contract:
 //   F32/F16/BF16: products w[i]*a[i] rounded to f32 (exact for F16/BF16 inputs) are added into 32
 //     lane sums, lane = i mod 32, then lanes l += l+16, l += l+8, ... (pairwise tree) to lane 0.
@@ -199,7 +199,9 @@ ds_type ds_type_vec_dot(ds_type t);
 // No fused multiply-add is used anywhere. A result depends only on (w row, a row, n): never on
 // other rows, threads or batch size. Integer sums assume activation int8 values in [-127, 127],
 // which ds_quantize_act and ds_quantize_row always produce (hand-made -128·-128 pairs would differ
-// between scalar and SIMD).
+// between scalar and SIMD), and Q8_K bsums[j] = the sum of qs[16j .. 16j + 15], as they always
+// make them: the scalar kernels read only the mins' bsums, some SIMD ones take offsets (Q6_K's
+// 32, IQ4_XS's code book + 128) off with them.
 
 // *s = dot over n elements of weight row w (type t) and activation row a (type
 // ds_type_vec_dot(t)), with the best kernel allowed by ds_cpu_max_level() (evaluated per call, so
@@ -268,8 +270,9 @@ int ds_vec_dot_level(ds_type t, int level);
 // Q8_K) the way llama.cpp's CPU backend does on x86, with the best kernel allowed (bit-identical
 // at every level except NaN payloads in F16). Q8_K is quantize_row_q8_K_ref's algorithm. Q8_0 is
 // the x86 runtime quantizer (NOT the file quantizer ds_quantize_row uses): d = amax/127 stored as
-// fp16, q = round-half-even(x*(127/amax)). x must be finite (not checked: this is the hot path;
-// results for NaN/Inf are unspecified but memory-safe). n a multiple of the block size (asserted).
+// fp16, q = round-half-even(x*(127/amax)). x should be finite (not checked: this is the hot path):
+// NaNs are left out of a block's maximum and, like any product x * scale that is not finite,
+// get code 0, at every level. n a multiple of the block size (asserted).
 void ds_quantize_act(ds_type t, void *restrict y, const float *restrict x, int64_t n);
 // The activation quantizer of type t at `level` (clamped like ds_vec_dot_get), NULL if none.
 ds_from_float_fn ds_quantize_act_get(ds_type t, int level);

@@ -801,6 +801,12 @@ static void test_activation_quantizers_levels(void **state) {
     float *xf = xmalloc((size_t)n * sizeof(float));
     memcpy(xf, x, (size_t)n * sizeof(float));
     x[300] = NAN;
+    const uint32_t payloads[2] = {0x7fc00001u, 0xffc00080u}; // NaNs with payloads
+    memcpy(&x[301], &payloads[0], 4);
+    memcpy(&x[302], &payloads[1], 4);
+    for (int64_t i = 3328; i < 3584; i++) { // a block so small that 127 / max overflows
+        x[i] = rng_gauss(&r) * 1e-37f;
+    }
     x[3500] = -INFINITY;
     x[3501] = NAN;
     x[3600] = INFINITY;
@@ -814,6 +820,18 @@ static void test_activation_quantizers_levels(void **state) {
         for (int level = 1; level <= 2; level++) {
             ds_quantize_act_get(acts[k], level)(got, x, n);
             assert_memory_equal(got, ref, bytes);
+        }
+        if (acts[k] == DS_TYPE_Q8_K) { // bsums[j] = the sum of qs[16j ..] (dtype.h), all blocks
+            const ds_block_q8_k *kb = (const ds_block_q8_k *)ref;
+            for (int64_t b = 0; b < n / DS_QK_K; b++) {
+                for (int j = 0; j < DS_QK_K / 16; j++) {
+                    int sum = 0;
+                    for (int e = 0; e < 16; e++) {
+                        sum += kb[b].qs[16 * j + e];
+                    }
+                    assert_int_equal(kb[b].bsums[j], sum);
+                }
+            }
         }
         // odd lengths for the element types (SIMD tails)
         if (ds_type_traits_get(acts[k])->block_elems == 1) {

@@ -630,7 +630,10 @@ void ds_q8_k_block_from_max(ds_block_q8_k *b, const float *x, float max) {
     }
     float iscale = -127.f / max;
     for (int j = 0; j < DS_QK_K; j++) {
-        int v = round_int(iscale * x[j]);
+        // (a product that is not finite -- a NaN input, or values so small that -127 / max
+        // overflows -- gives code 0; finite inputs of a normal block never have one)
+        const float p = iscale * x[j];
+        int v = isfinite(p) ? round_int(p) : 0;
         b->qs[j] = (int8_t)(v < 127 ? v : 127);
     }
     for (int j = 0; j < DS_QK_K / 16; j++) {
