@@ -187,8 +187,9 @@ ds_type ds_type_vec_dot(ds_type t);
 // Q4_K/Q5_K/Q6_K/IQ4_XS·Q8_K. Levels: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (a level without its
 // own kernel for a type uses the next lower one; level 2's are the tile kernels of
 // ds_vec_dot_plan and the single-row Q4_K/Q5_K/Q6_K/IQ4_XS/Q8_0/Q4_0/IQ4_NL kernels,
-// dot_row_avx512.c, all of which also need VNNI: without it level 2 runs level 1's). Every level gives the SAME BITS as the scalar
-// reference, because the summation order is fixed by this contract:
+// dot_row_avx512.c, all of which also need VNNI: without it level 2 runs level 1's). Every level
+// gives the SAME BITS as the scalar reference, because the summation order is fixed by this
+// contract:
 //   F32/F16/BF16: products w[i]*a[i] rounded to f32 (exact for F16/BF16 inputs) are added into 32
 //     lane sums, lane = i mod 32, then lanes l += l+16, l += l+8, ... (pairwise tree) to lane 0.
 //   Q8_0/Q4_0/IQ4_NL·Q8_0: per block of 32 an exact int32 sum s_b, t_b = (float)s_b*(dw*da) added
