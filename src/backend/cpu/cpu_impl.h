@@ -142,11 +142,11 @@ void ds_cpu_gdn_chain_avx512(const ds_cpu_gdn_chain *c);
 // (cpu_attn.c; shared with cpu_attn_block.c): each (row, head)'s scores (q · K_i) * scale in the
 // scalar loop's order, softmax (max, ds_cpu_expf, double sum in key order) and weighted sum of V
 // rows in key order -- the same bits whatever nr and hg -- with each K / V row converted once
-// for all of them. Visible key i is cache row base + i for i < n_past, then base + n_past + vis[i - n_past]
-// (vis NULL: base + i); row r sees `total + r * row_step` keys (row_step 1: a chain's causal
-// rows, 0: rows with the same range; nr > 1 needs vis NULL). simd: the AVX2 / AVX-512 loops
-// (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats, n_keys >= the last
-// row's keys.
+// for all of them. Visible key i is cache row base + i for i < n_past, then base + n_past +
+// vis[i - n_past] (vis NULL: base + i); row r sees `total + r * row_step` keys (row_step 1: a
+// chain's causal rows, 0: rows with the same range; nr > 1 needs vis NULL). simd: the AVX2 /
+// AVX-512 loops (ds_cpu_attn_simd). scratch: DS_ATTN_SCRATCH(n_keys, hd, nr * hg) floats,
+// n_keys >= the last row's keys.
 typedef struct ds_attn_heads {
     const float *q;  // row r, head g's query at q + r * q_row_stride + g * q_stride
     size_t q_stride, q_row_stride;
