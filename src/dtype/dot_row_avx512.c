@@ -24,15 +24,30 @@ static inline __m512i words4(int a) {
 }
 
 // The exact integer sums of two superblocks, each as its products (16 lanes) and its mins term
-// (8 lanes): out = {isum A, msum A, isum B, msum B}.
-static inline void hsum4(__m512i ia, __m256i ma, __m512i ib, __m256i mb, int32_t out[4]) {
+// (8 lanes): {isum A, msum A, isum B, msum B}.
+static inline __m128i hsum4(__m512i ia, __m256i ma, __m512i ib, __m256i mb) {
     const __m256i a8 =
         _mm256_add_epi32(_mm512_castsi512_si256(ia), _mm512_extracti64x4_epi64(ia, 1));
     const __m256i b8 =
         _mm256_add_epi32(_mm512_castsi512_si256(ib), _mm512_extracti64x4_epi64(ib, 1));
     const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a8, ma), _mm256_hadd_epi32(b8, mb));
-    const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    _mm_storeu_si128((__m128i *)out, q);
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// The float steps of superblocks A and B (each ksum_step's operations, A's added first; B's only
+// when `both`) from q = their totals {isum A, msum A, isum B, msum B}: (d, dmin) of both (wa, wb:
+// d in the low half, dmin in the high) converted at once, times their activation's d, times the
+// totals, then dd * isum - dm * msum.
+static inline float ksum_steps2(float sum, uint32_t wa, uint32_t wb, float aa, float ab,
+                                __m128i q, bool both) {
+    const __m128 dm = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)wb, (int)wa)); // dA dminA dB dminB
+    const __m128 p = _mm_mul_ps(_mm_mul_ps(dm, _mm_setr_ps(aa, aa, ab, ab)), _mm_cvtepi32_ps(q));
+    const __m128 t = _mm_sub_ps(p, _mm_movehdup_ps(p)); // lanes 0, 2: A's and B's step
+    sum += _mm_cvtss_f32(t);
+    if (both) {
+        sum += _mm_cvtss_f32(_mm_movehl_ps(t, t));
+    }
+    return sum;
 }
 
 // Q4_K / Q5_K: the 8 six-bit scales of a superblock as bytes 0-7 of every 128-bit lane of *sc
@@ -140,12 +155,10 @@ static inline __m512i q5_k_sb(const ds_block_q5_k *x, const ds_block_q8_k *y, __
             __m256i ma, mb;                                                                        \
             k45_scales(x[i].scales, y[i].bsums, &sa, &ma);                                         \
             k45_scales(x[j].scales, y[j].bsums, &sb, &mb);                                         \
-            int32_t t[4];                                                                          \
-            hsum4(SB(&x[i], &y[i], sa), ma, SB(&x[j], &y[j], sb), mb, t);                          \
-            sum += ksum_step(x[i].d, x[i].dmin, y[i].d, t[0], t[1]);                               \
-            if (j != i) {                                                                          \
-                sum += ksum_step(x[j].d, x[j].dmin, y[j].d, t[2], t[3]);                           \
-            }                                                                                      \
+            const __m128i t = hsum4(SB(&x[i], &y[i], sa), ma, SB(&x[j], &y[j], sb), mb);           \
+            const uint32_t wi = x[i].d | (uint32_t)x[i].dmin << 16;                                \
+            const uint32_t wj = x[j].d | (uint32_t)x[j].dmin << 16;                                \
+            sum = ksum_steps2(sum, wi, wj, y[i].d, y[j].d, t, j != i);                             \
         }                                                                                          \
         *s = sum;                                                                                  \
     }
@@ -160,47 +173,56 @@ K45_DOT(ds_dot_q5_k_avx512, ds_block_q5_k, q5_k_sb)
 // moved to bits 4-5; each 128-bit lane (16 weights) is one 16-weight sub-block with its own
 // int8 scale. The values are taken without the - 32, whose total (32 * sum_j sc_j * bsums_j,
 // exact) comes off the integer sum lane-wise before the reduction.
+// One superblock's 8-lane integer totals (the scaled products less the offset's).
+static inline __m256i q6_k_sb(const ds_block_q6_k *x, const ds_block_q8_k *y, const __m512i ix[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i up = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   // bits 0-1 | 2-3 -> 4-5
+    const __m512i down = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0); // bits 4-5 | 6-7 -> 4-5
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    const __m256i off = _mm256_slli_epi32(
+        _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)), 5);
+    const int8_t *q8 = y->qs;
+    __m512i acc = _mm512_setzero_si512();
+    for (int k = 0; k < 2; k++) {
+        const __m512i l = _mm512_loadu_si512((const void *)(x->ql + 64 * k));
+        const __m512i h =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * k)));
+        // (A & B) | C: 0xea
+        const __m512i v01 =
+            _mm512_ternarylogic_epi32(l, m4, _mm512_and_si512(_mm512_sllv_epi64(h, up), m30), 0xea);
+        const __m512i v23 = _mm512_ternarylogic_epi32(
+            _mm512_srli_epi16(l, 4), m4, _mm512_and_si512(_mm512_srlv_epi64(h, down), m30), 0xea);
+        const __m512i p01 =
+            _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void *)(q8 + 128 * k)));
+        const __m512i p23 =
+            _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void *)(q8 + 128 * k + 64)));
+        acc = _mm512_dpwssd_epi32(acc, p01, _mm512_permutexvar_epi16(ix[2 * k], sc));
+        acc = _mm512_dpwssd_epi32(acc, p23, _mm512_permutexvar_epi16(ix[2 * k + 1], sc));
+    }
+    const __m256i a8 =
+        _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    return _mm256_sub_epi32(a8, off);
+}
+
+// Superblocks two at a time (one reduction, their float steps together), as K45_DOT; the steps
+// with dmin 0 and msum 0, as the scalar kernel's.
 void ds_dot_q6_k_avx512(int64_t n, float *restrict s, const void *restrict w,
                         const void *restrict a) {
     const ds_block_q6_k *x = w;
     const ds_block_q8_k *y = a;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i up = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   // bits 0-1 | 2-3 -> 4-5
-    const __m512i down = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0); // bits 4-5 | 6-7 -> 4-5
     const __m512i ix[4] = {words4(0), words4(4), words4(8), words4(12)};
+    const int64_t nb = n / DS_QK_K;
     float sum = 0;
-    for (int64_t i = 0; i < n / DS_QK_K; i++) {
-        prefetch_ahead(&x[i], sizeof(*x));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m256i off = _mm256_slli_epi32(
-            _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
-        const int8_t *q8 = y[i].qs;
-        __m512i acc = _mm512_setzero_si512();
-        for (int k = 0; k < 2; k++) {
-            const __m512i l = _mm512_loadu_si512((const void *)(x[i].ql + 64 * k));
-            const __m512i h =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * k)));
-            // (A & B) | C: 0xea
-            const __m512i v01 = _mm512_ternarylogic_epi32(
-                l, m4, _mm512_and_si512(_mm512_sllv_epi64(h, up), m30), 0xea);
-            const __m512i v23 = _mm512_ternarylogic_epi32(
-                _mm512_srli_epi16(l, 4), m4, _mm512_and_si512(_mm512_srlv_epi64(h, down), m30),
-                0xea);
-            const __m512i p01 =
-                _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void *)(q8 + 128 * k)));
-            const __m512i p23 =
-                _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void *)(q8 + 128 * k + 64)));
-            acc = _mm512_dpwssd_epi32(acc, p01, _mm512_permutexvar_epi16(ix[2 * k], sc));
-            acc = _mm512_dpwssd_epi32(acc, p23, _mm512_permutexvar_epi16(ix[2 * k + 1], sc));
-        }
-        const __m256i a8 =
-            _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-        const __m256i d8 = _mm256_sub_epi32(a8, off);
-        __m128i q = _mm_add_epi32(_mm256_castsi256_si128(d8), _mm256_extracti128_si256(d8, 1));
-        q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 3, 2)));
-        q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1)));
-        sum += ksum_step(x[i].d, 0, y[i].d, _mm_cvtsi128_si32(q), 0);
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int64_t j = i + 1 < nb ? i + 1 : i;
+        prefetch_ahead(&x[i], 2 * sizeof(*x));
+        const __m256i di = q6_k_sb(&x[i], &y[i], ix), dj = q6_k_sb(&x[j], &y[j], ix);
+        // lanes: i 0+1, 2+3, j 0+1, 2+3 | i 4+5, 6+7, j 4+5, 6+7 -> i 0-3, j 0-3 | i 4-7, j 4-7
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(di, dj), _mm256_setzero_si256());
+        const __m128i q2 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128i q = _mm_unpacklo_epi32(q2, _mm_setzero_si128()); // isum i, 0, isum j, 0
+        sum = ksum_steps2(sum, x[i].d, x[j].d, y[i].d, y[j].d, q, j != i);
     }
     *s = sum;
 }
