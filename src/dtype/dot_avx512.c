@@ -166,37 +166,58 @@ TILE_PREP(prep_q8_0, ds_block_q8_0, wq_q8_0)
 TILE_PREP(prep_q4_0, ds_block_q4_0, wq_q4_0)
 TILE_PREP(prep_iq4_nl, ds_block_iq4_nl, wq_iq4_nl)
 
-// A half group's slice products for R packed rows: v[r] = the row's correction plus vpdpbusd
-// of slices 0 .. 3 (each lane its half block's exact sum).
-static inline __attribute__((always_inline)) void half_sums(const int R, const uint8_t *p,
-                                                            const uint8_t *ag, size_t a_stride,
-                                                            __m512i v[TILE_R]) {
+// A group's slice products, the tiles' inner loop: for KP panels (p: the group in the first
+// panel, the others pb bytes apart) and R packed rows (ag, a_stride apart), v[k][r] (SPLIT:
+// slices 4-7 into u[k][r]) += vpdpbusd of weight slice s (unsigned) and activation slice s
+// (signed), s < NS; each slice loaded once for all KP x R pairs (that many chains in flight).
+static inline __attribute__((always_inline)) void slice_products(
+    const int KP, const int R, const int NS, const bool SPLIT, const uint8_t *p, size_t pb,
+    const uint8_t *ag, size_t a_stride, __m512i v[TILE_W][TILE_R], __m512i u[TILE_W][TILE_R]) {
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; s++) {
+        __m512i w[TILE_W];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        v[r] = _mm512_loadu_si512(ag + (size_t)r * a_stride + A_CORR);
-    }
-#pragma GCC unroll 4
-    for (int s = 0; s < SLICES / 2; s++) {
-        const __m512i w = _mm512_load_si512(p + 64 * s);
+        for (int k = 0; k < KP; k++) {
+            w[k] = _mm512_load_si512(p + (size_t)k * pb + 64 * s);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-            v[r] = _mm512_dpbusd_epi32(v[r], w, q);
+#pragma GCC unroll 4
+            for (int k = 0; k < KP; k++) {
+                if (SPLIT && s >= 4) {
+                    u[k][r] = _mm512_dpbusd_epi32(u[k][r], w[k], q);
+                } else {
+                    v[k][r] = _mm512_dpbusd_epi32(v[k][r], w[k], q);
+                }
+            }
         }
     }
+}
+
+// A half group's slice products for R packed rows: v[0][r] = the row's correction plus vpdpbusd
+// of slices 0 .. 3 (each lane its half block's exact sum).
+static inline __attribute__((always_inline)) void half_sums(const int R, const uint8_t *p,
+                                                            const uint8_t *ag, size_t a_stride,
+                                                            __m512i v[TILE_W][TILE_R]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        v[0][r] = _mm512_loadu_si512(ag + (size_t)r * a_stride + A_CORR);
+    }
+    slice_products(1, R, SLICES / 2, false, p, 0, ag, a_stride, v, v);
 }
 
 // A half group (the last, half_group) against R packed rows: 4 slices, lanes j + j+8 folded.
 static inline __attribute__((always_inline)) void half_rows(const int R, const uint8_t *p,
                                                             const uint8_t *ag, size_t a_stride,
                                                             __m256 acc[TILE_R]) {
-    __m512i v[TILE_R];
+    __m512i v[TILE_W][TILE_R];
     half_sums(R, p, ag, a_stride, v);
     const __m256 dw = _mm256_load_ps((const float *)(p + P_SC));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        const __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(v[r]),
-                                            _mm512_extracti64x4_epi64(v[r], 1));
+        const __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(v[0][r]),
+                                            _mm512_extracti64x4_epi64(v[0][r], 1));
         const __m256 da = _mm256_loadu_ps((const float *)(ag + (size_t)r * a_stride + A_SC));
         const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, da));
         acc[r] = _mm256_add_ps(acc[r], t);
@@ -224,7 +245,7 @@ static inline __attribute__((always_inline)) void panel_rows(const int KP, const
     const int64_t ng_full = half ? ng - 1 : ng;
     for (int64_t g = 0; g < ng_full; g++) {
         const uint8_t *ag = a + (size_t)g * ACT_GROUP;
-        __m512i v[2][TILE_R];
+        __m512i v[TILE_W][TILE_R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i c = _mm512_loadu_si512(ag + (size_t)r * a_stride + A_CORR);
@@ -233,23 +254,8 @@ static inline __attribute__((always_inline)) void panel_rows(const int KP, const
                 v[k][r] = c;
             }
         }
-#pragma GCC unroll 8
-        for (int s = 0; s < SLICES; s++) {
-            __m512i w[2];
-#pragma GCC unroll 2
-            for (int k = 0; k < KP; k++) {
-                w[k] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * PANEL_GROUP +
-                                         64 * s);
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-#pragma GCC unroll 2
-                for (int k = 0; k < KP; k++) {
-                    v[k][r] = _mm512_dpbusd_epi32(v[k][r], w[k], q);
-                }
-            }
-        }
+        slice_products(KP, R, SLICES, false, panel + (size_t)g * PANEL_GROUP, pb, ag, a_stride,
+                       v, v);
 #pragma GCC unroll 2
         for (int k = 0; k < KP; k++) {
             const __m512 dw =
@@ -711,27 +717,8 @@ static inline __attribute__((always_inline)) void kpanel_rows(const int KP, cons
                 u[k][r] = u0;
             }
         }
-#pragma GCC unroll 8
-        for (int s = 0; s < SLICES; s++) {
-            __m512i w[TILE_W];
-#pragma GCC unroll 4
-            for (int k = 0; k < KP; k++) {
-                w[k] = _mm512_load_si512(panel + (size_t)k * pb + (size_t)g * KPANEL_GROUP +
-                                         64 * s);
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m512i q = _mm512_loadu_si512(ag + (size_t)r * a_stride + 64 * s);
-#pragma GCC unroll 4
-                for (int k = 0; k < KP; k++) {
-                    if (split && s >= 4) {
-                        u[k][r] = _mm512_dpbusd_epi32(u[k][r], w[k], q);
-                    } else {
-                        v[k][r] = _mm512_dpbusd_epi32(v[k][r], w[k], q);
-                    }
-                }
-            }
-        }
+        slice_products(KP, R, SLICES, split, panel + (size_t)g * KPANEL_GROUP, pb, ag, a_stride,
+                       v, u);
         // per pair: lanes 0-7 super-block 0, 8-15 super-block 1 of is and ms; rows past R zero
         __m512i is[TILE_W * TILE_R], ms[TILE_W * TILE_R];
 #pragma GCC unroll 4
