@@ -39,7 +39,7 @@
 typedef struct ds_sample_params {
     float temperature;       // <= 0: greedy. default 0.8 (llama.cpp)
     int64_t top_k;           // <= 0 or >= n_vocab: off. default 40
-    float top_p;             // in (0, 1]; 1: off. default 0.95
+    float top_p;             // in [0, 1]; 1: off, 0: the most likely token only. default 0.95
     float min_p;             // in [0, 1]; 0: off. default 0.05
     float repeat_penalty;    // > 0; 1: off. Logit l of a seen token: l > 0 ? l / r : l * r. default 1
     int64_t repeat_last_n;   // window of accepted tokens the penalties look at: 0 = off,
@@ -88,7 +88,7 @@ double ds_sample_rng_uniform(ds_sample_rng *r);
 typedef struct ds_sampler ds_sampler;
 
 // Creates a sampler for a vocabulary of n_vocab tokens. Validates the parameters (named in the
-// error: "sample: top_p=1.5 outside (0, 1]"). Scratch: about 28 bytes per vocabulary entry.
+// error: "sample: top_p=1.5 outside [0, 1]"). Scratch: about 28 bytes per vocabulary entry.
 dspec_status ds_sample_new(ds_sampler **out, const ds_sample_params *params, int64_t n_vocab,
                            dspec_err *err);
 void ds_sample_free(ds_sampler *s);

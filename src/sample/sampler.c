@@ -59,8 +59,8 @@ static dspec_status check_params(const ds_sample_params *p, dspec_err *err) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "sample: temperature=%g is not finite",
                           (double)p->temperature);
     }
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top_p=%g outside (0, 1]", (double)p->top_p);
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top_p=%g outside [0, 1]", (double)p->top_p);
     }
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "sample: min_p=%g outside [0, 1]", (double)p->min_p);
@@ -409,7 +409,9 @@ static void finish_tail(ds_sampler *s, const cand *c, int64_t n, bool sorted, co
         if (l < thr) {
             continue;
         }
-        float e = expf((l - maxl) * inv_t);
+        // (the largest exactly 1: below ~3e-39 the temperature's inverse is +inf, 0 * inf NaN)
+        const float d = l - maxl;
+        float e = d == 0.0f ? 1.0f : expf(d * inv_t);
         if (e > 0.0f) {
             out->ids[k] = dense ? (int32_t)i : c[i].id;
             out->p[k] = e;
@@ -431,6 +433,10 @@ static dspec_status finish(ds_sampler *s, cand *c, int64_t n, bool sorted, const
                            float maxl, ds_sample_probs *out, dspec_err *err) {
     if (maxl == -INFINITY) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "sample: all logits are -inf after penalties/top-k");
+    }
+    if (!(maxl < INFINITY)) { // (a penalty that overflowed a logit)
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: the largest logit is %g after the "
+                          "penalties", (double)maxl);
     }
     // 3. top-p (temperature-1 probabilities of the candidates, as llama.cpp)
     if (s->prm.top_p < 1.0f && n > 1) {

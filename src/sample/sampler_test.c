@@ -383,6 +383,50 @@ static void test_edge_cases(void **state) {
     ds_sample_probs_deinit(NULL);
 }
 
+// Extreme but valid parameters: a temperature whose inverse overflows float (below ~3e-39) is a
+// point mass on the largest logit, as is top_p 0 (OpenAI's and llama.cpp's meaning), on the
+// dense path, the top-k path and the top-logits list; a penalty that overflows a logit to +inf
+// is refused with an error (once an assertion in the draw: a remote abort through the server).
+static void test_extreme_params(void **state) {
+    (void)state;
+    const float l[] = {1.0f, 3.0f, 2.0f, 3.0f - 1e-6f, -1.0f};
+    const int32_t ids[] = {1, 3, 2, 0, 4};
+    const float vals[] = {3.0f, 3.0f - 1e-6f, 2.0f, 1.0f, -1.0f};
+    dspec_err err = {0};
+    for (int c = 0; c < 4; c++) {
+        ds_sample_params p = plain_params(c < 2 ? 1e-40f : 1.0f);
+        p.top_p = c < 2 ? 1.0f : 0.0f;
+        p.top_k = c % 2 ? 3 : 0;
+        fixture f;
+        setup(&f, &p, 5);
+        run_dist(&f, l, 5);
+        assert_int_equal(f.d.n, 1);
+        assert_int_equal(f.d.ids[0], 1);
+        assert_true(f.d.p[0] == 1.0f);
+        assert_int_equal(ds_sample_dist_list(f.s, vals, ids, 5, &f.d, &err), DSPEC_OK);
+        assert_int_equal(f.d.n, 1);
+        assert_int_equal(f.d.ids[0], 1);
+        assert_int_equal(ds_sample_draw(f.s, &f.d), 1);
+        teardown(&f);
+    }
+    ds_sample_params p = plain_params(1.0f);
+    p.frequency_penalty = -3e38f;
+    p.repeat_last_n = -1;
+    fixture f;
+    setup(&f, &p, 5);
+    assert_int_equal(ds_sample_accept(f.s, 1, &err), DSPEC_OK);
+    assert_int_equal(ds_sample_accept(f.s, 1, &err), DSPEC_OK);
+    assert_int_equal(ds_sample_dist(f.s, l, 5, &f.d, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "after the penalties"));
+    assert_int_equal(ds_sample_dist_list(f.s, vals, ids, 5, &f.d, &err), DSPEC_ERR_INVALID);
+    teardown(&f);
+    p = plain_params(1.0f);
+    p.top_p = -0.1f;
+    ds_sampler *s = NULL;
+    assert_int_equal(ds_sample_new(&s, &p, 4, &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "outside [0, 1]"));
+}
+
 // ---- sampling statistics -----------------------------------------------------------------------
 
 static double chi_square(const int64_t *counts, const double *p, int n, int64_t draws) {
@@ -767,6 +811,7 @@ int main(void) {
         cmocka_unit_test(test_min_p),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_edge_cases),
+        cmocka_unit_test(test_extreme_params),
         cmocka_unit_test(test_chi_square),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_large_vocab_paths),

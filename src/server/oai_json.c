@@ -134,7 +134,7 @@ static bool parse_sampling(ds_oai_req *r, ds_http_err *e) {
     if (!get_num(o, "temperature", 0, 100, &d, e)) return false;
     g->temperature = (float)d;
     d = g->top_p;
-    if (!get_num(o, "top_p", 1e-9, 1, &d, e)) return false;
+    if (!get_num(o, "top_p", 0, 1, &d, e)) return false;
     g->top_p = (float)d;
     d = g->min_p;
     if (!get_num(o, "min_p", 0, 1, &d, e)) return false;
