@@ -46,5 +46,3 @@ enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, co
 // SSE body of a streaming job (takes a job reference; dropped when MHD frees the response).
 struct MHD_Response *ds_sse_response(ds_job *j);
 
-// Copies s[0..n) into a JSON string, replacing ill-formed UTF-8 by U+FFFD (new reference).
-json_t *ds_json_string_lossy(const char *s, size_t n);

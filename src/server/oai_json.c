@@ -11,6 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Drops a UTF-8 sequence cut short at the end of s (a message cut at its buffer's size: the
+// request's strings it quotes are valid UTF-8, but a cut can fall inside a character).
+static void utf8_trim_cut(char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && n - i < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
+    if (i == 0) return;
+    const unsigned char c = (unsigned char)s[i - 1];
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < len) s[i - 1] = '\0';
+}
+
 void ds_http_err_set(ds_http_err *e, int status, const char *type, const char *code,
                      const char *param, const char *fmt, ...) {
     e->status = status;
@@ -21,13 +32,18 @@ void ds_http_err_set(ds_http_err *e, int status, const char *type, const char *c
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
     va_end(ap);
+    utf8_trim_cut(e->param);
+    utf8_trim_cut(e->msg);
 }
 
 char *ds_http_err_json(const ds_http_err *e) {
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->msg, "type",
+    // (lossy: whatever bytes a message holds, the client gets a JSON error, not a closed socket)
+    json_t *o = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message",
+                          ds_json_string_lossy(e->msg, strlen(e->msg)), "type",
                           e->type ? e->type : "server_error", "param",
-                          e->param[0] ? json_string(e->param) : json_null(), "code",
-                          e->code ? json_string(e->code) : json_null());
+                          e->param[0] ? ds_json_string_lossy(e->param, strlen(e->param))
+                                      : json_null(),
+                          "code", e->code ? json_string(e->code) : json_null());
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;

@@ -25,6 +25,8 @@
 typedef struct ds_server_params {
     dspec_engine_params ep;   // model, drafter, threads, context per slot, batch, KV type
     dspec_gen_params gp;      // request defaults (OpenAI fields override them per request)
+    bool seed_fixed;          // gp.seed set (--seed): the seed of requests without one; else
+                              // each such request draws a fresh random seed (OpenAI's meaning)
     const char *host;         // bind address (default "127.0.0.1")
     int port;                 // default 8080; 0 = any free port (logged)
     const char *api_key;      // required as "Authorization: Bearer KEY" when set

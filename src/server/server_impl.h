@@ -76,6 +76,10 @@ typedef struct ds_oai_req {
 
 // Parses and validates a request body. `defaults` are the server's generation defaults. On
 // failure fills *e (400 with the field in e->param) and returns false; *r is then freed.
+// Copies s[0..n) into a JSON string, replacing ill-formed UTF-8 by U+FFFD (new reference;
+// routes_misc.c).
+json_t *ds_json_string_lossy(const char *s, size_t n);
+
 bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_gen_params *defaults,
                   ds_oai_req *r, ds_http_err *e);
 void ds_oai_req_free(ds_oai_req *r);

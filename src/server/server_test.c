@@ -728,6 +728,41 @@ static void test_parse_errors(void **state) {
     }
 }
 
+// An error message that quotes a long request string is cut at its buffer's size, where the
+// cut may fall inside a UTF-8 character: the JSON error is still made (it once failed, and the
+// client got a closed connection instead of a 400).
+static void test_error_utf8_cut(void **state) {
+    (void)state;
+    for (int lead = 0; lead < 4; lead++) {
+        char role[1200], body[1400];
+        size_t n = 0;
+        for (int i = 0; i < lead; i++) role[n++] = 'x';
+        for (int i = 0; i < 300; i++) n += (size_t)snprintf(role + n, sizeof(role) - n, "\xC3\xA9");
+        for (int i = 0; i < 50; i++) n += (size_t)snprintf(role + n, sizeof(role) - n, "\xE2\x82\xAC");
+        snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"%s\", \"content\": \"hi\"}]}",
+                 role);
+        ds_oai_req r;
+        ds_http_err e;
+        assert_false(parse(DS_OAI_CHAT, body, &r, &e));
+        assert_int_equal(e.status, 400);
+        ds_http_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                        "model '%s' not found", role);
+        for (int k = 0; k < 2; k++) {
+            char *j = ds_http_err_json(&e);
+            assert_non_null(j);
+            json_t *o = json_loads(j, 0, NULL);
+            const char *m = json_string_value(json_object_get(json_object_get(o, "error"),
+                                                              "message"));
+            assert_non_null(m);
+            assert_true(strlen(m) > 300);
+            json_decref(o);
+            free(j);
+            e.msg[sizeof(e.msg) - 2] = (char)0xC3; // a raw cut byte is replaced, not refused
+            e.msg[sizeof(e.msg) - 1] = '\0';
+        }
+    }
+}
+
 static void test_parse_logprobs(void **state) {
     (void)state;
     ds_oai_req r;
@@ -935,6 +970,7 @@ int main(void) {
         cmocka_unit_test(test_reasoning_unclosed),
         cmocka_unit_test(test_parse_chat),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_error_utf8_cut),
         cmocka_unit_test(test_lossy_string),
         cmocka_unit_test(test_parse_logprobs),
         cmocka_unit_test(test_logprobs_chat),

@@ -230,6 +230,11 @@ def sdk_checks(client, dspec, model):
     b = client.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0.9,
                                        seed=11, extra_body=off).choices[0].message.content
     R.check("seeded sampling reproducible", a == b, f"{a!r}")
+    # without a seed each request samples afresh (OpenAI's meaning; the server has no --seed)
+    outs = {client.chat.completions.create(model="m", messages=msgs, max_tokens=16,
+                                           temperature=1.0, extra_body=off
+                                           ).choices[0].message.content for _ in range(4)}
+    R.check("unseeded sampling differs between requests", len(outs) >= 2, f"{outs!r}")
 
 
 def concurrency_checks(client, port):
@@ -391,6 +396,11 @@ def misc_checks(port):
 
 def prefix_checks(client, cold, port):
     off = {"chat_template_kwargs": {"enable_thinking": False}}
+    # the cold server runs with --seed 7: requests without a seed all use it
+    outs = {cold.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                         max_tokens=16, temperature=1.0, extra_body=off
+                                         ).choices[0].message.content for _ in range(2)}
+    R.check("--seed seeds requests without one", len(outs) == 1, f"{outs!r}")
     sys_msg = {"role": "system", "content": "You write data and list names. " * 20}
     conv = [sys_msg, {"role": "user", "content": "the data and the list"}]
     r1 = client.chat.completions.create(model="m", messages=conv, max_tokens=16, extra_body=off)
@@ -651,7 +661,7 @@ def main():
             srv = Server(a.dspec, *common, "--api-key", KEY, "--alias", "m", "--parallel", "2",
                          "--queue", "2", "--max-body", "65536", log=os.path.join(tmp, "s.log"))
             servers.append(srv)
-            cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0",
+            cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0", "--seed", "7",
                           log=os.path.join(tmp, "c.log"))
             servers.append(cold)
             tiny = os.path.join(here, "..", "..", "models", "tiny-target-q8_0.gguf")
