@@ -68,6 +68,12 @@ static json_t *lp_entry(const ds_oai_out *b, int32_t id, ds_str piece, float log
     return json_pack("{s:o, s:o, s:o}", "token", t, "logprob", lp_value(logprob), "bytes", bytes);
 }
 
+static int64_t utf8_chars(const char *s, size_t n) {
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
 dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_err *err) {
     if (!b->lp && !(b->lp = json_array())) {
         return ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (logprobs)");
@@ -81,6 +87,10 @@ dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_e
         }
     }
     bool ok = e && top;
+    if (ok && b->o.kind == DS_OAI_COMPLETION) { // (text_offset: where its text starts)
+        ok = json_object_set_new(e, "text_offset", json_integer(b->lp_offset)) == 0;
+        b->lp_offset += utf8_chars(lp->text.ptr, lp->text.len);
+    }
     if (!ok) {
         json_decref(e);
         json_decref(top);
@@ -93,14 +103,8 @@ dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_e
     return ok ? DSPEC_OK : ds_err_set(err, DSPEC_ERR_NOMEM, "server: out of memory (logprobs)");
 }
 
-static int64_t utf8_chars(const char *s, size_t n) {
-    int64_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return c;
-}
-
-// Legacy completions shape of the entries; advances b->lp_offset.
-static json_t *lp_completion(ds_oai_out *b, json_t *entries) {
+// Legacy completions shape of the entries (text_offset: recorded with each entry).
+static json_t *lp_completion(json_t *entries) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t i, k;
     json_t *e, *a;
@@ -115,8 +119,7 @@ static json_t *lp_completion(ds_oai_out *b, json_t *entries) {
         json_array_append(toks, t);
         json_array_append(lps, lp);
         json_array_append_new(tops, d);
-        json_array_append_new(offs, json_integer(b->lp_offset));
-        b->lp_offset += utf8_chars(json_string_value(t), json_string_length(t));
+        json_array_append(offs, json_object_get(e, "text_offset"));
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps,
                      "top_logprobs", tops, "text_offset", offs);
@@ -129,7 +132,7 @@ static json_t *lp_take(ds_oai_out *b, bool always) {
     json_t *entries = b->lp ? b->lp : json_array();
     b->lp = NULL;
     if (b->o.kind == DS_OAI_CHAT) return json_pack("{s:o}", "content", entries);
-    json_t *o = lp_completion(b, entries);
+    json_t *o = lp_completion(entries);
     json_decref(entries);
     return o;
 }
@@ -267,7 +270,9 @@ static dspec_status on_content(ds_oai_out *b, const char *s, size_t n, dspec_err
     }
     if (!b->o.tools_json) return b->o.stream ? send_content(b, b->content.len, err) : DSPEC_OK;
     // hold back a possible start of "<tool_call>"; from the tag on, the text goes to the parser
-    const char *tag = strstr(b->content.data + b->tool_scan, k_tool_tag);
+    // (length-bound searches here and below: generated text may hold NUL bytes)
+    const char *tag = memmem(b->content.data + b->tool_scan, b->content.len - b->tool_scan,
+                             k_tool_tag, sizeof(k_tool_tag) - 1);
     if (tag) {
         b->in_tool = true;
         b->tool_at = (size_t)(tag - b->content.data);
@@ -282,7 +287,7 @@ static dspec_status on_content(ds_oai_out *b, const char *s, size_t n, dspec_err
     if (!b->o.stream) return DSPEC_OK;
     size_t safe = len > keep ? utf8_cut(b->content.data, len - keep) : 0;
     for (size_t k = safe; k < len; k++) { // only hold from a '<' that could begin the tag
-        if (b->content.data[k] == '<' && !strncmp(b->content.data + k, k_tool_tag, len - k)) {
+        if (b->content.data[k] == '<' && !memcmp(b->content.data + k, k_tool_tag, len - k)) {
             break;
         }
         safe = k + 1;
@@ -313,7 +318,7 @@ dspec_status ds_oai_out_feed(ds_oai_out *b, const char *text, size_t n, dspec_er
     if (st != DSPEC_OK) return st;
     size_t first = SIZE_MAX;
     for (int i = 0; i < b->o.n_stop; i++) {
-        const char *hit = strstr(b->hold.data, b->o.stop[i]);
+        const char *hit = memmem(b->hold.data, b->hold.len, b->o.stop[i], strlen(b->o.stop[i]));
         if (hit && (size_t)(hit - b->hold.data) < first) first = (size_t)(hit - b->hold.data);
     }
     if (first != SIZE_MAX) {
@@ -436,7 +441,8 @@ static dspec_status finish_body(ds_oai_out *b, const dspec_gen_stats *st, bool c
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(msg, "content", calls && !tn ? json_null() : json_stringn(text, tn));
         if (b->reasoning.len) {
-            json_object_set_new(msg, "reasoning_content", json_string(b->reasoning.data));
+            json_object_set_new(msg, "reasoning_content",
+                                json_stringn(b->reasoning.data, b->reasoning.len));
         }
         if (calls) {
             json_t *a = json_array();

@@ -79,7 +79,8 @@ static int on_text(const char *text, size_t len, void *user) {
 static void on_logprob(const dspec_token_logprob *lp, void *user) {
     ds_job *j = user;
     ds_oai_logprob x = {.id = lp->token, .piece = ds_tok_piece(j->tok, lp->token, true),
-                        .logprob = lp->logprob, .n_top = lp->n_top};
+                        .text = ds_tok_piece(j->tok, lp->token, false), .logprob = lp->logprob,
+                        .n_top = lp->n_top};
     for (int i = 0; i < lp->n_top; i++) {
         x.top_id[i] = lp->top_ids[i];
         x.top_piece[i] = ds_tok_piece(j->tok, lp->top_ids[i], true);

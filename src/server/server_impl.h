@@ -173,6 +173,7 @@ typedef struct ds_oai_out {
 typedef struct ds_oai_logprob {
     int32_t id;               // the emitted token
     ds_str piece;             // its bytes
+    ds_str text;              // what it adds to the text (empty: a control token, left out)
     float logprob;
     int n_top;
     int32_t top_id[DSPEC_MAX_TOP_LOGPROBS];

@@ -535,6 +535,65 @@ static void test_stop_strings(void **state) {
     }
 }
 
+// Generated text may hold NUL bytes (a vocabulary's NUL token): stop strings, the reasoning
+// split and the tool-call tag are found past them, and the body carries them whole.
+static void test_nul_bytes(void **state) {
+    (void)state;
+    static const char stop_text[] = "ab\0c.rvert zz";
+    static const char think_text[] = "<think>\nr\0s\n</think>\n\nc\0d";
+    static const char tool_text[] = "x\0y\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                                     "Paris\n</parameter>\n</function>\n</tool_call>";
+    const char *stops[] = {".rvert "};
+    dspec_gen_stats st = stats_of(3, 9, 0);
+    dspec_err err;
+    for (size_t step = 1; step < 6; step++) {
+        for (int c = 0; c < 3; c++) {
+            const char *text = c == 0 ? stop_text : c == 1 ? think_text : tool_text;
+            const size_t n = c == 0 ? sizeof(stop_text) - 1
+                             : c == 1 ? sizeof(think_text) - 1 : sizeof(tool_text) - 1;
+            ds_oai_out_opts o = chat_opts(false);
+            if (c == 0) {
+                o = (ds_oai_out_opts){.kind = DS_OAI_COMPLETION, .stop = stops, .n_stop = 1,
+                                      .id = "c", .model = "m"};
+            }
+            if (c == 1) o.tools_json = NULL;
+            ds_oai_out b;
+            assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_OK);
+            assert_int_equal(ds_oai_out_begin(&b, &err), DSPEC_OK);
+            for (size_t i = 0; i < n && !b.stopped; i += DS_MIN(step, n - i)) {
+                assert_int_equal(ds_oai_out_feed(&b, text + i, DS_MIN(step, n - i), &err),
+                                 DSPEC_OK);
+            }
+            assert_int_equal(ds_oai_out_finish(&b, &st, &err), DSPEC_OK);
+            json_t *r = json_loads(b.body, JSON_ALLOW_NUL, NULL);
+            json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+            json_t *m = json_object_get(c0, "message");
+            const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+            if (c == 0) {
+                json_t *t = json_object_get(c0, "text");
+                assert_int_equal(json_string_length(t), 4);
+                assert_memory_equal(json_string_value(t), "ab\0c", 4);
+                assert_string_equal(fr, "stop");
+            } else if (c == 1) {
+                json_t *rc = json_object_get(m, "reasoning_content"), *ct = json_object_get(m,
+                                                                                   "content");
+                assert_int_equal(json_string_length(rc), 3);
+                assert_memory_equal(json_string_value(rc), "r\0s", 3);
+                assert_int_equal(json_string_length(ct), 3);
+                assert_memory_equal(json_string_value(ct), "c\0d", 3);
+            } else {
+                assert_string_equal(fr, "tool_calls");
+                json_t *f = json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0),
+                                            "function");
+                assert_string_equal(json_string_value(json_object_get(f, "name")),
+                                    "get_weather");
+            }
+            json_decref(r);
+            ds_oai_out_free(&b);
+        }
+    }
+}
+
 static void test_no_stop_keeps_everything(void **state) {
     (void)state;
     const char *stops[] = {"zzz"};
@@ -811,6 +870,7 @@ static void build_lp(ds_oai_out *b, const ds_oai_out_opts *o, int n_top) {
     const char *text[] = {"He", "llo", " ", "\xE2\x82\xAC!"};
     for (size_t i = 0; i < DS_ARRAY_LEN(k_lp); i++) {
         ds_oai_logprob x = {.id = k_lp[i].id, .piece = {k_lp[i].piece, strlen(k_lp[i].piece)},
+                            .text = {k_lp[i].piece, strlen(k_lp[i].piece)},
                             .logprob = k_lp[i].lp, .n_top = n_top};
         x.top_id[0] = k_lp[i].id;
         x.top_piece[0] = x.piece;
@@ -948,6 +1008,32 @@ static void test_logprobs_completion(void **state) {
         json_decref(offs);
         ds_oai_out_free(&b);
     }
+    // a control token is listed with its piece but adds nothing to the text, so the offsets
+    // after it do not move (they once counted its piece)
+    const char *pieces[] = {"ab", "<|im_end|>", "cd"}, *texts[] = {"ab", "", "cd"};
+    ds_oai_out_opts o = {.kind = DS_OAI_COMPLETION, .logprobs = true, .id = "c", .model = "m"};
+    ds_oai_out b;
+    dspec_err err;
+    assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_OK);
+    assert_int_equal(ds_oai_out_begin(&b, &err), DSPEC_OK);
+    for (int i = 0; i < 3; i++) {
+        ds_oai_logprob x = {.id = i, .piece = {pieces[i], strlen(pieces[i])},
+                            .text = {texts[i], strlen(texts[i])}, .logprob = -1.0f};
+        assert_int_equal(ds_oai_out_logprob(&b, &x, &err), DSPEC_OK);
+        assert_int_equal(ds_oai_out_feed(&b, texts[i], strlen(texts[i]), &err), DSPEC_OK);
+    }
+    dspec_gen_stats st = stats_of(3, 3, 0);
+    assert_int_equal(ds_oai_out_finish(&b, &st, &err), DSPEC_OK);
+    json_t *r = json_loads(b.body, 0, NULL);
+    json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "text")), "abcd");
+    json_t *offs = json_object_get(json_object_get(c0, "logprobs"), "text_offset");
+    assert_int_equal(json_array_size(offs), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(json_integer_value(json_array_get(offs, (size_t)i)), i ? 2 : 0);
+    }
+    json_decref(r);
+    ds_oai_out_free(&b);
 }
 
 static void test_lossy_string(void **state) {
@@ -966,6 +1052,7 @@ int main(void) {
         cmocka_unit_test(test_tool_call_logprobs),
         cmocka_unit_test(test_unparsable_tool_call_is_text),
         cmocka_unit_test(test_stop_strings),
+        cmocka_unit_test(test_nul_bytes),
         cmocka_unit_test(test_no_stop_keeps_everything),
         cmocka_unit_test(test_reasoning_unclosed),
         cmocka_unit_test(test_parse_chat),
