@@ -153,6 +153,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = calloc(1, sizeof(*cc));
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        atomic_fetch_add(&srv->n_open, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->p.max_body) cc->too_big = true;
         return MHD_YES;
@@ -176,14 +177,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
+    ds_server *srv = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     ds_chat_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
+    atomic_fetch_sub(&srv->n_open, 1);
 }
 
 static void model_id(ds_server *srv) {
@@ -217,6 +219,7 @@ dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
     srv->p = *p;
     srv->created = (int64_t)time(NULL);
     atomic_init(&srv->next_id, 1);
+    atomic_init(&srv->n_open, 0);
     model_id(srv);
     ds_metrics_init(&srv->metrics);
     srv->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
@@ -246,6 +249,12 @@ dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
     }
     if (srv->d) MHD_quiesce_daemon(srv->d);
     ds_sched_stop(srv->sched); // fails what is left with 503, waking their HTTP threads
+    // their responses (a 503, a stream's error event and end) go out before the sockets close:
+    // up to 5 s for the requests still open to complete
+    for (int i = 0; i < 500 && atomic_load(&srv->n_open) > 0; i++) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (srv->d) MHD_stop_daemon(srv->d);
     ds_sched_free(srv->sched); // the engine goes last: HTTP threads tokenize with it
     ds_metrics_deinit(&srv->metrics);

@@ -18,6 +18,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -622,6 +624,52 @@ def tool_checks(client, port):
                 err_of(d).get("param") == "tool_choice", f"{st} {d[:160]!r}")
 
 
+def shutdown_checks(dspec, tiny, log):
+    """SIGTERM with one stream running and a stream and a plain request queued: the running
+    stream ends with an SSE error event and the chunked terminator, the queued ones with 503
+    (the sockets once closed before those bytes went out)."""
+    srv = Server(dspec, "-m", tiny, "-t", "1", "--parallel", "1", log=log)
+    try:
+        srv.wait_ready()
+        out = {}
+
+        def go(i, stream):
+            b = json.dumps({"prompt": "def main():", "max_tokens": 100000, "ignore_eos": True,
+                            "stream": stream}).encode()
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(b) + b)
+            buf = b""
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    buf += d
+            except OSError as e:
+                buf += repr(e).encode()
+            s.close()
+            out[i] = buf
+
+        ths = [threading.Thread(target=go, args=(i, i < 2)) for i in range(3)]
+        for t in ths:
+            t.start()
+            time.sleep(0.3)
+        srv.p.send_signal(signal.SIGTERM)
+        for t in ths:
+            t.join(timeout=40)
+        srv.p.wait(timeout=20)
+        b0, b1, b2 = out.get(0, b""), out.get(1, b""), out.get(2, b"")
+        R.check("SIGTERM: the running stream ends with an error event and its last chunk",
+                b0.startswith(b"HTTP/1.1 200") and b"server is shutting down" in b0[-400:] and
+                b0.endswith(b"\r\n0\r\n\r\n"), b0[-200:])
+        R.check("SIGTERM: queued stream and plain requests get 503",
+                b1.startswith(b"HTTP/1.1 503") and b2.startswith(b"HTTP/1.1 503"),
+                f"{b1[:60]!r} {b2[:60]!r}")
+    finally:
+        srv.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dspec", required=True)
@@ -685,7 +733,8 @@ def main():
                              (concurrency_checks, (client, srv.port)),
                              (error_checks, (srv.port,)), (misc_checks, (srv.port,)),
                              (logprob_checks, (lp_client, lps.port, a.dspec, tiny)),
-                             (tool_checks, (lp_client, lps.port))):
+                             (tool_checks, (lp_client, lps.port)),
+                             (shutdown_checks, (a.dspec, tiny, os.path.join(tmp, "sd.log")))):
                 if time.monotonic() > DEADLINE:
                     R.check("time budget", False, f"{fn.__name__} not run")
                     break
