@@ -114,6 +114,8 @@ typedef struct ds_tool_parser {
     ds_chat_buf buf;          // text not consumed yet
     int state;
     ds_chat_buf pname;        // the current parameter's name
+    size_t scanned;           // bytes of a value searched for its end tag already (no tag
+                              // starts there: a long value is not searched again per token)
     ds_tool_call_acc *calls;
     int64_t n_calls, cap;
     int64_t n_closed;         // calls whose arguments are complete

@@ -375,6 +375,54 @@ static void test_tool_stream_equals_body(void **state) {
     ds_oai_out_free(&b);
 }
 
+// A long parameter value with near-misses of every end tag, fed in small steps: the value is
+// searched for its end tag incrementally (from where the last search stopped, less a tag's
+// length), so the calls must equal the one-shot body's whatever the step.
+static void test_tool_long_value(void **state) {
+    (void)state;
+    dspec_gen_stats st = stats_of(10, 40, 0);
+    ds_chat_buf text = {0};
+    dspec_err err;
+    const char *head = "<tool_call>\n<function=get_weather>\n<parameter=city>\n";
+    const char *miss[] = {"</paramete", "\n<paramet", "</functio", "</tool_cal", "x<", "\n"};
+    assert_int_equal(ds_chat_buf_append(&text, head, strlen(head), &err), DSPEC_OK);
+    for (int i = 0; i < 400; i++) {
+        const char *m = miss[i % DS_ARRAY_LEN(miss)];
+        assert_int_equal(ds_chat_buf_append(&text, m, strlen(m), &err), DSPEC_OK);
+        assert_int_equal(ds_chat_buf_append(&text, "ab", 2, &err), DSPEC_OK);
+    }
+    const char *tail = "\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                       "</tool_call>";
+    assert_int_equal(ds_chat_buf_append(&text, tail, strlen(tail), &err), DSPEC_OK);
+    ds_oai_out_opts o = chat_opts(false);
+    o.reasoning = false;
+    ds_oai_out b;
+    build(&b, &o, text.data, 0, &st);
+    const char *fr;
+    json_t *content, *want = body_calls(&b, &fr, &content);
+    assert_int_equal(json_array_size(want), 1);
+    json_t *args = json_loads(json_string_value(json_object_get(
+                                  json_object_get(json_array_get(want, 0), "function"),
+                                  "arguments")), 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(args, "days")), 3);
+    assert_true(json_string_length(json_object_get(args, "city")) > 3000);
+    json_decref(args);
+    ds_oai_out_free(&b);
+    const size_t steps[] = {1, 3, 7, 13};
+    for (size_t k = 0; k < DS_ARRAY_LEN(steps); k++) {
+        o.stream = true;
+        build(&b, &o, text.data, steps[k], &st);
+        streamed r;
+        collect(&b, &r);
+        if (!json_equal(r.calls, want)) fail_msg("step %zu: stream != body", steps[k]);
+        streamed_free(&r);
+        ds_oai_out_free(&b);
+    }
+    json_decref(want);
+    json_decref(content);
+    ds_chat_buf_free(&text);
+}
+
 // A forced call: the opening counts as output (never as content), a named opening sends the
 // call's first delta at once (after the role chunk), single_call stops after the first call.
 static void test_forced_tool_call(void **state) {
@@ -1048,6 +1096,7 @@ int main(void) {
         cmocka_unit_test(test_tool_call_body),
         cmocka_unit_test(test_tool_call_stream),
         cmocka_unit_test(test_tool_stream_equals_body),
+        cmocka_unit_test(test_tool_long_value),
         cmocka_unit_test(test_forced_tool_call),
         cmocka_unit_test(test_tool_call_logprobs),
         cmocka_unit_test(test_unparsable_tool_call_is_text),

@@ -253,18 +253,21 @@ static dspec_status run(ds_tool_parser *p, bool final, dspec_err *err) {
         case TS_PVALUE: {
             const char *ends[] = {T_PARAM_END, T_NL_PARAM, T_FN_END, T_CALL_END};
             const char *best = NULL;
-            size_t bi = 0;
+            size_t bi = 0, from = DS_MIN(p->scanned, n);
             for (size_t i = 0; i < DS_ARRAY_LEN(ends); i++) {
-                const char *h = find(s, n, ends[i], strlen(ends[i]));
+                const char *h = find(s + from, n - from, ends[i], strlen(ends[i]));
                 if (h && (!best || h < best)) {
                     best = h;
                     bi = i;
                 }
             }
             if (!best && !final) {
+                // (a tag may start in the last TAGLEN(T_NL_PARAM) - 1 bytes, the longest's)
+                p->scanned = n > TAGLEN(T_NL_PARAM) ? n - (TAGLEN(T_NL_PARAM) - 1) : 0;
                 more = true;
                 break;
             }
+            p->scanned = 0;
             size_t vn = best ? (size_t)(best - s) : n;
             size_t keep = vn;
             if (bi != 1 && keep && s[keep - 1] == '\n') keep--; // "\n<parameter=" kept none
@@ -287,8 +290,10 @@ static dspec_status run(ds_tool_parser *p, bool final, dspec_err *err) {
     }
     if (final) p->state = TS_BETWEEN;
     // drop the consumed text
-    memmove(p->buf.data, p->buf.data + pos, p->buf.len - pos + 1);
-    p->buf.len -= pos;
+    if (pos) {
+        memmove(p->buf.data, p->buf.data + pos, p->buf.len - pos + 1);
+        p->buf.len -= pos;
+    }
     return st;
 }
 
