@@ -109,8 +109,11 @@ static bool authorized(ds_server *srv, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+// The route's handler once the body is in (final); before it (!final, the request's first
+// call) only the refusals that need no body -- over the size limit, no route, no API key -- so
+// that they come before a client's "Expect: 100-continue" upload rather than after it.
 static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const char *url,
-                                const char *method, conn_ctx *cc) {
+                                const char *method, conn_ctx *cc, bool final) {
     ds_http_err e;
     if (cc->too_big) {
         ds_http_err_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
@@ -139,6 +142,7 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
                         "invalid or missing API key (Authorization: Bearer KEY)");
         return ds_http_error(c, &e);
     }
+    if (!final) return MHD_YES;
     const char *body = cc->body.data ? cc->body.data : "";
     return match->fn(srv, c, body, cc->body.len);
 }
@@ -156,7 +160,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&srv->n_open, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->p.max_body) cc->too_big = true;
-        return MHD_YES;
+        return dispatch(srv, c, url, method, cc, false);
     }
     if (*upload_size) {
         if (!cc->too_big && cc->body.len + *upload_size > srv->p.max_body) {
@@ -172,7 +176,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    return dispatch(srv, c, url, method, cc);
+    return dispatch(srv, c, url, method, cc, true);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

@@ -347,6 +347,19 @@ def error_checks(port):
     st, _, d = raw(port, "POST", post, "x" * 70000)
     R.check("error: body over the size limit -> 413", st == 413 and err_of(d).get("message"),
             f"{st}")
+    # "Expect: 100-continue": a body over the limit, or a request without the key, is refused
+    # before the upload (no "100 Continue" first)
+    for name, key, length, want in (("413", KEY, 70000, b"HTTP/1.1 413"),
+                                    ("401", None, 10, b"HTTP/1.1 401")):
+        sk = socket.create_connection(("127.0.0.1", port), timeout=10)
+        auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
+        sk.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n"
+                   % (post.encode(), auth, length))
+        first = sk.recv(64)
+        sk.close()
+        R.check(f"error: Expect 100-continue -> {name} before the upload",
+                first.startswith(want), f"{first!r}")
     st, h, d = raw(port, "POST", post, ok_body, key="wrong")
     R.check("error: bad API key -> 401", st == 401 and
             err_of(d).get("type") == "authentication_error", f"{st}")
