@@ -141,6 +141,35 @@ static bool parse_logprobs(ds_oai_req *r, ds_http_err *e) {
     return get_bool(o, "return_tokens_as_token_ids", &r->tokens_as_ids, e);
 }
 
+// OpenAI fields this server does not implement: refused when they would change the output
+// (silently ignoring a logit bias or a JSON response format would return what was not asked
+// for); accepted at their neutral values.
+static bool refuse_unsupported(json_t *o, ds_http_err *e) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0)) {
+        return bad(e, "logit_bias", "'logit_bias' is not supported by this server");
+    }
+    v = json_object_get(o, "response_format");
+    if (v && !json_is_null(v)) {
+        const char *t = json_string_value(json_object_get(v, "type"));
+        if (!t || strcmp(t, "text")) {
+            return bad(e, "response_format", "'response_format' other than {\"type\": \"text\"} "
+                       "is not supported by this server");
+        }
+    }
+    v = json_object_get(o, "echo");
+    if (v && json_is_true(v)) return bad(e, "echo", "'echo' is not supported by this server");
+    v = json_object_get(o, "best_of");
+    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+        return bad(e, "best_of", "'best_of' must be 1 (this server returns one completion)");
+    }
+    v = json_object_get(o, "suffix");
+    if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0)) {
+        return bad(e, "suffix", "'suffix' (insertion) is not supported by this server");
+    }
+    return true;
+}
+
 static bool parse_sampling(ds_oai_req *r, ds_http_err *e) {
     json_t *o = r->root;
     dspec_gen_params *g = &r->gp;
@@ -445,7 +474,7 @@ bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_ge
     } else if (!json_is_object(r->root)) {
         ok = bad(e, NULL, "request body must be a JSON object");
     } else {
-        ok = parse_sampling(r, e);
+        ok = refuse_unsupported(r->root, e) && parse_sampling(r, e);
         if (ok && kind == DS_OAI_CHAT) ok = parse_messages(r, e) && parse_tools(r, e);
         if (ok && kind == DS_OAI_COMPLETION) ok = parse_prompt(r, e);
         json_t *kw = json_object_get(r->root, "chat_template_kwargs");

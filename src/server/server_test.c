@@ -817,6 +817,13 @@ static void test_parse_errors(void **state) {
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": {}}", "prompt", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logit_bias\": {\"5\": 10}}",
+         "logit_bias", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"response_format\": "
+                      "{\"type\": \"json_object\"}}", "response_format", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 2}", "best_of", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"y\"}", "suffix", NULL},
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         ds_oai_req r;
@@ -872,6 +879,14 @@ static void test_error_utf8_cut(void **state) {
 
 static void test_parse_logprobs(void **state) {
     (void)state;
+    { // the unsupported fields at their neutral values are accepted
+        ds_oai_req r;
+        ds_http_err e;
+        assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {}, "
+                          "\"response_format\": {\"type\": \"text\"}, \"echo\": false, "
+                          "\"best_of\": 1, \"suffix\": \"\"}", &r, &e));
+        ds_oai_req_free(&r);
+    }
     ds_oai_req r;
     ds_http_err e;
     assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", &r, &e));
