@@ -7,7 +7,8 @@ combining marks (NFC and decomposed), whitespace runs (spaces, tabs, CR/LF, NBSP
 digits, contractions in all cases, special-token text (whole, partial, nested, adjacent) and
 control characters. Deterministic: fixed seed, hand-written pools, random code points drawn only
 from characters assigned in Unicode 14.0 (the version of this Python's unicodedata and of PCRE2
-10.42), so that every regex engine involved classifies them the same way.
+10.42); then hand-picked letters, marks and digits of Unicode 15-18 in context (the
+pre-tokenizer's classes extend PCRE2's by src/text/unicode_delta.h to match the reference).
 
 Usage: make_tokenizer_corpus.py [OUT.jsonl]   (default: tests/fixtures/tokenizer/corpus.jsonl)
 Each line is one JSON string. The test (tests/oracle/test_tokenizer.py) reads the committed file.
@@ -142,6 +143,31 @@ def _random_string(rng, pools):
     return text
 
 
+# Letters, marks and digits of Unicode 15-16 (PCRE2 10.42 has Unicode 14 tables; the
+# pre-tokenizer adds these from src/text/unicode_delta.h), a few of Unicode 17-18 that the
+# reference does not classify either, and their contexts: a contraction after them, '_X', digits,
+# a space or punctuation before them, Latin around them.
+NEWER_CHARS = [0x31350, 0x31351, 0x323AF, 0x2EBF0, 0x2EE5D, 0x11F04, 0x11F05, 0x11F00, 0x11F50,
+               0x1E4D0, 0x1E4D1, 0x1E4EC, 0x1E4F0, 0x1D2C0, 0x1D2C1, 0x10D4A, 0x10D40, 0x13460,
+               0x13C31, 0xA7CB, 0xA7CD, 0x1C89, 0x0CF3, 0x0897, 0x11380, 0x113B8, 0x11BC0,
+               0x11BF0, 0x105C0, 0x16100, 0x16130, 0x16D40, 0x16D70, 0x1E5D0, 0x1E5F1, 0x0558,
+               0x1ACF, 0x11DE0]
+
+
+def newer_strings(seed):
+    rng = random.Random(seed + 1)
+    out = ["Kaktovik \U0001D2C0\U0001D2C1 2", "\U00031350's", "\U00013c31_X", "\U00031350\U00031351 abc"]
+    for cp in NEWER_CHARS:
+        c = chr(cp)
+        out += [c, c + c + c, c + "'s", c + "_X", c + "123", " " + c + "x", "(" + c + ")",
+                "a" + c + "b", "1" + c]
+    for _ in range(64):
+        out.append("".join(rng.choice([chr(rng.choice(NEWER_CHARS)), rng.choice(CONTRACTIONS),
+                                       " ", "x", "7", ".", "\n", "\u4e00"])
+                           for _ in range(rng.randint(2, 10))))
+    return out
+
+
 def make_corpus(seed=SEED, n_random=N_RANDOM):
     pools = [PROSE, CODE, MULTI, EMOJI, COMBINING, WHITESPACE, DIGITS, SPECIAL_TEXT]
     out = [s for pool in pools for s in pool] + CONTRACTIONS
@@ -149,6 +175,7 @@ def make_corpus(seed=SEED, n_random=N_RANDOM):
     out += [a + b for a in CONTRACTIONS[:8] for b in ("", " x", "abc", "\n")]
     rng = random.Random(seed)
     out += [_random_string(rng, pools) for _ in range(n_random)]
+    out += newer_strings(seed)
     seen, uniq = set(), []
     for s in out:
         if s and s not in seen:
