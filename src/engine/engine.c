@@ -50,6 +50,14 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
         st = ds_tok_load_gguf(&e->tok, ds_model_gguf(e->m), err);
         if (st != DSPEC_OK) ds_err_prefix(err, "%s: tokenizer: ", p->model_path);
     }
+    // every token id the tokenizer can produce has an embedding row and a logit, and every
+    // logit a token to print (else a run fails midway: llama.cpp refuses such files at load)
+    if (st == DSPEC_OK && ds_tok_n_tokens(e->tok) != ds_model_hparams_get(e->m)->n_vocab) {
+        st = ds_err_set(err, DSPEC_ERR_FORMAT, "%s: the tokenizer has %lld tokens but "
+                        "token_embd has %lld rows", p->model_path,
+                        (long long)ds_tok_n_tokens(e->tok),
+                        (long long)ds_model_hparams_get(e->m)->n_vocab);
+    }
     if (st == DSPEC_OK && p->draft_path) {
         st = ds_drafter_load(&e->d, p->draft_path, e->m, err);
         if (st != DSPEC_OK) ds_err_prefix(err, "drafter: ");

@@ -120,6 +120,12 @@ dspec_status ds_gguf_get_int(const ds_gguf *g, const char *key, int64_t *out, ds
 dspec_status ds_gguf_get_float(const ds_gguf *g, const char *key, double *out, dspec_err *err);
 dspec_status ds_gguf_get_str(const ds_gguf *g, const char *key, ds_str *out, dspec_err *err);
 dspec_status ds_gguf_get_bool(const ds_gguf *g, const char *key, bool *out, dspec_err *err);
+// An optional key: its value, or def where the file lacks it; present with another type, an
+// error naming it (as llama.cpp's loader: never a silent default for a mistyped key).
+dspec_status ds_gguf_opt_int(const ds_gguf *g, const char *key, int64_t def, int64_t *out,
+                             dspec_err *err);
+dspec_status ds_gguf_opt_float(const ds_gguf *g, const char *key, double def, double *out,
+                               dspec_err *err);
 int64_t ds_gguf_get_int_or(const ds_gguf *g, const char *key, int64_t def);
 double ds_gguf_get_float_or(const ds_gguf *g, const char *key, double def);
 bool ds_gguf_get_bool_or(const ds_gguf *g, const char *key, bool def);
@@ -183,8 +189,10 @@ dspec_status ds_gguf_writer_set_arr_arr(ds_gguf_writer *w, const char *key, ds_g
 // Copies every KV of an open file (for rewriting), except `general.alignment` and `split.*`
 // (they describe the source file's layout), nested arrays included.
 dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err);
-// Copies the KVs of src whose key starts with `prefix` (e.g. "tokenizer."); returns the count
-// copied in *n_copied (may be NULL).
+// Copies the KVs of src whose key starts with `prefix` (e.g. "tokenizer."), the layout keys
+// excepted as above (a copied `general.alignment` once described the source file, not this
+// one, and the file written was unreadable); returns the count copied in *n_copied (may be
+// NULL).
 dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
                                            const char *prefix, int64_t *n_copied,
                                            dspec_err *err);

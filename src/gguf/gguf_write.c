@@ -310,7 +310,7 @@ dspec_status ds_gguf_writer_copy_kv(ds_gguf_writer *w, const ds_gguf *src, dspec
 dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src,
                                            const char *prefix, int64_t *n_copied,
                                            dspec_err *err) {
-    return copy_kv_where(w, src, prefix, false, n_copied, err);
+    return copy_kv_where(w, src, prefix, true, n_copied, err);
 }
 
 // ---- tensors ------------------------------------------------------------------------------------

@@ -497,6 +497,98 @@ static void test_load_refuses(void **s) {
     ds_backend_free(be);
 }
 
+// Copies GGUF src to dst with every key but `drop` (NULL: all), then key `set_key` set by
+// `set` (NULL: none), tensors unchanged.
+typedef void (*key_setter)(ds_gguf_writer *w, const char *key);
+static void rewrite(const char *src, const char *dst, const char *drop, const char *set_key,
+                    key_setter set) {
+    dspec_err err = {0};
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, src, &err), DSPEC_OK);
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_kv(g); i++) {
+        char key[256];
+        ds_str k = ds_gguf_kv_key(g, i);
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        if (drop && !strcmp(key, drop)) continue;
+        assert_int_equal(ds_gguf_writer_copy_kv_prefix(w, g, key, NULL, &err), DSPEC_OK);
+    }
+    if (set) set(w, set_key);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_begin(w, dst, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+}
+
+static void set_linear(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "linear"); }
+static void set_u32_1e7(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_u32(w, k, 10000000); }
+static void set_nan(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_f32(w, k, NAN); }
+static void set_str16(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "16"); }
+static void set_huge(ds_gguf_writer *w, const char *k) {
+    ds_gguf_writer_set_u64(w, k, ((uint64_t)1 << 32) + 2);
+}
+
+// What the loader once took silently, now refused naming the key (the first four read back as
+// plain RoPE, a default base, zero logits and a truncated head count): rope scaling, mistyped
+// optional keys, a NaN epsilon, an int overflow; and a MoE file without the shared expert's
+// width, which once dropped the shared expert and now takes it from the tensors.
+static void test_load_keys(void **s) {
+    (void)s;
+    char path[64] = "/tmp/dspec_model_keys_XXXXXX", path2[64] = "/tmp/dspec_model_keys2_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    fd = mkstemp(path2);
+    close(fd);
+    dspec_err err = {0};
+    ds_backend *be;
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_F32, 1);
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    struct {
+        const char *key;
+        key_setter set;
+        dspec_status st;
+        const char *msg;
+    } cases[] = {
+        {"qwen35.rope.scaling.type", set_linear, DSPEC_ERR_UNSUPPORTED, "rope scaling 'linear'"},
+        {"qwen35.rope.freq_base", set_u32_1e7, DSPEC_ERR_FORMAT, "rope.freq_base"},
+        {"qwen35.attention.layer_norm_rms_epsilon", set_nan, DSPEC_ERR_FORMAT, "epsilon"},
+        {"qwen35.full_attention_interval", set_str16, DSPEC_ERR_FORMAT, "full_attention_interval"},
+        {"qwen35.ssm.group_count", set_huge, DSPEC_ERR_FORMAT, "out of range"},
+    };
+    ds_model *m = NULL;
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        rewrite(path, path2, NULL, cases[i].key, cases[i].set);
+        assert_int_equal(ds_model_load(&m, path2, be, &err), cases[i].st);
+        if (!strstr(err.msg, cases[i].msg)) fail_msg("%s: %s", cases[i].key, err.msg);
+        assert_null(m);
+    }
+    p = ds_synth_tiny(DS_ARCH_QWEN35MOE, DS_TYPE_F32, 1);
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    rewrite(path, path2, "qwen35moe.expert_shared_feed_forward_length", NULL, NULL);
+    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_OK);
+    assert_int_equal(ds_model_hparams_get(m)->n_ff_shexp, p.n_ff_shexp);
+    ds_model_free(m);
+    m = NULL;
+    rewrite(path, path2, NULL, "qwen35moe.expert_shared_feed_forward_length", set_str16);
+    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "expert_shared_feed_forward_length"));
+    unlink(path2);
+    unlink(path);
+    ds_backend_free(be);
+}
+
 // synth --tokenizer: the tokenizer.* keys of a GGUF are copied in; a vocabulary larger than the
 // model's is refused with a message naming both sizes; a smaller one is padded with "[PAD<id>]"
 // tokens up to the model's, which the tokenizer decodes.
@@ -766,7 +858,8 @@ int main(void) {
         cmocka_unit_test(test_dense_q4_k), cmocka_unit_test(test_dense_f16),
         cmocka_unit_test(test_dense_q4_k_kv_q8_0),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
-        cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_load_keys),
+        cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_logsumexp_op),
         cmocka_unit_test(test_backend_step),
         cmocka_unit_test(test_taps_dev),   cmocka_unit_test(test_pipe),

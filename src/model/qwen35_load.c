@@ -3,6 +3,7 @@
 // files naming the key or tensor. Calls gguf/, backend/. Called by model users via model.h.
 #include "model/model_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,14 +61,29 @@ dspec_status ds_qwen35_read_hparams(ds_model_hparams *hp, const ds_gguf *g, dspe
     const char *an = arch_name(hp->arch);
     char k[128];
     int64_t v;
+    // every count and size below must fit an int (a u64 2^32 + 2 once loaded as 2)
+#define IN_RANGE(fmt)                                                                              \
+    do {                                                                                           \
+        if (v < 0 || v > INT32_MAX) {                                                              \
+            return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: key %s = %" PRId64 " out of range",      \
+                              ds_gguf_path(g), KEY(k, fmt), v);                                    \
+        }                                                                                          \
+    } while (0)
 #define GET(dst, fmt)                                                                              \
     do {                                                                                           \
         if ((st = ds_gguf_get_int(g, KEY(k, fmt), &v, err)) != DSPEC_OK) return st;               \
+        IN_RANGE(fmt);                                                                             \
+        (dst) = v;                                                                                 \
+    } while (0)
+#define OPT(dst, fmt, def)                                                                         \
+    do {                                                                                           \
+        if ((st = ds_gguf_opt_int(g, KEY(k, fmt), (def), &v, err)) != DSPEC_OK) return st;        \
+        IN_RANGE(fmt);                                                                             \
         (dst) = v;                                                                                 \
     } while (0)
     int64_t block_count;
     GET(block_count, "block_count");
-    hp->n_nextn = (int)ds_gguf_get_int_or(g, KEY(k, "nextn_predict_layers"), 0);
+    OPT(hp->n_nextn, "nextn_predict_layers", 0);
     if (block_count <= 0 || hp->n_nextn < 0 || hp->n_nextn >= block_count ||
         block_count - hp->n_nextn > DS_MODEL_MAX_LAYERS) {
         return ds_err_set(err, DSPEC_ERR_FORMAT,
@@ -77,10 +93,10 @@ dspec_status ds_qwen35_read_hparams(ds_model_hparams *hp, const ds_gguf *g, dspe
     }
     hp->n_layer = (int)(block_count - hp->n_nextn);
     GET(hp->n_embd, "embedding_length");
-    hp->n_ctx_train = ds_gguf_get_int_or(g, KEY(k, "context_length"), 0);
+    OPT(hp->n_ctx_train, "context_length", 0);
     int64_t kl, vl;
     GET(kl, "attention.key_length");
-    vl = ds_gguf_get_int_or(g, KEY(k, "attention.value_length"), kl);
+    OPT(vl, "attention.value_length", kl);
     if (kl != vl) {
         return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: attention.key_length %" PRId64
                           " != value_length %" PRId64, ds_gguf_path(g), kl, vl);
@@ -92,14 +108,35 @@ dspec_status ds_qwen35_read_hparams(ds_model_hparams *hp, const ds_gguf *g, dspe
         return st;
     }
     hp->eps = (float)f;
-    hp->rope_base = (float)ds_gguf_get_float_or(g, KEY(k, "rope.freq_base"), 10000.0);
+    if (!(hp->eps > 0.0f) || !isfinite(hp->eps)) {
+        return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: attention.layer_norm_rms_epsilon %g must "
+                          "be finite and > 0", ds_gguf_path(g), f);
+    }
+    if ((st = ds_gguf_opt_float(g, KEY(k, "rope.freq_base"), 10000.0, &f, err))) return st;
+    hp->rope_base = (float)f;
+    if (!(hp->rope_base > 0.0f) || !isfinite(hp->rope_base)) {
+        return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: rope.freq_base %g must be finite and > 0",
+                          ds_gguf_path(g), f);
+    }
+    // the target runs plain NEOX RoPE: a file asking for scaled positions is refused rather than
+    // run unscaled (its logits would be silently wrong past position 0)
+    int64_t rs = ds_gguf_find_key(g, KEY(k, "rope.scaling.type"));
+    if (rs >= 0) {
+        ds_str t;
+        if ((st = ds_gguf_get_str(g, k, &t, err))) return st;
+        if (!(t.len == 4 && !memcmp(t.ptr, "none", 4))) {
+            return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "%s: rope scaling '%.*s' is not "
+                              "supported for the target model (only plain RoPE)",
+                              ds_gguf_path(g), (int)DS_MIN(t.len, 32), t.ptr);
+        }
+    }
     GET(hp->d_conv, "ssm.conv_kernel");
     GET(hp->d_state, "ssm.state_size");
     GET(hp->n_k_heads, "ssm.group_count");
     GET(hp->n_v_heads, "ssm.time_step_rank");
     GET(hp->d_inner, "ssm.inner_size");
-    int64_t interval = ds_gguf_get_int_or(g, KEY(k, "full_attention_interval"), 4);
-#undef GET
+    int64_t interval;
+    OPT(interval, "full_attention_interval", 4);
     if (hp->n_embd <= 0 || hp->head_dim <= 0 || hp->d_state <= 0 || hp->n_k_heads <= 0 ||
         hp->n_v_heads <= 0 || hp->d_conv < 1 || hp->d_conv > 16 || interval <= 0) {
         return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: non-positive or out-of-range dimension "
@@ -148,10 +185,13 @@ dspec_status ds_qwen35_read_hparams(ds_model_hparams *hp, const ds_gguf *g, dspe
                           "head_count_kv %d", ds_gguf_path(g), hp->n_head, hp->n_head_kv);
     }
     if (hp->arch == DS_ARCH_QWEN35MOE) {
-        hp->n_expert = (int)ds_gguf_get_int_or(g, KEY(k, "expert_count"), 0);
-        hp->n_expert_used = (int)ds_gguf_get_int_or(g, KEY(k, "expert_used_count"), 0);
-        hp->n_ff_exp = ds_gguf_get_int_or(g, KEY(k, "expert_feed_forward_length"), 0);
-        hp->n_ff_shexp = ds_gguf_get_int_or(g, KEY(k, "expert_shared_feed_forward_length"), 0);
+        OPT(hp->n_expert, "expert_count", 0);
+        OPT(hp->n_expert_used, "expert_used_count", 0);
+        OPT(hp->n_ff_exp, "expert_feed_forward_length", 0);
+        // the shared expert's width: the key, else its tensors' (llama.cpp requires them; a
+        // missing key once dropped the shared expert without a word)
+        const ds_gguf_tensor *sh = ds_gguf_find_tensor(g, "blk.0.ffn_up_shexp.weight");
+        OPT(hp->n_ff_shexp, "expert_shared_feed_forward_length", sh ? sh->ne[1] : 0);
         if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
             hp->n_ff_exp <= 0 || hp->n_expert > 4096) {
             return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: invalid MoE keys: expert_count %d, "
@@ -163,6 +203,9 @@ dspec_status ds_qwen35_read_hparams(ds_model_hparams *hp, const ds_gguf *g, dspe
         if ((st = layer_int(g, KEY(k, "feed_forward_length"), 0, true, 0, &nff, err))) return st;
         hp->n_ff = nff;
     }
+#undef GET
+#undef OPT
+#undef IN_RANGE
     return DSPEC_OK;
 }
 
