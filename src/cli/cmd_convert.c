@@ -76,6 +76,10 @@ int ds_cli_convert(int argc, char **argv) {
     }
     o.hf_dir = pos[0];
     o.out_path = pos[1];
+    if (ds_cli_clobbers(o.out_path, o.hf_dir)) {
+        fprintf(stderr, "dspec convert: %s is one of the input files\n", o.out_path);
+        return 2;
+    }
     dspec_err err = {0};
     // HF drafter directories (DFlash / DFlash 2 / DSpark) go to the drafter converter
     if ((ds_convert_dflash_detect(o.hf_dir) ? ds_convert_dflash(&o, NULL, &err)

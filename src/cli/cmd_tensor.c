@@ -121,6 +121,10 @@ int ds_cli_tensor(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (out_path && ds_cli_clobbers(out_path, pos[0])) {
+        fprintf(stderr, "dspec tensor: --out %s is the input file\n", out_path);
+        return 2;
+    }
     ds_gguf *g;
     dspec_err err;
     if (ds_gguf_open(&g, pos[0], &err) != DSPEC_OK) {

@@ -6,7 +6,9 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define GGML_MAX_NAME 64 // llama.cpp keeps tensor names in char[64] (63 bytes + NUL)
@@ -36,6 +38,7 @@ struct ds_gguf_writer {
     size_t alignment;
     dspec_err sticky; // first error of a setter without an err argument; reported by begin
     FILE *f;
+    char *tmp; // the file written: path.tmp-XXXXXX, renamed to path by finish
     char *path;
     bool begun, finished, failed;
     uint64_t pos;       // bytes written to the file so far
@@ -68,7 +71,7 @@ void ds_gguf_writer_free(ds_gguf_writer *w) {
     }
     if (w->f) { // begun but not finished: drop the partial file
         fclose(w->f);
-        unlink(w->path);
+        unlink(w->tmp);
     }
     for (int64_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
@@ -81,6 +84,7 @@ void ds_gguf_writer_free(ds_gguf_writer *w) {
     free(w->t);
     ds_name_index_deinit(&w->t_index);
     free(w->path);
+    free(w->tmp);
     free(w);
 }
 
@@ -458,13 +462,26 @@ dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err
     if (w->begun) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "gguf writer: begin called twice");
     }
+    // written to a temporary file beside it and renamed over it by finish: an output path that
+    // names an input (a mapped GGUF or safetensors file) no longer truncates it mid-read, and a
+    // failed or interrupted write leaves no partial file under the name
     w->path = strdup(path);
-    if (!w->path) {
+    w->tmp = malloc(strlen(path) + 16);
+    if (!w->path || !w->tmp) {
         return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
     }
-    w->f = fopen(path, "wb");
-    if (!w->f) {
+    sprintf(w->tmp, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(w->tmp);
+    if (fd < 0) {
         return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    const mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0 || !(w->f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        unlink(w->tmp);
+        return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(e));
     }
     w->begun = true;
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
@@ -516,10 +533,12 @@ dspec_status ds_gguf_writer_finish(ds_gguf_writer *w, dspec_err *err) {
     }
     int rc = fclose(w->f);
     w->f = NULL;
-    if (rc != 0) {
+    if (rc != 0 || rename(w->tmp, w->path) != 0) {
+        int e = errno;
         w->failed = true;
-        unlink(w->path);
-        return ds_err_set(err, DSPEC_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
+        unlink(w->tmp);
+        return ds_err_set(err, DSPEC_ERR_IO, "%s: %s failed: %s", w->path,
+                          rc ? "close" : "rename", strerror(e));
     }
     w->finished = true;
     return DSPEC_OK;

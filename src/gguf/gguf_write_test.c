@@ -5,7 +5,9 @@
 // run this test and copy BUILD/tiny-info.gguf to models/).
 #include "gguf/gguf.h"
 
+#include <dirent.h>
 #include <setjmp.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -253,6 +255,39 @@ static void test_roundtrip_align32(void **state) {
 static void test_roundtrip_align64_many(void **state) {
     (void)state;
     roundtrip(64, 300); // 310 tensors: exercises the name index growth
+}
+
+// The file is written beside its name and renamed over it by finish: until then the name
+// holds what it held (an input being read, say); a writer freed unfinished leaves nothing.
+static void test_write_by_rename(void **state) {
+    (void)state;
+    char out[512];
+    snprintf(out, sizeof(out), "%s", tmp_path("rename.gguf"));
+    FILE *f = fopen(out, "wb");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    dspec_err err;
+    for (int finish = 0; finish < 2; finish++) {
+        ds_gguf_writer *w;
+        assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+        ds_gguf_writer_set_str(w, "general.name", "x");
+        assert_int_equal(ds_gguf_writer_begin(w, out, &err), DSPEC_OK);
+        struct stat st;
+        assert_int_equal(stat(out, &st), 0);
+        assert_int_equal(st.st_size, 3); // the old content, untouched so far
+        if (finish) assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+        ds_gguf_writer_free(w);
+        assert_int_equal(stat(out, &st), 0);
+        assert_true(finish ? st.st_size > 3 : st.st_size == 3);
+    }
+    DIR *d = opendir(g_dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strstr(e->d_name, ".tmp-")) fail_msg("left behind: %s", e->d_name);
+    }
+    closedir(d);
+    unlink(out);
 }
 
 static void test_copy_kv(void **state) {
@@ -602,6 +637,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_align32),
         cmocka_unit_test(test_roundtrip_align64_many),
+        cmocka_unit_test(test_write_by_rename),
         cmocka_unit_test(test_copy_kv),
         cmocka_unit_test(test_writer_errors),
         cmocka_unit_test(test_split_set),

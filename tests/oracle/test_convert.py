@@ -641,8 +641,26 @@ def copy_fixture(src, dst):
     return dst
 
 
+def clobber_case(ctx, fixture):
+    """An output that names one of the input files is refused before anything is read (it once
+    truncated the mapped safetensors file and died of a bus error)."""
+    d = copy_fixture(fixture, os.path.join(ctx.tmp, "clobber"))
+    inputs = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+
+    def run():
+        target = os.path.join(d, inputs[0])
+        before = open(target, "rb").read()
+        p = ctx.convert(d, target)
+        assert p.returncode == 2, f"exit {p.returncode}: {p.stderr.strip()}"
+        assert "is one of the input files" in p.stderr, p.stderr
+        assert open(target, "rb").read() == before, "input changed"
+        assert not [f for f in os.listdir(d) if ".tmp-" in f], "temporary file left behind"
+    ctx.check("output naming an input file is refused", run)
+
+
 def error_cases(ctx, fixture):
     t = ctx.tmp
+    clobber_case(ctx, fixture)
     empty = os.path.join(t, "empty_dir")
     os.makedirs(empty, exist_ok=True)
     expect_failure(ctx, "missing config.json", empty, ["config.json", "cannot open"])
