@@ -51,7 +51,8 @@ typedef enum dspec_log_level {
 // Log sink: receives one formatted line (no trailing newline). NULL restores the stderr default.
 typedef void (*dspec_log_fn)(dspec_log_level level, const char *line, void *user);
 
-// Sets the log sink and the most verbose level that is emitted. Thread-safe.
+// Sets the log sink and the most verbose level that is emitted. Thread-safe: a line goes to one
+// (sink, user) pair as set together; the sink may be called from any thread that logs.
 void dspec_set_log(dspec_log_fn fn, void *user, dspec_log_level max_level);
 
 // Name of a status code ("DSPEC_ERR_FORMAT"); never NULL.
@@ -92,7 +93,12 @@ typedef struct dspec_engine_params {
                              // while the host handles that token.
 } dspec_engine_params;
 
-// Loads the model (and drafter), validating every tensor and field. Thread-safe to share.
+// Loads the model (and drafter), validating every tensor and field. An engine may be shared by
+// threads: its sessions' calls (dspec_generate, dspec_session_new / _free) take turns on its
+// backend (one thread pool, one set of scratch buffers), so two threads generating on sessions
+// of one engine run one after the other; for generation in parallel, give each thread its own
+// engine (or use `dspec serve`, whose scheduler steps several sessions of one engine together).
+// Callbacks must not call into the engine that called them.
 dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err);
 void dspec_engine_free(dspec_engine *e);
 // Number of tokens `text` encodes to (parse_special: <|im_start|> etc. become control tokens).

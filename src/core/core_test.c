@@ -1,6 +1,7 @@
 // core_test.c: errors, arena, overflow helpers, thread pool, CPU flags, top-k.
 #include "core/core.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -184,12 +185,49 @@ static void test_pool_task_items(void **state) {
     }
 }
 
+// dspec_set_log swaps (sink, user) as a pair: a line logged meanwhile reaches sink A with A's
+// user pointer or sink B with B's, never a mix (two separate atomics once allowed it).
+static int g_tag_a, g_tag_b;
+static atomic_int g_mixed, g_lines;
+static void sink_a(dspec_log_level l, const char *line, void *user) {
+    (void)l, (void)line;
+    if (user != &g_tag_a) atomic_fetch_add(&g_mixed, 1);
+    atomic_fetch_add(&g_lines, 1);
+}
+static void sink_b(dspec_log_level l, const char *line, void *user) {
+    (void)l, (void)line;
+    if (user != &g_tag_b) atomic_fetch_add(&g_mixed, 1);
+    atomic_fetch_add(&g_lines, 1);
+}
+static atomic_int g_stop_logging;
+static void *logger(void *arg) {
+    (void)arg;
+    while (!atomic_load(&g_stop_logging)) ds_log(DSPEC_LOG_ERROR, "x");
+    return NULL;
+}
+
+static void test_log_sink_pair(void **state) {
+    (void)state;
+    pthread_t th;
+    atomic_store(&g_stop_logging, 0);
+    assert_int_equal(pthread_create(&th, NULL, logger, NULL), 0);
+    for (int i = 0; i < 200000; i++) {
+        if (i & 1) dspec_set_log(sink_a, &g_tag_a, DSPEC_LOG_WARN);
+        else dspec_set_log(sink_b, &g_tag_b, DSPEC_LOG_WARN);
+    }
+    atomic_store(&g_stop_logging, 1);
+    pthread_join(th, NULL);
+    dspec_set_log(NULL, NULL, DSPEC_LOG_WARN);
+    assert_true(atomic_load(&g_lines) > 0);
+    assert_int_equal(atomic_load(&g_mixed), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_set_and_prefix), cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_arena),               cmocka_unit_test(test_pool),
         cmocka_unit_test(test_cpu_levels),          cmocka_unit_test(test_topk),
-        cmocka_unit_test(test_pool_task_items),
+        cmocka_unit_test(test_pool_task_items),     cmocka_unit_test(test_log_sink_pair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

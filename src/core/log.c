@@ -1,16 +1,23 @@
-// log.c: the log sink and level (the one mutable global of src/, atomic). Called through ds_log.
+// log.c: the log sink and level (the one mutable global of src/). Called through ds_log.
 #include "core/core.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
-static _Atomic(dspec_log_fn) g_log_fn;
-static _Atomic(void *) g_log_user;
+// The sink and its user pointer change together under the lock, and a line reads both under it
+// (two separate atomics once let a line reach the new sink with the old user pointer); the sink
+// is called after the lock is released, so it may log or set the sink itself.
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static dspec_log_fn g_log_fn;
+static void *g_log_user;
 static _Atomic int g_log_level = DSPEC_LOG_WARN;
 
 void dspec_set_log(dspec_log_fn fn, void *user, dspec_log_level max_level) {
-    atomic_store(&g_log_user, user);
-    atomic_store(&g_log_fn, fn);
+    pthread_mutex_lock(&g_log_mu);
+    g_log_fn = fn;
+    g_log_user = user;
+    pthread_mutex_unlock(&g_log_mu);
     atomic_store(&g_log_level, (int)max_level);
 }
 
@@ -24,9 +31,12 @@ void ds_log_write(dspec_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    dspec_log_fn fn = atomic_load(&g_log_fn);
+    pthread_mutex_lock(&g_log_mu);
+    dspec_log_fn fn = g_log_fn;
+    void *user = g_log_user;
+    pthread_mutex_unlock(&g_log_mu);
     if (fn) {
-        fn(level, line, atomic_load(&g_log_user));
+        fn(level, line, user);
         return;
     }
     static const char *const names[] = {"error", "warn", "info", "debug"};

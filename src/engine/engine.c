@@ -2,6 +2,8 @@
 // drafter, loaded and validated once. Calls model/, text/, draft/, backend/.
 #include "engine/engine.h"
 
+#include <pthread.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +13,18 @@ struct dspec_engine {
     ds_model *m;
     ds_tok *tok;
     ds_drafter *d;
+    // held by a session's public calls (dspec_generate, session new / free): the backend's thread
+    // pool and scratch are one per engine, so sessions on different threads take turns
+    pthread_mutex_t mu;
 };
+
+void ds_engine_lock(dspec_engine *e) {
+    pthread_mutex_lock(&e->mu);
+}
+
+void ds_engine_unlock(dspec_engine *e) {
+    pthread_mutex_unlock(&e->mu);
+}
 
 // Prompt chunk rows when the caller set none: 256 on the CPU; on a device, whose prefill GEMM
 // dequantizes every weight once per chunk, the widest of 4,096 / 2,048 / 1,024 rows whose
@@ -37,6 +50,7 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
     }
     dspec_engine *e = calloc(1, sizeof(*e));
     if (!e) return ds_err_set(err, DSPEC_ERR_NOMEM, "engine: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
     e->p = *p;
     dspec_status st = ds_engine_backend_new(p->device, p->n_threads, &e->be, err);
     if (st == DSPEC_OK) ds_engine_backend_graphs(e->be, !p->no_cuda_graphs);
@@ -76,6 +90,7 @@ void dspec_engine_free(dspec_engine *e) {
     ds_tok_free(e->tok);
     ds_model_free(e->m);
     ds_backend_free(e->be);
+    pthread_mutex_destroy(&e->mu);
     free(e);
 }
 

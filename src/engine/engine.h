@@ -34,6 +34,10 @@
 
 #include <stdbool.h>
 
+// The engine's lock: the public session calls hold it (sessions of one engine share its
+// backend); the server's scheduler steps its sessions from one thread and does not take it.
+void ds_engine_lock(dspec_engine *e);
+void ds_engine_unlock(dspec_engine *e);
 const ds_tok *ds_engine_tok(const dspec_engine *e);
 const ds_model *ds_engine_model(const dspec_engine *e);
 const ds_drafter *ds_engine_drafter(const dspec_engine *e);

@@ -93,7 +93,17 @@ void dspec_gen_params_default(dspec_gen_params *p) {
     p->long_ctx_width = 8;
 }
 
+static dspec_status session_new(dspec_session **out, dspec_engine *e, dspec_err *err);
+static void session_free(dspec_session *s);
+
 dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err) {
+    ds_engine_lock(e);
+    dspec_status st = session_new(out, e, err);
+    ds_engine_unlock(e);
+    return st;
+}
+
+static dspec_status session_new(dspec_session **out, dspec_engine *e, dspec_err *err) {
     *out = NULL;
     dspec_session *s = calloc(1, sizeof(*s));
     if (!s) return ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory");
@@ -125,15 +135,14 @@ dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *
         st = ds_err_set(err, DSPEC_ERR_NOMEM, "session: out of memory");
     }
     if (st != DSPEC_OK) {
-        dspec_session_free(s);
+        session_free(s);
         return st;
     }
     *out = s;
     return DSPEC_OK;
 }
 
-void dspec_session_free(dspec_session *s) {
-    if (!s) return;
+static void session_free(dspec_session *s) {
     ds_gen_end(s, false, NULL);
     ds_pipe_free(s->pipe);
     ds_state_free(s->st);
@@ -143,6 +152,14 @@ void dspec_session_free(dspec_session *s) {
     free(s->logits);
     free(s->feats);
     free(s);
+}
+
+void dspec_session_free(dspec_session *s) {
+    if (!s) return;
+    dspec_engine *e = s->e;
+    ds_engine_lock(e);
+    session_free(s);
+    ds_engine_unlock(e);
 }
 
 // ---- snapshots ---------------------------------------------------------------------------------
@@ -646,10 +663,12 @@ dspec_status dspec_generate(dspec_session *s, const char *prompt, size_t len,
                                           p->parse_special != 0, &ids, &n, err);
     if (st != DSPEC_OK) return st;
     ds_gen_req req = {.ids = ids, .n = n, .p = p, .fn = fn, .user = user};
+    ds_engine_lock(s->e);
     st = ds_gen_begin(s, &req, err);
     bool done = st != DSPEC_OK;
     while (!done && st == DSPEC_OK) st = ds_gen_step(s, &done, err);
     ds_gen_end(s, st == DSPEC_OK, stats);
+    ds_engine_unlock(s->e);
     if (stats && st != DSPEC_OK && stats->n_prompt == 0) stats->n_prompt = n;
     free(ids);
     return st;
