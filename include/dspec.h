@@ -183,9 +183,11 @@ typedef struct dspec_gen_stats {
     int64_t rows_top, rows_read;
     // plain greedy steps queued before the last step's token reached the host (no_pipeline)
     int64_t pipe_steps;
+    int stop_caller;         // ended because the text callback returned nonzero
 } dspec_gen_stats;
 
-// Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop.
+// Receives generated text as it completes (valid UTF-8 pieces). Return nonzero to stop: the
+// callback is not called again, dspec_generate returns DSPEC_OK with stats->stop_caller set.
 typedef int (*dspec_text_fn)(const char *text, size_t len, void *user);
 
 dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err);

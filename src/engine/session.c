@@ -265,16 +265,21 @@ static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, const ds_s
         ds_str piece;
         dspec_status st = ds_tok_stream_push(em->s->stream, toks[i], &piece, err);
         if (st != DSPEC_OK) return st;
-        if (piece.len && em->fn && em->fn(piece.ptr, piece.len, em->user)) em->done = true;
+        if (piece.len && em->fn && em->fn(piece.ptr, piece.len, em->user)) {
+            em->done = true;
+            em->stats->stop_caller = 1;
+        }
         if (em->max_tokens > 0 && em->stats->n_gen >= em->max_tokens) em->done = true;
     }
     return DSPEC_OK;
 }
 
+// The held bytes of a last incomplete character (as U+FFFD) -- unless the callback asked to
+// stop: it is not called again after that.
 static void emit_flush(emitter *em) {
     ds_str piece;
     ds_tok_stream_flush(em->s->stream, &piece);
-    if (piece.len && em->fn) em->fn(piece.ptr, piece.len, em->user);
+    if (piece.len && em->fn && !em->stats->stop_caller) em->fn(piece.ptr, piece.len, em->user);
 }
 
 // ---- run setup -----------------------------------------------------------------------------------
