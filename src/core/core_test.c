@@ -211,7 +211,9 @@ static void test_log_sink_pair(void **state) {
     pthread_t th;
     atomic_store(&g_stop_logging, 0);
     assert_int_equal(pthread_create(&th, NULL, logger, NULL), 0);
-    for (int i = 0; i < 200000; i++) {
+    // (swap until the logger has run a while too: under load it may start late; at most 5 s)
+    const time_t t0 = time(NULL);
+    for (long i = 0; (i < 200000 || atomic_load(&g_lines) < 2000) && time(NULL) - t0 < 5; i++) {
         if (i & 1) dspec_set_log(sink_a, &g_tag_a, DSPEC_LOG_WARN);
         else dspec_set_log(sink_b, &g_tag_b, DSPEC_LOG_WARN);
     }
