@@ -1,6 +1,7 @@
 // main.c: `dspec <command> [args]`: dispatches to the subcommands of cli.h and prints help.
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,18 +35,28 @@ static void print_help(FILE *f) {
     fprintf(f, "  %-10s %s\n", "help", "print this help");
 }
 
+// A command's exit status, made 1 where what it printed did not all reach stdout (a full disk,
+// a closed pipe): a failed write was once an exit status of 0.
+static int finish(int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "dspec: writing the output failed: %s\n", strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         print_help(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return finish(argc < 2 ? 2 : 0);
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("dspec %s\n", dspec_version());
-        return 0;
+        return finish(0);
     }
     for (size_t i = 0; i < DS_ARRAY_LEN(k_commands); i++) {
         if (!strcmp(argv[1], k_commands[i].name)) {
-            return k_commands[i].run(argc - 1, argv + 1);
+            return finish(k_commands[i].run(argc - 1, argv + 1));
         }
     }
     fprintf(stderr, "dspec: unknown command '%s'\n\n", argv[1]);

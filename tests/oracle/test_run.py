@@ -200,6 +200,12 @@ def main():
                 "--no-think", "-n", "5")
         R.check("run --chat", r.returncode == 0)
 
+        if os.path.exists("/dev/full"):  # output that cannot be written is a failure
+            with open("/dev/full", "w") as full:
+                rc = [subprocess.run([a.dspec, *args], stdout=full, stderr=subprocess.PIPE,
+                                     timeout=120).returncode
+                      for args in (["version"], ["run", "-m", model, "-p", prompt, "-n", "4"])]
+            R.check("stdout write errors exit nonzero", all(c != 0 for c in rc), f"{rc}")
         r = run(a.dspec, "run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x", ok=False)
         R.check("error: missing file", r.returncode != 0 and b"missing.gguf" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
