@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "            kernel where the CPU has one and it pays for that many rows), one\n"
             "            thread, weight bytes x rows / time;\n"
             "            then quantizer throughput in MB/s of f32 input.\n"
-            "--n N       row length (multiple of 256)       --rows R   weight rows\n"
+            "--n N       row length (multiple of 256, <= 2^30)  --rows R   weight rows (<= 2^30)\n"
             "-t, --threads T  threads of the multi-threaded run\n"
             "--time S    seconds per measurement (default 0.5)\n"
             "--type T    only this weight type (e.g. q4_K); may repeat\n");
@@ -323,10 +323,11 @@ int ds_cli_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--kernels")) {
             kernels = true;
-        } else if (!strcmp(a, "--n") && v && parse_i64(v, &iv) && iv % DS_QK_K == 0) {
+        } else if (!strcmp(a, "--n") && v && parse_i64(v, &iv) && iv % DS_QK_K == 0 &&
+                   iv <= (int64_t)1 << 30) { // (buffer sizes in size_t: no overflow)
             o.n = iv;
             i++;
-        } else if (!strcmp(a, "--rows") && v && parse_i64(v, &iv)) {
+        } else if (!strcmp(a, "--rows") && v && parse_i64(v, &iv) && iv <= (int64_t)1 << 30) {
             o.rows = iv;
             i++;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v && parse_i64(v, &iv) &&

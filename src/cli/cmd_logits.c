@@ -48,9 +48,13 @@ static int parse_tokens(const char *s, int32_t **out, int64_t *n) {
             return -1;
         }
     }
+    if (!ids || cnt == 0) { // (an empty list, or out of memory)
+        free(ids);
+        return -1;
+    }
     *out = ids;
     *n = cnt;
-    return ids && cnt > 0 ? 0 : -1;
+    return 0;
 }
 
 typedef struct opts {

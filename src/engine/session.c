@@ -279,7 +279,9 @@ static dspec_status emit(emitter *em, const int32_t *toks, int64_t n, const ds_s
 static void emit_flush(emitter *em) {
     ds_str piece;
     ds_tok_stream_flush(em->s->stream, &piece);
-    if (piece.len && em->fn && !em->stats->stop_caller) em->fn(piece.ptr, piece.len, em->user);
+    if (piece.len && em->fn && !em->stats->stop_caller) {
+        em->fn(piece.ptr, piece.len, em->user);
+    }
 }
 
 // ---- run setup -----------------------------------------------------------------------------------

@@ -69,7 +69,9 @@ static void test_two_threads(void **state) {
     }
     for (int it = 0; it < 6; it++) {
         pthread_t th[2];
-        for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, run, &jobs[i]), 0);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(pthread_create(&th[i], NULL, run, &jobs[i]), 0);
+        }
         for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
         for (int i = 0; i < 2; i++) {
             assert_int_equal(jobs[i].st, DSPEC_OK);
