@@ -49,6 +49,10 @@ bool ds_cli_u64(const char *s, uint64_t *out);
 enum { DS_CLI_OPT_ERROR = -1, DS_CLI_OPT_NONE, DS_CLI_OPT_FLAG, DS_CLI_OPT_VALUE };
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
                    dspec_gen_params *gp);
+// The shared options' values a command refuses before loading anything (negative sizes, an
+// unknown proposer: they were taken silently); false after printing why.
+bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
+                      const dspec_gen_params *gp);
 void ds_cli_sampling_help(FILE *f);
 void ds_cli_spec_help(FILE *f);
 void ds_cli_engine_help(FILE *f);

@@ -93,6 +93,24 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
 }
 #undef IS
 
+bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
+                      const dspec_gen_params *gp) {
+    if (ep->n_ctx < 0 || gp->max_tokens < 0 || ep->n_threads < 0 || ep->n_batch < 0 ||
+        gp->top_k < 0 || gp->draft_block_size < 0) {
+        fprintf(stderr, "dspec %s: --ctx, --max-tokens, --threads, --batch, --top-k and "
+                "--draft-block-size must be >= 0\n", cmd);
+        return false;
+    }
+    const char *pr = gp->proposer;
+    if (pr && strcmp(pr, "auto") && strcmp(pr, "argmax") && strcmp(pr, "markov") &&
+        strcmp(pr, "selector")) {
+        fprintf(stderr, "dspec %s: --proposer must be auto, argmax, markov or selector, not "
+                "'%s'\n", cmd, pr);
+        return false;
+    }
+    return true;
+}
+
 void ds_cli_sampling_help(FILE *f) {
     fprintf(f,
             "  --temp T                  temperature (default 0 = greedy)\n"

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "text/chat.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,14 @@ static int write_out(const char *text, size_t len, void *user) {
     return 0;
 }
 
+// The whole file (NUL-terminated, *len bytes), or NULL with the reason printed (a directory or
+// an unreadable file once read as an empty prompt).
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f) {
+        fprintf(stderr, "dspec run: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     size_t got;
@@ -48,15 +54,20 @@ static char *read_file(const char *path, size_t *len) {
         n += got;
         if (n == cap) {
             char *nb = realloc(buf, (cap *= 2) + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
+            if (!nb) free(buf);
             buf = nb;
         }
     }
+    const bool bad = ferror(f) != 0;
+    const int e = errno;
     fclose(f);
-    if (buf) buf[n] = '\0';
+    if (!buf || bad) {
+        fprintf(stderr, "dspec run: cannot read %s: %s\n", path,
+                buf ? strerror(e) : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
     *len = n;
     return buf;
 }
@@ -101,19 +112,25 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "dspec run: need -m MODEL and exactly one of -p PROMPT / -f FILE\n");
         return 2;
     }
-    if (o->ep.n_ctx < 0 || o->gp.max_tokens < 0 || o->ep.n_threads < 0) {
-        fprintf(stderr, "dspec run: --ctx, --max-tokens and --threads must be >= 0\n");
+    if (!ds_cli_gen_check("run", &o->ep, &o->gp)) return 2;
+    if ((o->system || o->no_think) && !o->chat) {
+        fprintf(stderr, "dspec run: --system and --no-think need --chat\n");
         return 2;
     }
     return 0;
 }
 
 // Builds the final prompt text (chat template when asked). Caller frees.
-static char *build_prompt(const run_opts *o, const char *user, size_t *len, dspec_err *err) {
+// user: user_len bytes (a file may hold NUL bytes: they stay in the prompt).
+static char *build_prompt(const run_opts *o, const char *user, size_t user_len, size_t *len,
+                          dspec_err *err) {
     if (!o->chat) {
-        char *p = malloc(strlen(user) + 1);
-        if (p) strcpy(p, user);
-        *len = strlen(user);
+        char *p = malloc(user_len + 1);
+        if (p) {
+            memcpy(p, user, user_len);
+            p[user_len] = '\0';
+        }
+        *len = user_len;
         return p;
     }
     ds_chat_msg msgs[2];
@@ -168,15 +185,12 @@ int ds_cli_run(int argc, char **argv) {
     size_t len = 0;
     if (o.file) {
         user = read_file(o.file, &len);
-        if (!user) {
-            fprintf(stderr, "dspec run: cannot read %s\n", o.file);
-            return 1;
-        }
+        if (!user) return 1;
     }
     dspec_engine *e = NULL;
     dspec_session *s = NULL;
     rc = 1;
-    prompt = build_prompt(&o, user ? user : o.prompt, &len, &err);
+    prompt = build_prompt(&o, user ? user : o.prompt, user ? len : strlen(o.prompt), &len, &err);
     if (!prompt) {
         fprintf(stderr, "dspec run: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;

@@ -99,10 +99,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         fprintf(stderr, "dspec serve: need -m MODEL\n");
         return 2;
     }
-    if (p->ep.n_ctx < 0 || p->gp.max_tokens < 0 || p->ep.n_threads < 0) {
-        fprintf(stderr, "dspec serve: --ctx, --max-tokens and --threads must be >= 0\n");
-        return 2;
-    }
+    if (!ds_cli_gen_check("serve", &p->ep, &p->gp)) return 2;
     return 0;
 }
 

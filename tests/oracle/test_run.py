@@ -206,6 +206,25 @@ def main():
                                      timeout=120).returncode
                       for args in (["version"], ["run", "-m", model, "-p", prompt, "-n", "4"])]
             R.check("stdout write errors exit nonzero", all(c != 0 for c in rc), f"{rc}")
+        for name, args, needle in (
+                ("-f a directory", ["-f", tmp], b"Is a directory"),
+                ("-f a missing file", ["-f", os.path.join(tmp, "nope.txt")], b"No such file"),
+                ("--system without --chat", ["-p", "x", "--system", "s"], b"need --chat"),
+                ("unknown --proposer", ["-p", "x", "--proposer", "foo"], b"--proposer"),
+                ("negative --batch", ["-p", "x", "--batch", "-5"], b">= 0"),
+                ("negative --draft-block-size", ["-p", "x", "--draft-block-size", "-1"],
+                 b">= 0")):
+            r = run(a.dspec, "run", "-m", model, *args, ok=False)
+            R.check(f"error: {name}", r.returncode != 0 and needle in r.stderr,
+                    r.stderr.decode(errors="replace").strip()[:120])
+        with open(os.path.join(tmp, "nul.txt"), "wb") as f:  # a file's NUL bytes stay in it
+            f.write(b"ab\0cd")
+        r = run(a.dspec, "run", "-m", model, "-f", os.path.join(tmp, "nul.txt"), "-n", "1")
+        ids = json.loads(run(a.dspec, "tokenize", "-m", model, "-f", os.path.join(tmp, "nul.txt"),
+                             "--ids-only").stdout)
+        want = b"prompt tokens: %d," % len(ids)
+        R.check("run -f: a NUL byte does not end the prompt", len(ids) >= 3 and want in r.stderr,
+                f"{ids} {r.stderr.decode(errors='replace').strip()[-80:]}")
         r = run(a.dspec, "run", "-m", os.path.join(tmp, "missing.gguf"), "-p", "x", ok=False)
         R.check("error: missing file", r.returncode != 0 and b"missing.gguf" in r.stderr,
                 r.stderr.decode(errors="replace").strip()[-120:])
