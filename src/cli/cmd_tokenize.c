@@ -128,6 +128,8 @@ static int parse_line(const char *line, char **text, size_t *len, bool *special)
         for (size_t i = 0; *text && i < *len; i++) {
             int a = hexval(hs[2 * i]), b = hexval(hs[2 * i + 1]);
             if (a < 0 || b < 0) {
+                fprintf(stderr, "dspec tokenize: batch line: \"hex\" has a non-hex digit at "
+                        "%zu\n", 2 * i + (a < 0 ? 0 : 1));
                 rc = 1;
                 break;
             }

@@ -324,9 +324,9 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
     }
     if (p->ddtree_budget < 0 || p->ddtree_budget > DS_DDTREE_MAX_NODES || p->ddtree_topk < 0 ||
         p->ddtree_topk > DS_DDTREE_MAX_K) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "DDTree budget %d (1..%d) / top-k %d (1..%d) "
-                          "out of range", p->ddtree_budget, DS_DDTREE_MAX_NODES, p->ddtree_topk,
-                          DS_DDTREE_MAX_K);
+        return ds_err_set(err, DSPEC_ERR_INVALID, "DDTree budget %d (0 = off, or 1..%d) / "
+                          "top-k %d (0 = automatic, or 1..%d) out of range", p->ddtree_budget,
+                          DS_DDTREE_MAX_NODES, p->ddtree_topk, DS_DDTREE_MAX_K);
     }
     bool ok;
     ds_propose how = parse_proposer(p->proposer, &ok);
