@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cfg {
     const json_t *top, *sub; // sub = dflash_config (may be NULL)
@@ -325,6 +326,11 @@ dspec_status ds_draft_hf_config_parse(ds_draft_hf_config *out, const json_t *top
 dspec_status ds_draft_hf_config_load(ds_draft_hf_config *out, const char *dir, dspec_err *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (access(path, F_OK) != 0) { // (a directory, but not a drafter's)
+        memset(out, 0, sizeof(*out));
+        return ds_err_set(err, DSPEC_ERR_FORMAT, "%s is a directory without config.json: a "
+                          "drafter is a GGUF file or a Hugging Face drafter directory", dir);
+    }
     json_error_t je;
     json_t *top = json_load_file(path, 0, &je);
     dspec_status st;

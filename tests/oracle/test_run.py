@@ -213,7 +213,9 @@ def main():
                 ("unknown --proposer", ["-p", "x", "--proposer", "foo"], b"--proposer"),
                 ("negative --batch", ["-p", "x", "--batch", "-5"], b">= 0"),
                 ("negative --draft-block-size", ["-p", "x", "--draft-block-size", "-1"],
-                 b">= 0")):
+                 b">= 0"),
+                ("--draft a directory without config.json", ["-p", "x", "--draft", tmp],
+                 b"without config.json")):
             r = run(a.dspec, "run", "-m", model, *args, ok=False)
             R.check(f"error: {name}", r.returncode != 0 and needle in r.stderr,
                     r.stderr.decode(errors="replace").strip()[:120])
