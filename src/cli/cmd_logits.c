@@ -161,7 +161,8 @@ int ds_cli_logits(int argc, char **argv) {
             }
             i++;
         } else {
-            fprintf(stderr, "dspec logits: unknown or incomplete option '%s'\n", a);
+            fprintf(stderr, "dspec logits: unknown option, missing or bad value: '%s%s%s'\n", a,
+                    v ? " " : "", v ? v : "");
             usage(stderr);
             return 2;
         }

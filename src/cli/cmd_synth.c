@@ -220,7 +220,8 @@ int ds_cli_synth(int argc, char **argv) {
         } else if (a[0] != '-' && !out) {
             out = a;
         } else {
-            fprintf(stderr, "dspec synth: unknown or incomplete option '%s'\n", a);
+            fprintf(stderr, "dspec synth: unknown option, missing or bad value: '%s%s%s'\n", a,
+                    v ? " " : "", v ? v : "");
             usage(stderr);
             return 2;
         }

@@ -264,7 +264,9 @@ int ds_cli_tokenize(int argc, char **argv) {
         } else if (!strcmp(a, "--batch")) {
             batch = true;
         } else {
-            fprintf(stderr, "dspec tokenize: unknown or incomplete option '%s'\n\n", a);
+            const char *v = has_val ? argv[i + 1] : NULL;
+            fprintf(stderr, "dspec tokenize: unknown option, missing or bad value: '%s%s%s'\n\n",
+                    a, v ? " " : "", v ? v : "");
             usage(stderr);
             return 2;
         }
