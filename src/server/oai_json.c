@@ -296,11 +296,11 @@ static bool parse_tool_calls(ds_oai_req *r, json_t *tc, int64_t mi, ds_chat_msg 
         if (json_is_string(args)) {
             json_error_t je;
             json_t *parsed = json_loads(json_string_value(args), 0, &je);
-            bool obj = json_is_object(parsed);
+            const bool obj = json_is_object(parsed), json = parsed != NULL;
             json_decref(parsed);
-            if (!obj && json_string_length(args)) {
-                return bad(e, where, "'%s[%zu].function.arguments' is not a JSON object", where,
-                           k);
+            if (!obj && json_string_length(args)) { // (what the parser said: "too big integer")
+                return bad(e, where, "'%s[%zu].function.arguments' is not a JSON object%s%s",
+                           where, k, json ? "" : ": ", json ? "" : je.text);
             }
             c->arguments = json_string_value(args);
         } else if (json_is_object(args)) {
