@@ -94,6 +94,7 @@ static const route k_routes[] = {
 typedef struct conn_ctx {
     ds_chat_buf body;
     bool too_big;
+    bool counted; // in srv->n_open: its handler ran (shutdown waits for its response)
 } conn_ctx;
 
 static bool authorized(ds_server *srv, struct MHD_Connection *c) {
@@ -109,9 +110,11 @@ static bool authorized(ds_server *srv, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-// The route's handler once the body is in (final); before it (!final, the request's first
-// call) only the refusals that need no body -- over the size limit, no route, no API key -- so
-// that they come before a client's "Expect: 100-continue" upload rather than after it.
+// The route's handler once the body is in (final); before it (!final: the first call of a
+// request that sent "Expect: 100-continue") only the refusals that need no body -- over the
+// size limit, no route, no API key -- so that they come before the upload rather than after it.
+// (A client that sends its body without asking reads its answer after the body: refused at once,
+// it would find the connection closed under its upload.)
 static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const char *url,
                                 const char *method, conn_ctx *cc, bool final) {
     ds_http_err e;
@@ -142,7 +145,11 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
                         "invalid or missing API key (Authorization: Bearer KEY)");
         return ds_http_error(c, &e);
     }
-    if (!final) return MHD_YES;
+    if (!final) {
+        return MHD_YES;
+    }
+    cc->counted = true;
+    atomic_fetch_add(&srv->n_open, 1);
     const char *body = cc->body.data ? cc->body.data : "";
     return match->fn(srv, c, body, cc->body.len);
 }
@@ -157,10 +164,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = calloc(1, sizeof(*cc));
         if (!cc) return MHD_NO;
         *con_cls = cc;
-        atomic_fetch_add(&srv->n_open, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > srv->p.max_body) cc->too_big = true;
-        return dispatch(srv, c, url, method, cc, false);
+        if (cl && strtoull(cl, NULL, 10) > srv->p.max_body) {
+            cc->too_big = true;
+        }
+        const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+        if (ex && !strcasecmp(ex, "100-continue")) {
+            return dispatch(srv, c, url, method, cc, false);
+        }
+        return MHD_YES;
     }
     if (*upload_size) {
         if (!cc->too_big && cc->body.len + *upload_size > srv->p.max_body) {
@@ -186,10 +198,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     ds_server *srv = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    if (cc->counted) {
+        atomic_fetch_sub(&srv->n_open, 1);
+    }
     ds_chat_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
-    atomic_fetch_sub(&srv->n_open, 1);
 }
 
 static void model_id(ds_server *srv) {

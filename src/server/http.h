@@ -14,7 +14,7 @@ typedef struct ds_server {
     char model_id[256];
     int64_t created;
     atomic_uint_fast64_t next_id;
-    atomic_int n_open;        // requests begun and not yet completed (shutdown waits for them)
+    atomic_int n_open;        // requests whose handler ran, not yet completed (shutdown waits)
 } ds_server;
 
 // A route: the body is complete (NUL-terminated); returns MHD_YES/MHD_NO from queuing a response.
