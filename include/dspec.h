@@ -167,7 +167,8 @@ void dspec_gen_params_default(dspec_gen_params *p);
 typedef struct dspec_gen_stats {
     int64_t n_prompt, n_gen;
     double t_load_prompt;    // seconds: prefill (the prompt's tokenization before it excluded)
-    double t_first_token;    // seconds from the call to the first generated token
+    double t_first_token;    // seconds from the start of generation (after tokenization) to
+                             // the first generated token
     double t_decode;         // seconds after the first token
     int stop_eog;            // ended on an end-of-generation token
     // speculative decoding (zero when off)

@@ -32,12 +32,13 @@ bool ds_cli_kv_params(const char *s, dspec_engine_params *ep);
 
 // cli_num.c: an option's value as a number, strictly (the whole string; false on anything else,
 // the caller reports it): an integer in [lo, hi], a finite float, an unsigned 64-bit integer.
-// Whether writing `out` would overwrite the input `in` (the same file, or a file directly in
-// the directory `in`): the commands refuse that before reading anything (cli_path.c).
-bool ds_cli_clobbers(const char *out, const char *in);
 bool ds_cli_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ds_cli_float(const char *s, double *out);
 bool ds_cli_u64(const char *s, uint64_t *out);
+// Whether writing `out` would overwrite an input: `in` itself, or, for a directory `in`, one of
+// the files a converter reads there (weights, configs, tokenizer files). The commands refuse
+// that before reading anything (cli_path.c).
+bool ds_cli_clobbers(const char *out, const char *in);
 
 // cli_gen.c: the options `dspec run` and `dspec serve` share (-m, --draft, -c, -n, sampling,
 // speculative decoding, engine). ds_cli_gen_opt takes option a (value v: the next argument, or

@@ -124,6 +124,11 @@ static int parse(int argc, char **argv, run_opts *o) {
 // user: user_len bytes (a file may hold NUL bytes: they stay in the prompt).
 static char *build_prompt(const run_opts *o, const char *user, size_t user_len, size_t *len,
                           dspec_err *err) {
+    if (o->chat && memchr(user, '\0', user_len)) { // (a message is a C string)
+        ds_err_set(err, DSPEC_ERR_INVALID, "the prompt has a NUL byte, which --chat cannot "
+                   "carry into a message");
+        return NULL;
+    }
     if (!o->chat) {
         char *p = malloc(user_len + 1);
         if (p) {

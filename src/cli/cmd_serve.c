@@ -35,8 +35,8 @@ static void usage(FILE *f) {
             "request defaults (OpenAI fields override them):\n"
             "  -n, --max-tokens N        tokens per completion (default 0 = until end/context)\n");
     ds_cli_sampling_help(f);
-    fprintf(f, "                            (serve: a request without \"seed\" gets a fresh random\n"
-               "                            seed unless --seed is given)\n"
+    fprintf(f, "                            (serve: the seed of requests without one; not\n"
+               "                            given, each such request gets a fresh random seed)\n"
                "  --no-spec                 with --draft loaded, decode without speculation\n");
     ds_cli_spec_help(f);
     fprintf(f, "engine:\n");
@@ -67,7 +67,9 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }
         const int g = ds_cli_gen_opt("serve", a, v, &p->ep, &p->gp);
         if (g == DS_CLI_OPT_ERROR) return 2;
-        if (IS("--seed")) p->seed_fixed = true;
+        if (IS("--seed")) {
+            p->seed_fixed = true;
+        }
         if (g == DS_CLI_OPT_VALUE) i++;
         if (g != DS_CLI_OPT_NONE) continue;
         if (!v) {

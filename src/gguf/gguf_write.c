@@ -5,10 +5,12 @@
 #include "gguf/gguf_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GGML_MAX_NAME 64 // llama.cpp keeps tensor names in char[64] (63 bytes + NUL)
@@ -38,7 +40,7 @@ struct ds_gguf_writer {
     size_t alignment;
     dspec_err sticky; // first error of a setter without an err argument; reported by begin
     FILE *f;
-    char *tmp; // the file written: path.tmp-XXXXXX, renamed to path by finish
+    char *tmp; // the file written: path.tmp-PID-X, renamed to path by finish (NULL: in place)
     char *path;
     bool begun, finished, failed;
     uint64_t pos;       // bytes written to the file so far
@@ -71,7 +73,9 @@ void ds_gguf_writer_free(ds_gguf_writer *w) {
     }
     if (w->f) { // begun but not finished: drop the partial file
         fclose(w->f);
-        unlink(w->tmp);
+        if (w->tmp) {
+            unlink(w->tmp);
+        }
     }
     for (int64_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
@@ -462,26 +466,54 @@ dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err
     if (w->begun) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "gguf writer: begin called twice");
     }
-    // written to a temporary file beside it and renamed over it by finish: an output path that
-    // names an input (a mapped GGUF or safetensors file) no longer truncates it mid-read, and a
-    // failed or interrupted write leaves no partial file under the name
-    w->path = strdup(path);
-    w->tmp = malloc(strlen(path) + 16);
-    if (!w->path || !w->tmp) {
-        return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
-    }
-    sprintf(w->tmp, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    const mode_t mask = umask(0);
-    umask(mask);
-    if (fchmod(fd, 0666 & ~mask) != 0 || !(w->f = fdopen(fd, "wb"))) {
-        int e = errno;
-        close(fd);
-        unlink(w->tmp);
-        return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+    // A regular file (or none yet) is written as a temporary file beside it and renamed over it
+    // by finish: an output path that names an input (a mapped GGUF or safetensors file) is not
+    // truncated mid-read, and a failed write leaves no partial file under the name. Through a
+    // symbolic link, the file it names is replaced; anything else (a device, a pipe) is written
+    // in place.
+    struct stat st;
+    char *real = NULL;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        w->path = strdup(path);
+        if (!w->path) {
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
+        }
+        if (!(w->f = fopen(path, "wb"))) {
+            return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        }
+    } else {
+        real = realpath(path, NULL); // (NULL where the file does not exist yet)
+        w->path = strdup(real ? real : path);
+        free(real);
+        w->tmp = w->path ? malloc(strlen(w->path) + 48) : NULL;
+        if (!w->path || !w->tmp) {
+            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
+        }
+        int fd = -1;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        for (int k = 0; k < 16 && fd < 0; k++) { // a fresh name; 0666 less the umask
+            sprintf(w->tmp, "%s.tmp-%d-%lx", w->path, (int)getpid(),
+                    (unsigned long)((uintptr_t)w ^ (uintptr_t)ts.tv_nsec) + (unsigned long)k);
+            fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            if (fd < 0 && errno != EEXIST) {
+                break;
+            }
+        }
+        const bool existed = stat(w->path, &st) == 0; // (an existing file's mode is kept)
+        if (fd >= 0 && existed && fchmod(fd, st.st_mode & 07777) != 0) {
+            close(fd);
+            unlink(w->tmp);
+            fd = -1;
+        }
+        if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+            int e = errno;
+            if (fd >= 0) {
+                close(fd);
+                unlink(w->tmp);
+            }
+            return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+        }
     }
     w->begun = true;
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
@@ -533,10 +565,12 @@ dspec_status ds_gguf_writer_finish(ds_gguf_writer *w, dspec_err *err) {
     }
     int rc = fclose(w->f);
     w->f = NULL;
-    if (rc != 0 || rename(w->tmp, w->path) != 0) {
+    if (rc != 0 || (w->tmp && rename(w->tmp, w->path) != 0)) {
         int e = errno;
         w->failed = true;
-        unlink(w->tmp);
+        if (w->tmp) {
+            unlink(w->tmp);
+        }
         return ds_err_set(err, DSPEC_ERR_IO, "%s: %s failed: %s", w->path,
                           rc ? "close" : "rename", strerror(e));
     }

@@ -532,8 +532,11 @@ static void rewrite(const char *src, const char *dst, const char *drop, const ch
 }
 
 static void set_linear(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "linear"); }
-static void set_u32_1e7(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_u32(w, k, 10000000); }
+static void set_u32_1e7(ds_gguf_writer *w, const char *k) {
+    ds_gguf_writer_set_u32(w, k, 10000000);
+}
 static void set_nan(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_f32(w, k, NAN); }
+static void set_none(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "none"); }
 static void set_str16(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "16"); }
 static void set_huge(ds_gguf_writer *w, const char *k) {
     ds_gguf_writer_set_u64(w, k, ((uint64_t)1 << 32) + 2);
@@ -574,6 +577,11 @@ static void test_load_keys(void **s) {
         if (!strstr(err.msg, cases[i].msg)) fail_msg("%s: %s", cases[i].key, err.msg);
         assert_null(m);
     }
+    // rope scaling "none" (llama.cpp's model saver writes it) loads
+    rewrite(path, path2, NULL, "qwen35.rope.scaling.type", set_none);
+    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_OK);
+    ds_model_free(m);
+    m = NULL;
     p = ds_synth_tiny(DS_ARCH_QWEN35MOE, DS_TYPE_F32, 1);
     assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
     rewrite(path, path2, "qwen35moe.expert_shared_feed_forward_length", NULL, NULL);

@@ -60,7 +60,8 @@ static dspec_status check_params(const ds_sample_params *p, dspec_err *err) {
                           (double)p->temperature);
     }
     if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top_p=%g outside [0, 1]", (double)p->top_p);
+        return ds_err_set(err, DSPEC_ERR_INVALID, "sample: top_p=%g outside [0, 1]",
+                          (double)p->top_p);
     }
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "sample: min_p=%g outside [0, 1]", (double)p->min_p);

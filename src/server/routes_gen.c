@@ -14,21 +14,22 @@
 // a call (after its empty think block); a named function adds "NAME>\n".
 static const char k_forced_open[] = "<tool_call>\n<function=";
 
-// Snapshot positions: the start of the last message header (<|im_start|>) — where the next turn
-// of the conversation diverges from this prompt — and the prompt minus its last token (a retry
-// or a continuation of the same prompt).
 // A fresh seed for a request that names none (unless the server was given --seed): the kernel's
-// random bytes, or else the clock and a counter.
-static uint64_t random_seed(void) {
+// random bytes, or else the clock, the thread's stack address and the job's address.
+static uint64_t random_seed(const void *job) {
     uint64_t s = 0;
-    if (getrandom(&s, sizeof(s), 0) == (ssize_t)sizeof(s)) return s;
-    static _Atomic uint64_t n;
+    if (getrandom(&s, sizeof(s), 0) == (ssize_t)sizeof(s)) {
+        return s;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
-           (++n * 0x9E3779B97F4A7C15u);
+           ((uint64_t)(uintptr_t)&s * 0x9E3779B97F4A7C15u) ^ (uint64_t)(uintptr_t)job;
 }
 
+// Snapshot positions: the start of the last message header (<|im_start|>) — where the next turn
+// of the conversation diverges from this prompt — and the prompt minus its last token (a retry
+// or a continuation of the same prompt).
 static void save_points(ds_job *j, const ds_tok *tok) {
     int32_t im = ds_tok_specials(tok)->im_start;
     int64_t last_im = 0;
@@ -121,7 +122,9 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     size_t plen = 0;
     if (!ds_oai_parse(kind, body, len, &srv->p.gp, &j->req, &he)) goto fail;
     const json_t *seed = json_object_get(j->req.root, "seed");
-    if (!srv->p.seed_fixed && (!seed || json_is_null(seed))) j->req.gp.seed = random_seed();
+    if (!srv->p.seed_fixed && (!seed || json_is_null(seed))) {
+        j->req.gp.seed = random_seed(j);
+    }
     if (j->req.model && j->req.model[0] && strcmp(j->req.model, srv->model_id)) {
         ds_http_err_set(&he, 404, "invalid_request_error", "model_not_found", "model",
                         "model '%s' does not exist; this server has '%s'", j->req.model,

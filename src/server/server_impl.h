@@ -74,12 +74,12 @@ typedef struct ds_oai_req {
     bool tokens_as_ids;         // vLLM's return_tokens_as_token_ids: "token_id:N" strings
 } ds_oai_req;
 
-// Parses and validates a request body. `defaults` are the server's generation defaults. On
-// failure fills *e (400 with the field in e->param) and returns false; *r is then freed.
 // Copies s[0..n) into a JSON string, replacing ill-formed UTF-8 by U+FFFD (new reference;
 // routes_misc.c).
 json_t *ds_json_string_lossy(const char *s, size_t n);
 
+// Parses and validates a request body. `defaults` are the server's generation defaults. On
+// failure fills *e (400 with the field in e->param) and returns false; *r is then freed.
 bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_gen_params *defaults,
                   ds_oai_req *r, ds_http_err *e);
 void ds_oai_req_free(ds_oai_req *r);

@@ -852,7 +852,9 @@ static void test_error_utf8_cut(void **state) {
         size_t n = 0;
         for (int i = 0; i < lead; i++) role[n++] = 'x';
         for (int i = 0; i < 300; i++) n += (size_t)snprintf(role + n, sizeof(role) - n, "\xC3\xA9");
-        for (int i = 0; i < 50; i++) n += (size_t)snprintf(role + n, sizeof(role) - n, "\xE2\x82\xAC");
+        for (int i = 0; i < 50; i++) {
+            n += (size_t)snprintf(role + n, sizeof(role) - n, "\xE2\x82\xAC");
+        }
         snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"%s\", \"content\": \"hi\"}]}",
                  role);
         ds_oai_req r;

@@ -156,7 +156,8 @@ NEWER_CHARS = [0x31350, 0x31351, 0x323AF, 0x2EBF0, 0x2EE5D, 0x11F04, 0x11F05, 0x
 
 def newer_strings(seed):
     rng = random.Random(seed + 1)
-    out = ["Kaktovik \U0001D2C0\U0001D2C1 2", "\U00031350's", "\U00013c31_X", "\U00031350\U00031351 abc"]
+    out = ["Kaktovik \U0001D2C0\U0001D2C1 2", "\U00031350's", "\U00013c31_X",
+           "\U00031350\U00031351 abc"]
     for cp in NEWER_CHARS:
         c = chr(cp)
         out += [c, c + c + c, c + "'s", c + "_X", c + "123", " " + c + "x", "(" + c + ")",

@@ -1,0 +1,137 @@
+// engine_load_test.c: a model whose tokenizer and token_embd disagree on the vocabulary size is
+// refused at load, naming both (it once loaded and failed midway through a run: "detok stream:
+// id 5569 outside [0, 4096)" or a sampled id outside the tokenizer). The bundled tiny target
+// rewritten with its token list cut to 4,096 of its 8,192 rows.
+#include "dspec.h"
+#include "gguf/gguf.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { KEEP = 4096 };
+
+typedef struct tok_ref {
+    const char *p;
+    size_t n;
+} tok_ref;
+
+static int cmp_ref(const void *a, const void *b) {
+    const tok_ref *x = a, *y = b;
+    const size_t n = x->n < y->n ? x->n : y->n;
+    const int c = memcmp(x->p, y->p, n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static void test_vocab_mismatch(void **state) {
+    (void)state;
+    char out[64] = "/tmp/dspec_vocab_XXXXXX";
+    int fd = mkstemp(out);
+    assert_true(fd >= 0);
+    close(fd);
+    dspec_err err = {0};
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, DSPEC_SOURCE_DIR "/models/tiny-target-q8_0.gguf", &err),
+                     DSPEC_OK);
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
+    // the token list and its types cut to KEEP entries (the other keys as they were)
+    int64_t ti = ds_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t ty = ds_gguf_find_key(g, "tokenizer.ggml.token_type");
+    assert_true(ti >= 0 && ty >= 0 && ds_gguf_kv_arr_count(g, ti) > KEEP);
+    const char **strs = malloc(KEEP * sizeof(char *));
+    size_t *lens = malloc(KEEP * sizeof(size_t));
+    assert_non_null(strs);
+    assert_non_null(lens);
+    for (uint64_t i = 0; i < KEEP; i++) {
+        ds_str s = ds_gguf_kv_arr_str(g, ti, i);
+        strs[i] = s.ptr;
+        lens[i] = s.len;
+    }
+    assert_int_equal(ds_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, KEEP),
+                     DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", DS_GGUF_INT32,
+                                            ds_gguf_kv_data(g, ty), KEEP),
+                     DSPEC_OK);
+    // the merges whose result is still a token ("left right" -> "leftright")
+    tok_ref *sorted = malloc(KEEP * sizeof(tok_ref));
+    assert_non_null(sorted);
+    for (int i = 0; i < KEEP; i++) sorted[i] = (tok_ref){strs[i], lens[i]};
+    qsort(sorted, KEEP, sizeof(tok_ref), cmp_ref);
+    int64_t mi = ds_gguf_find_key(g, "tokenizer.ggml.merges");
+    assert_true(mi >= 0);
+    const uint64_t nm = ds_gguf_kv_arr_count(g, mi);
+    const char **ms = malloc(nm * sizeof(char *));
+    size_t *ml = malloc(nm * sizeof(size_t));
+    char *cat = malloc(4096);
+    assert_true(ms && ml && cat);
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < nm; i++) {
+        ds_str m = ds_gguf_kv_arr_str(g, mi, i);
+        const char *sp = memchr(m.ptr, ' ', m.len);
+        if (!sp || m.len > 4096) continue;
+        const size_t a = (size_t)(sp - m.ptr);
+        memcpy(cat, m.ptr, a);
+        memcpy(cat + a, sp + 1, m.len - a - 1);
+        tok_ref key = {cat, m.len - 1};
+        if (bsearch(&key, sorted, KEEP, sizeof(tok_ref), cmp_ref)) {
+            ms[kept] = m.ptr;
+            ml[kept++] = m.len;
+        }
+    }
+    assert_true(kept > 0 && kept < nm);
+    assert_int_equal(ds_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", ms, ml, kept),
+                     DSPEC_OK);
+    free(sorted);
+    free(ms);
+    free(ml);
+    free(cat);
+    for (int64_t i = 0; i < ds_gguf_n_kv(g); i++) { // special ids inside the cut list
+        char key[128];
+        ds_str k = ds_gguf_kv_key(g, i);
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        if (k.len > 9 && !strcmp(key + k.len - 9, "_token_id")) {
+            assert_int_equal(ds_gguf_writer_set_u32(w, key, 1), DSPEC_OK);
+        }
+    }
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_begin(w, out, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+    free(strs);
+    free(lens);
+    dspec_engine_params ep = {0};
+    ep.model_path = out;
+    ep.n_threads = 1;
+    dspec_engine *e = NULL;
+    assert_int_equal(dspec_engine_new(&e, &ep, &err), DSPEC_ERR_FORMAT);
+    assert_null(e);
+    if (!strstr(err.msg, "tokenizer has 4096 tokens but token_embd has 8192 rows")) {
+        fail_msg("%s", err.msg);
+    }
+    unlink(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vocab_mismatch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
