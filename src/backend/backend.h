@@ -226,6 +226,9 @@ typedef struct ds_backend_ops {
     void (*free)(ds_backend *be, void *p);
     // Waits for queued work (no-op on the CPU).
     void (*sync)(ds_backend *be);
+    // Optional: makes the calling thread's current device the backend's (the engine calls it as a
+    // thread starts its turn on the backend; CUDA: cudaSetDevice, current per thread). NULL: none.
+    void (*bind_thread)(ds_backend *be);
     // Releases the backend.
     void (*destroy)(ds_backend *be);
 

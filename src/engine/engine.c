@@ -20,6 +20,9 @@ struct dspec_engine {
 
 void ds_engine_lock(dspec_engine *e) {
     pthread_mutex_lock(&e->mu);
+    if (e->be && e->be->ops.bind_thread) { // (a thread other than the creator: cuda:N's device)
+        e->be->ops.bind_thread(e->be);
+    }
 }
 
 void ds_engine_unlock(dspec_engine *e) {

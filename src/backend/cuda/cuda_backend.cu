@@ -387,6 +387,10 @@ static void cuda_sync(ds_backend *be) {
     if (c->prof) prof_flush(c);
 }
 
+static void cuda_bind_thread(ds_backend *be) {
+    cudaSetDevice(ds_cuda_of(be)->device);
+}
+
 static void cuda_destroy(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     cudaSetDevice(c->device);
@@ -576,6 +580,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.copy = cuda_copy;
     ops.alloc = cuda_alloc;
     ops.free = cuda_free;
+    ops.bind_thread = cuda_bind_thread;
     ops.sync = cuda_sync;
     ops.destroy = cuda_destroy;
     ops.supports = cuda_supports;
