@@ -114,6 +114,8 @@ typedef struct ds_chat_think {
     char hold[16];  // bytes held back: a possible partial tag
     size_t n_hold;
     size_t n_nl;    // newlines held back at the end of the reasoning
+    size_t n_run;   // leading whitespace held in front of hold: n_run copies of run_byte
+    char run_byte;
 } ds_chat_think;
 
 void ds_chat_think_init(ds_chat_think *t, bool start_in_reasoning);

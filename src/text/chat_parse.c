@@ -41,7 +41,23 @@ static dspec_status emit_newlines(ds_chat_think *t, ds_chat_buf *b, dspec_err *e
     return DSPEC_OK;
 }
 
+// The held leading text (the run of one whitespace byte counted in n_run, then hold) into b.
+static dspec_status emit_held_start(ds_chat_think *t, ds_chat_buf *b, dspec_err *err) {
+    dspec_status st = DSPEC_OK;
+    for (; st == DSPEC_OK && t->n_run > 0; t->n_run--) {
+        st = ds_chat_buf_append(b, &t->run_byte, 1, err);
+    }
+    if (st == DSPEC_OK) {
+        st = ds_chat_buf_append(b, t->hold, t->n_hold, err);
+    }
+    t->n_hold = 0;
+    return st;
+}
+
 // One byte in TH_START: hold while the text (after leading whitespace) is a prefix of "<think>".
+// Where the hold fills up with whitespace, its first byte joins the counted run in front of it
+// if it repeats the run's byte (a model's many leading newlines), so that "<think>" still opens
+// reasoning after any number of them (it once became content after ten or more).
 static dspec_status feed_start(ds_chat_think *t, char c, ds_chat_buf *content, dspec_err *err) {
     size_t ws = 0;
     while (ws < t->n_hold && isspace((unsigned char)t->hold[ws])) {
@@ -50,16 +66,22 @@ static dspec_status feed_start(ds_chat_think *t, char c, ds_chat_buf *content, d
     size_t matched = t->n_hold - ws;
     bool ok = (matched == 0 && isspace((unsigned char)c)) ||
               (matched < sizeof(OPEN_TAG) - 1 && c == OPEN_TAG[matched]);
+    if (ok && t->n_hold == sizeof(t->hold) && ws > 0 &&
+        (t->n_run == 0 || t->hold[0] == t->run_byte)) {
+        t->run_byte = t->hold[0];
+        t->n_run++;
+        memmove(t->hold, t->hold + 1, --t->n_hold);
+    }
     if (ok && t->n_hold < sizeof(t->hold)) {
         t->hold[t->n_hold++] = c;
         if (matched + 1 == sizeof(OPEN_TAG) - 1) {
             t->n_hold = 0;
+            t->n_run = 0;
             t->state = TH_REASON_START;
         }
         return DSPEC_OK;
     }
-    dspec_status st = ds_chat_buf_append(content, t->hold, t->n_hold, err);
-    t->n_hold = 0;
+    dspec_status st = emit_held_start(t, content, err);
     t->state = TH_CONTENT;
     return st == DSPEC_OK ? ds_chat_buf_append(content, &c, 1, err) : st;
 }
@@ -140,7 +162,7 @@ dspec_status ds_chat_think_finish(ds_chat_think *t, ds_chat_buf *reasoning, ds_c
                                   dspec_err *err) {
     dspec_status st = DSPEC_OK;
     if (t->state == TH_START) {
-        st = ds_chat_buf_append(content, t->hold, t->n_hold, err);
+        st = emit_held_start(t, content, err);
     } else if (t->state == TH_REASON) {
         st = emit_newlines(t, reasoning, err);
         if (st == DSPEC_OK) {

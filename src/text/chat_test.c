@@ -233,6 +233,14 @@ static const think_case THINK_CASES[] = {
     {"\n\n</think>\n\ncontent after empty block", true, "", "content after empty block"},
     {"caf\xc3\xa9 \xe4\xb8\xad</think>\xf0\x9f\x98\x80", true, "caf\xc3\xa9 \xe4\xb8\xad",
      "\xf0\x9f\x98\x80"},
+    // many leading whitespace bytes (more than the 16 held; a run of one byte, as a model's
+    // newlines): "<think>" still opens reasoning, and without it the content keeps every one
+    {"\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n<think>\nr\n</think>\n\nc", false, "r", "c"},
+    {"   \n<think>\nr\n</think>\n\nc", false, "r", "c"},
+    {"\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nplain", false, "",
+     "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nplain"},
+    {"\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n<thi", false, "",
+     "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n<thi"},
 };
 
 static void run_think(const think_case *tc, size_t chunk, ds_chat_buf *r, ds_chat_buf *c) {
