@@ -101,17 +101,9 @@ static void test_vocab_mismatch(void **state) {
             assert_int_equal(ds_gguf_writer_set_u32(w, key, 1), DSPEC_OK);
         }
     }
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_add_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_begin(w, out, &err), DSPEC_OK);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_write_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
     ds_gguf_writer_free(w);
     ds_gguf_close(g);

@@ -197,6 +197,11 @@ dspec_status ds_gguf_writer_copy_kv_prefix(ds_gguf_writer *w, const ds_gguf *src
                                            const char *prefix, int64_t *n_copied,
                                            dspec_err *err);
 
+// Rewriting a file with other metadata: declares every tensor of src (before begin), then, after
+// begin, writes their data (the writer's tensors must be src's, in src's order).
+dspec_status ds_gguf_writer_add_tensors_of(ds_gguf_writer *w, const ds_gguf *src, dspec_err *err);
+dspec_status ds_gguf_writer_write_tensors_of(ds_gguf_writer *w, const ds_gguf *src,
+                                             dspec_err *err);
 // Declares a tensor; offsets are assigned in declaration order with alignment padding. Refuses
 // (DSPEC_ERR_INVALID) names of 0 or more than 63 bytes (llama.cpp's limit), duplicates, unknown
 // types, n_dims outside 1..4, ne <= 0, ne[0] not a multiple of the block size, and calls after

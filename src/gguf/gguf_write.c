@@ -459,6 +459,26 @@ static dspec_status write_header(ds_gguf_writer *w, dspec_err *err) {
     return s ? s : pad_to(w, err);
 }
 
+dspec_status ds_gguf_writer_add_tensors_of(ds_gguf_writer *w, const ds_gguf *src,
+                                           dspec_err *err) {
+    dspec_status s = DSPEC_OK;
+    for (int64_t i = 0; s == DSPEC_OK && i < ds_gguf_n_tensors(src); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(src, i);
+        s = ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, err);
+    }
+    return s;
+}
+
+dspec_status ds_gguf_writer_write_tensors_of(ds_gguf_writer *w, const ds_gguf *src,
+                                             dspec_err *err) {
+    dspec_status s = DSPEC_OK;
+    for (int64_t i = 0; s == DSPEC_OK && i < ds_gguf_n_tensors(src); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(src, i);
+        s = ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, err);
+    }
+    return s;
+}
+
 dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err *err) {
     if (w->sticky.code != DSPEC_OK) {
         return ds_err_set(err, w->sticky.code, "%s", w->sticky.msg);

@@ -475,17 +475,9 @@ static void test_load_refuses(void **s) {
     char path2[64] = "/tmp/dspec_model_bad2_XXXXXX";
     fd = mkstemp(path2);
     close(fd);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_add_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_write_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
     ds_gguf_writer_free(w);
     ds_gguf_close(g);
@@ -515,17 +507,9 @@ static void rewrite(const char *src, const char *dst, const char *drop, const ch
         assert_int_equal(ds_gguf_writer_copy_kv_prefix(w, g, key, NULL, &err), DSPEC_OK);
     }
     if (set) set(w, set_key);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_add_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_begin(w, dst, &err), DSPEC_OK);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i, t->data, t->nbytes, &err),
-                         DSPEC_OK);
-    }
+    assert_int_equal(ds_gguf_writer_write_tensors_of(w, g, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
     ds_gguf_writer_free(w);
     ds_gguf_close(g);
