@@ -136,7 +136,8 @@ void ds_cli_spec_help(FILE *f) {
             "                            Markov / DFlash 2 selector scores along each branch's\n"
             "                            parent)\n"
             "  --no-adaptive             always speculate (default: plain-decoding bursts while\n"
-            "                            acceptance is below the measured break-even)\n"
+            "                            acceptance is below the measured break-even; with\n"
+            "                            --temp, below a fixed one, so a seed reproduces)\n"
             "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
             "  --long-ctx N              past N context tokens verify at most W rows (default\n"
             "                            8192; 0 = off); --long-ctx-width W (default 8)\n");

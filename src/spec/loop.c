@@ -55,9 +55,17 @@ dspec_status ds_spec_new(ds_spec **out, const ds_model *m, ds_state *st, const d
     // faster, and a probe cost ~20% of a 40-step burst; time a plain step instead and let the
     // bursts grow -- policy.h time_plain, max_burst. A GPU keeps both off: its first steps
     // include graph captures, not yet measured as policy input)
-    if (!strcmp(ds_model_backend(m)->name, "cpu")) {
+    const bool cpu = !strcmp(ds_model_backend(m)->name, "cpu");
+    if (cpu) {
         s->params.policy.time_plain = true;
         s->params.policy.max_burst = 1000;
+    }
+    // A sampled run decides from acceptance alone (policy.h fixed_ratio): its seed then
+    // reproduces it (with measured times 8 of 12 runs of one seed differed). The ratios are
+    // typical costs of a speculative step in plain steps: ~3 on the CPU (compute-bound verify
+    // rows), the default 1.9 on a GPU.
+    if (s->params.sampler) {
+        s->params.policy.fixed_ratio = cpu ? 3.0 : s->params.policy.default_ratio;
     }
     ds_spec_policy_init(&s->policy, &s->params.policy);
     if (budget && !s->params.tree_topk) s->params.tree_topk = DS_MIN(budget, 8);

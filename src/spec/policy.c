@@ -11,9 +11,15 @@ void ds_spec_policy_init(ds_spec_policy *pol, const ds_spec_policy_params *p) {
     pol->ema_accept = 1e9; // optimistic start: speculate until measured otherwise
 }
 
+// t_spec / t_plain: fixed, measured, or the default until both are measured.
+static double cost_ratio(const ds_spec_policy *pol) {
+    if (pol->p.fixed_ratio > 0.0) return pol->p.fixed_ratio;
+    if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) return pol->ema_t_spec / pol->ema_t_plain;
+    return pol->p.default_ratio;
+}
+
 double ds_spec_policy_break_even(const ds_spec_policy *pol) {
-    double ratio = pol->p.default_ratio;
-    if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) ratio = pol->ema_t_spec / pol->ema_t_plain;
+    double ratio = cost_ratio(pol);
     double be = pol->p.margin * (ratio - 1.0);
     return be > 0.0 ? be : 0.0;
 }
@@ -26,8 +32,7 @@ bool ds_spec_policy_speculate(const ds_spec_policy *pol) {
 // more than 5% of the burst's time, (t_spec / t_plain - 1) / 0.05 plain steps: on the CPU a probe
 // costs ~8 plain steps, and 40-step bursts spent ~20% of their time probing.
 static int burst_len(const ds_spec_policy *pol) {
-    double ratio = pol->p.default_ratio;
-    if (pol->ema_t_spec > 0.0 && pol->ema_t_plain > 0.0) ratio = pol->ema_t_spec / pol->ema_t_plain;
+    double ratio = cost_ratio(pol);
     const double n = (ratio - 1.0) * 20.0;
     if (n <= (double)pol->p.burst) return pol->p.burst;
     return n < (double)pol->p.max_burst ? (int)n : DS_MAX(pol->p.burst, pol->p.max_burst);
@@ -42,9 +47,10 @@ void ds_spec_policy_record_spec(ds_spec_policy *pol, int64_t accepted, double se
     pol->ema_accept = pol->ema_accept > 1e8 ? (double)accepted
                                             : pol->ema_accept + a * ((double)accepted -
                                                                      pol->ema_accept);
-    pol->ema_t_spec = ema(pol->ema_t_spec, seconds, pol->p.alpha);
+    if (pol->p.fixed_ratio <= 0.0) pol->ema_t_spec = ema(pol->ema_t_spec, seconds, pol->p.alpha);
     pol->probing = false;
-    if (pol->p.enabled && pol->p.time_plain && pol->ema_t_plain == 0.0) {
+    if (pol->p.enabled && pol->p.time_plain && pol->p.fixed_ratio <= 0.0 &&
+        pol->ema_t_plain == 0.0) {
         pol->burst_left = 1; // (one plain step to time: record_plain then decides)
     } else if (pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
         pol->burst_left = burst_len(pol);
@@ -53,8 +59,9 @@ void ds_spec_policy_record_spec(ds_spec_policy *pol, int64_t accepted, double se
 }
 
 void ds_spec_policy_record_plain(ds_spec_policy *pol, double seconds) {
-    const bool timing = pol->ema_t_plain == 0.0 && pol->p.time_plain && pol->burst_left == 1;
-    pol->ema_t_plain = ema(pol->ema_t_plain, seconds, pol->p.alpha);
+    const bool timing = pol->ema_t_plain == 0.0 && pol->p.time_plain &&
+                        pol->p.fixed_ratio <= 0.0 && pol->burst_left == 1;
+    if (pol->p.fixed_ratio <= 0.0) pol->ema_t_plain = ema(pol->ema_t_plain, seconds, pol->p.alpha);
     if (pol->burst_left > 0 && --pol->burst_left == 0) pol->probing = true;
     if (timing && pol->p.enabled && pol->ema_accept < ds_spec_policy_break_even(pol)) {
         pol->burst_left = burst_len(pol); // (the first step's acceptance against measured times)

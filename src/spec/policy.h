@@ -20,6 +20,10 @@ typedef struct ds_spec_policy_params {
     // the first decision uses measured times (default false: a GPU's first steps include graph
     // captures, which would skew both; the CPU backend turns it on, spec/loop.c)
     bool time_plain;
+    // > 0: t_spec / t_plain is this, never measured -- the decisions then follow acceptance
+    // alone, which a sampled run's seed determines, so the seed reproduces its output (wall
+    // times vary from run to run, and a plain and a speculative step draw differently)
+    double fixed_ratio;
 } ds_spec_policy_params;
 
 typedef struct ds_spec_policy {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 
 // Runs a trace: accepted drafts per speculative step come from accept(step); a speculative step
 // costs t_spec, a plain step t_plain. Returns the fraction of steps that speculated.
@@ -118,8 +119,41 @@ static void test_time_plain(void **s) {
     assert_true(run_trace(&pol, 600, one, 8.0, 1.0) < 0.01);
 }
 
+// fixed_ratio (sampled runs): the decisions do not depend on the measured times at all -- the
+// same acceptance sequence with wildly different step times gives the same speculate / plain
+// sequence -- and follow the fixed ratio's break-even (3: speculate while 0.8 x 2 <= accepted).
+static void test_fixed_ratio(void **s) {
+    (void)s;
+    ds_spec_policy_params p;
+    ds_spec_policy_params_default(&p);
+    p.time_plain = true;
+    p.max_burst = 1000;
+    p.fixed_ratio = 3.0;
+    ds_spec_policy a, b;
+    ds_spec_policy_init(&a, &p);
+    ds_spec_policy_init(&b, &p);
+    uint64_t r = 7;
+    for (int i = 0; i < 3000; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        const int64_t acc = (int64_t)((r >> 33) % 4); // 0..3 accepted
+        const double ta = 1.0 + (double)((r >> 20) % 100), tb = 0.01 * (double)((r >> 40) % 7 + 1);
+        const bool sa = ds_spec_policy_speculate(&a), sb = ds_spec_policy_speculate(&b);
+        assert_int_equal(sa, sb);
+        if (sa) {
+            ds_spec_policy_record_spec(&a, acc, ta);
+            ds_spec_policy_record_spec(&b, acc, tb);
+        } else {
+            ds_spec_policy_record_plain(&a, tb);
+            ds_spec_policy_record_plain(&b, ta);
+        }
+    }
+    assert_true(a.ema_t_spec == 0.0 && a.ema_t_plain == 0.0); // never measured
+    assert_true(fabs(ds_spec_policy_break_even(&a) - 0.8 * 2.0) < 1e-12);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixed_ratio),
         cmocka_unit_test(test_high_acceptance_always_speculates),
         cmocka_unit_test(test_zero_acceptance_mostly_plain),
         cmocka_unit_test(test_recovers_after_phase_change),

@@ -192,6 +192,15 @@ def main():
         r2 = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "10", "--temp", "0.9",
                  "--seed", "5", "--top-k", "20").stdout
         R.check("run: seeded sampling reproducible", r1 == r2)
+        # ... with speculative decoding and the adaptive policy too (it once weighed measured step
+        # times, which vary run to run, and a plain and a speculative step draw differently)
+        tiny = os.path.join(here, "..", "..", "models")
+        outs = {run(a.dspec, "run", "-m", os.path.join(tiny, "tiny-target-q8_0.gguf"), "--draft",
+                    os.path.join(tiny, "tiny-dflash2-b8-q8_0.gguf"), "-p", "#include <stdio.h>",
+                    "--temp", "0.8", "--seed", "2", "-n", "200", "-t", "1").stdout
+                for _ in range(4)}
+        R.check("run: seeded speculative sampling reproducible (adaptive)", len(outs) == 1,
+                f"{len(outs)} different outputs of 4")
         # --no-cuda-graphs is accepted everywhere and never changes the output (CPU: no graphs)
         r = run(a.dspec, "run", "-m", model, "-p", prompt, "-n", "12", "-t", "2",
                 "--no-cuda-graphs")
