@@ -63,6 +63,11 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     int64_t room = ds_state_n_ctx(s->st) - ds_state_n_past(s->st);
     int budget = (int)DS_MIN(DS_MIN((int64_t)s->params.tree_budget, room - 1),
                              ds_state_n_verify(s->st) - 1);
+    // past the long-context threshold a verify has at most long_ctx_width rows: the tree's nodes
+    // too, not only its depth (the tree once kept its full width there)
+    if (s->params.long_ctx_threshold > 0 && ds_state_n_past(s->st) > s->params.long_ctx_threshold) {
+        budget = DS_MIN(budget, s->params.long_ctx_width - 1);
+    }
     int L = (int)DS_MIN(n_depth, DS_DDTREE_MAX_DEPTH);
     if (s->node_cands) { // children scored given each branch's actual parent
         ds_ddtree_build_cond(&s->tree, s->node_cands, tree_cands, s, L, s->params.tree_topk,

@@ -218,6 +218,12 @@ static void test_tree_lossless(void **s) {
     ds_spec_stats st_long;
     run_case_p(8, 0, &lp, &st_long);
     assert_true(st_long.pos_tried[3] <= 2); // only the steps before the threshold drafted 4+
+    // ... a tree's nodes too, not only its depth (it kept its full width of budget nodes)
+    ds_spec_params ltp = {.n_slots = 8, .tree_budget = 24, .tree_topk = 3,
+                          .long_ctx_threshold = 12, .long_ctx_width = 3};
+    ds_spec_stats st_long_tree;
+    run_case_p(8, 2, &ltp, &st_long_tree);
+    assert_true(st_long_tree.drafted <= 2 * st_long_tree.steps + 2 * 24);
     ds_spec_stats chain, tree;
     ds_spec_params cp = {.n_slots = 8};
     ds_spec_params tp = {.n_slots = 8, .tree_budget = 24, .tree_topk = 2};
