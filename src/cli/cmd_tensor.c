@@ -121,15 +121,18 @@ int ds_cli_tensor(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (out_path && ds_cli_clobbers(out_path, pos[0])) {
-        fprintf(stderr, "dspec tensor: --out %s is the input file\n", out_path);
-        return 2;
-    }
     ds_gguf *g;
     dspec_err err;
     if (ds_gguf_open(&g, pos[0], &err) != DSPEC_OK) {
         fprintf(stderr, "dspec tensor: %s\n", err.msg);
         return 1;
+    }
+    for (int k = 0; out_path && k < ds_gguf_n_shards(g); k++) { // (every shard of a split set)
+        if (ds_cli_clobbers(out_path, ds_gguf_shard_path(g, k))) {
+            fprintf(stderr, "dspec tensor: --out %s is an input file\n", out_path);
+            ds_gguf_close(g);
+            return 2;
+        }
     }
     int rc = show(g, pos[1], out_path);
     ds_gguf_close(g);

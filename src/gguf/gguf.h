@@ -93,6 +93,8 @@ const char *ds_gguf_path(const ds_gguf *g);
 uint32_t ds_gguf_version(const ds_gguf *g);
 size_t ds_gguf_alignment(const ds_gguf *g);
 int ds_gguf_n_shards(const ds_gguf *g);
+// The path of shard i (0 = the file opened), or NULL outside 0 .. n_shards - 1.
+const char *ds_gguf_shard_path(const ds_gguf *g, int i);
 
 // ---- metadata ----------------------------------------------------------------------------------
 

@@ -503,6 +503,10 @@ int ds_gguf_n_shards(const ds_gguf *g) {
     return g->n_shards;
 }
 
+const char *ds_gguf_shard_path(const ds_gguf *g, int i) {
+    return i >= 0 && i < g->n_shards ? g->shards[i].path : NULL;
+}
+
 int64_t ds_gguf_n_tensors(const ds_gguf *g) {
     return g->n_tensors;
 }

@@ -274,6 +274,11 @@ def test_split(dspec, tmp: Path):
     ok = r.returncode == 0 and np.array_equal(np.fromfile(out, dtype=np.float32), want)
     check("split: tensor from the last shard", ok or Q(t.tensor_type) not in REQUIRED,
           r.stderr.decode(errors="replace"))
+    before = shards[-1].read_bytes()  # --out naming a later shard is refused, the shard intact
+    r = run(dspec, "tensor", str(shards[0]), name, "--out", str(shards[-1]))
+    check("split: tensor --out onto another shard refused",
+          r.returncode == 2 and shards[-1].read_bytes() == before,
+          r.stderr.decode(errors="replace"))
 
 
 # ---- our writer's file --------------------------------------------------------------------------
