@@ -69,6 +69,7 @@ typedef struct keys {
     const char *arch;
     const char *path;
     char buf[160];
+    dspec_err bad; // the first optional key present with a wrong type (reported after reading)
 } keys;
 
 static const char *kname(keys *k, const char *suffix) {
@@ -84,12 +85,29 @@ static dspec_status get_int(keys *k, const char *suffix, int64_t *out, dspec_err
     return ds_gguf_get_int(k->g, kname(k, suffix), out, err);
 }
 
+// Optional keys: the value, or def where the file lacks the key; a key of another type is an
+// error (k->bad, the first one), not a silent default.
+static dspec_err *bad_slot(keys *k) {
+    return k->bad.code == DSPEC_OK ? &k->bad : NULL;
+}
+
+static int64_t int_key_or(keys *k, const char *key, int64_t def) {
+    int64_t v;
+    return ds_gguf_opt_int(k->g, key, def, &v, bad_slot(k)) == DSPEC_OK ? v : def;
+}
+
 static int64_t int_or(keys *k, const char *suffix, int64_t def) {
-    return ds_gguf_get_int_or(k->g, kname(k, suffix), def);
+    return int_key_or(k, kname(k, suffix), def);
 }
 
 static double float_or(keys *k, const char *suffix, double def) {
-    return ds_gguf_get_float_or(k->g, kname(k, suffix), def);
+    double v;
+    return ds_gguf_opt_float(k->g, kname(k, suffix), def, &v, bad_slot(k)) == DSPEC_OK ? v : def;
+}
+
+static bool bool_or(keys *k, const char *suffix, bool def) {
+    bool v;
+    return ds_gguf_opt_bool(k->g, kname(k, suffix), def, &v, bad_slot(k)) == DSPEC_OK ? v : def;
 }
 
 // A per-layer bool key: an array of n_layer bools/ints, or one scalar for every layer. Returns
@@ -261,11 +279,10 @@ static dspec_status read_anchor(keys *k, ds_draft_hp *hp, dspec_err *err) {
         hp->conv_group = int_or(k, "dflash.dflash2.conv_group_size", 16);
         v = int_or(k, "dflash.dflash2.selector_top_k", 16);
         hp->sel_top_k = v < 0 || v > 1 << 20 ? -1 : (int)v;
-    } else if (ds_gguf_get_bool_or(k->g, kname(k, "dflash.dspark.enabled"), false)) {
+    } else if (bool_or(k, "dflash.dspark.enabled", false)) {
         hp->kind = DS_DRAFT_DSPARK;
         hp->markov_rank = int_or(k, "dflash.dspark.markov_rank", 0);
-        hp->has_conf = ds_gguf_get_bool_or(k->g, kname(k, "dflash.dspark.confidence.enabled"),
-                                           false);
+        hp->has_conf = bool_or(k, "dflash.dspark.confidence.enabled", false);
         int64_t cd = int_or(k, "dflash.dspark.confidence_dim", hp->n_embd);
         hp->conf_with_markov = hp->has_conf && cd != hp->n_embd;
         if (hp->has_conf && cd != hp->n_embd && cd != hp->n_embd + hp->markov_rank) {
@@ -283,8 +300,7 @@ static dspec_status read_anchor(keys *k, ds_draft_hp *hp, dspec_err *err) {
     } else {
         hp->kind = DS_DRAFT_DFLASH;
     }
-    hp->shifted = ds_gguf_get_bool_or(k->g, kname(k, "dflash.sample_from_anchor"),
-                                      hp->kind == DS_DRAFT_DSPARK);
+    hp->shifted = bool_or(k, "dflash.sample_from_anchor", hp->kind == DS_DRAFT_DSPARK);
     return DSPEC_OK;
 }
 
@@ -299,8 +315,7 @@ static dspec_status read_llama(keys *k, ds_draft_hp *hp, dspec_err *err) {
     }
     v = int_or(k, "block_size", 16);
     hp->block_size = v < 0 || v > 1 << 20 ? -1 : (int)v;
-    hp->mask_id = ds_gguf_get_int_or(k->g, "tokenizer.ggml.mask_token_id",
-                                     int_or(k, "mask_token_id", -1));
+    hp->mask_id = int_key_or(k, "tokenizer.ggml.mask_token_id", int_or(k, "mask_token_id", -1));
     hp->input_scale = (float)float_or(k, "embedding_scale", 1.0);
     hp->output_mult = (float)float_or(k, "logit_scale", 1.0);
     hp->softcap = (float)float_or(k, "final_logit_softcapping", 0.0);
@@ -322,8 +337,7 @@ static dspec_status read_llama(keys *k, ds_draft_hp *hp, dspec_err *err) {
     } else {
         hp->kind = DS_DRAFT_DFLASH;
     }
-    hp->shifted = ds_gguf_get_bool_or(k->g, kname(k, "sample_from_anchor"),
-                                      hp->kind == DS_DRAFT_DSPARK);
+    hp->shifted = bool_or(k, "sample_from_anchor", hp->kind == DS_DRAFT_DSPARK);
     return DSPEC_OK;
 }
 
@@ -352,6 +366,9 @@ dspec_status ds_draft_read_gguf(ds_drafter *d, const char *path, ds_draft_lookup
     keys k = {.g = d->gguf, .arch = names[which], .path = path};
     ds_draft_hp *hp = &d->hp;
     st = which == 2 ? read_llama(&k, hp, err) : read_anchor(&k, hp, err);
+    if (st == DSPEC_OK && k.bad.code != DSPEC_OK) {
+        st = ds_err_set(err, k.bad.code, "%s", k.bad.msg);
+    }
     if (st != DSPEC_OK) {
         return st;
     }

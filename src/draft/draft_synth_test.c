@@ -7,6 +7,7 @@
 // not fit the target (vocabulary, taps) is refused by the loader.
 #include "draft/draft_synth.h"
 
+#include "gguf/gguf.h"
 #include "model/synth.h"
 
 #include <math.h>
@@ -340,6 +341,38 @@ static void test_dspark_no_markov(void **state) {
     unlink(path);
 }
 
+// An optional drafter key stored with a wrong type is an error naming it (such keys once read
+// as their default: a bool sample_from_anchor stored as an integer silently became false).
+static void test_mistyped_key(void **state) {
+    (void)state;
+    const char *path = DSPEC_BINARY_DIR "/draft_synth_test_mistyped_src.gguf";
+    const char *path2 = DSPEC_BINARY_DIR "/draft_synth_test_mistyped.gguf";
+    ds_draft_synth_params p;
+    assert_true(ds_draft_synth_preset("tiny", DS_DRAFT_DSPARK, &p));
+    dspec_err err = {0};
+    assert_int_equal(ds_draft_synth_write(path, &p, &err), DSPEC_OK);
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
+    const char *key = "qwen35-dflash-draft.dflash.sample_from_anchor";
+    assert_true(ds_gguf_find_key(g, key) >= 0);
+    assert_int_equal(ds_gguf_writer_set_u32(w, key, 1), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_add_tensors_of(w, g, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_write_tensors_of(w, g, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+    ds_drafter *d = NULL;
+    assert_int_equal(ds_drafter_load(&d, path2, W.m, &err), DSPEC_ERR_FORMAT);
+    assert_null(d);
+    if (!strstr(err.msg, key)) fail_msg("%s", err.msg);
+    unlink(path);
+    unlink(path2);
+}
+
 static void test_other_types(void **state) {
     (void)state;
     roundtrip(DS_DRAFT_DFLASH2, DS_TYPE_BF16, false, 8);
@@ -430,6 +463,7 @@ int main(void) {
         cmocka_unit_test(test_dflash2_q8_0),      cmocka_unit_test(test_dspark_q8_0),
         cmocka_unit_test(test_other_types),       cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_mismatched_target), cmocka_unit_test(test_dspark_no_markov),
+        cmocka_unit_test(test_mistyped_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

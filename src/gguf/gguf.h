@@ -128,6 +128,8 @@ dspec_status ds_gguf_opt_int(const ds_gguf *g, const char *key, int64_t def, int
                              dspec_err *err);
 dspec_status ds_gguf_opt_float(const ds_gguf *g, const char *key, double def, double *out,
                                dspec_err *err);
+dspec_status ds_gguf_opt_bool(const ds_gguf *g, const char *key, bool def, bool *out,
+                              dspec_err *err);
 int64_t ds_gguf_get_int_or(const ds_gguf *g, const char *key, int64_t def);
 double ds_gguf_get_float_or(const ds_gguf *g, const char *key, double def);
 bool ds_gguf_get_bool_or(const ds_gguf *g, const char *key, bool def);

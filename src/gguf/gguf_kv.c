@@ -407,6 +407,15 @@ dspec_status ds_gguf_opt_float(const ds_gguf *g, const char *key, double def, do
     return ds_gguf_get_float(g, key, out, err);
 }
 
+dspec_status ds_gguf_opt_bool(const ds_gguf *g, const char *key, bool def, bool *out,
+                              dspec_err *err) {
+    if (ds_gguf_find_key(g, key) < 0) {
+        *out = def;
+        return DSPEC_OK;
+    }
+    return ds_gguf_get_bool(g, key, out, err);
+}
+
 int64_t ds_gguf_get_int_or(const ds_gguf *g, const char *key, int64_t def) {
     int64_t v;
     return ds_gguf_get_int(g, key, &v, NULL) == DSPEC_OK ? v : def;

@@ -63,9 +63,14 @@ static dspec_status get_pre(const ds_gguf *g, ds_tok_pre *pre, dspec_err *err) {
     return DSPEC_OK;
 }
 
-static int32_t get_id(const ds_gguf *g, const char *key) {
-    int64_t v = ds_gguf_get_int_or(g, key, -1);
-    return v < INT32_MIN || v > INT32_MAX ? INT32_MIN : (int32_t)v; // INT32_MIN fails validation
+// A special token id: -1 where the file has none; a key that is not an integer is an error
+// (it once read as "no such token": a mistyped EOS never stopped a run); past int32:
+// INT32_MIN, which fails the vocabulary's validation.
+static dspec_status get_id(const ds_gguf *g, const char *key, int32_t *out, dspec_err *err) {
+    int64_t v = -1;
+    dspec_status st = ds_gguf_opt_int(g, key, -1, &v, err);
+    *out = v < INT32_MIN || v > INT32_MAX ? INT32_MIN : (int32_t)v;
+    return st;
 }
 
 dspec_status ds_tok_load_gguf(ds_tok **out, const ds_gguf *g, dspec_err *err) {
@@ -104,11 +109,13 @@ dspec_status ds_tok_load_gguf(ds_tok **out, const ds_gguf *g, dspec_err *err) {
     if (!st) {
         d.tokens = tokens;
         d.merges = merges;
-        d.bos_id = get_id(g, "tokenizer.ggml.bos_token_id");
-        d.eos_id = get_id(g, "tokenizer.ggml.eos_token_id");
-        d.pad_id = get_id(g, "tokenizer.ggml.padding_token_id");
-        d.unk_id = get_id(g, "tokenizer.ggml.unknown_token_id");
-        d.add_bos = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", false);
+        st = get_id(g, "tokenizer.ggml.bos_token_id", &d.bos_id, err);
+        st = st ? st : get_id(g, "tokenizer.ggml.eos_token_id", &d.eos_id, err);
+        st = st ? st : get_id(g, "tokenizer.ggml.padding_token_id", &d.pad_id, err);
+        st = st ? st : get_id(g, "tokenizer.ggml.unknown_token_id", &d.unk_id, err);
+        st = st ? st : ds_gguf_opt_bool(g, "tokenizer.ggml.add_bos_token", false, &d.add_bos, err);
+    }
+    if (!st) {
         st = ds_tok_new(out, &d, err);
         if (st) {
             ds_err_prefix(err, "%s: ", ds_gguf_path(g));

@@ -16,6 +16,7 @@ typedef struct spec {
     int64_t n_types; // token_type entries written (normally n tokens)
     bool with_merges;
     int32_t eos;
+    bool mistyped; // eos_token_id written as a string, add_bos_token as an integer
 } spec;
 
 // 256 byte tokens + "Ġt", "he", "Ġthe" + <|im_end|> (CONTROL) + <think> (USER_DEFINED).
@@ -63,9 +64,14 @@ static const char *write_gguf(const spec *s) {
     if (s->with_merges) {
         ds_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 3);
     }
-    ds_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)s->eos);
+    if (s->mistyped) {
+        ds_gguf_writer_set_str(w, "tokenizer.ggml.eos_token_id", "261");
+        ds_gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 0);
+    } else {
+        ds_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)s->eos);
+        ds_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    }
     ds_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 259);
-    ds_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
     assert_int_equal(ds_gguf_writer_begin(w, path, &err), DSPEC_OK);
     assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
     ds_gguf_writer_free(w);
@@ -81,7 +87,7 @@ static dspec_status load(const spec *s, ds_tok **tok, dspec_err *err) {
     return st;
 }
 
-static const spec k_good = {"gpt2", "qwen35", true, 261, true, 259};
+static const spec k_good = {"gpt2", "qwen35", true, 261, true, 259, false};
 
 static void test_load(void **state) {
     (void)state;
@@ -148,6 +154,10 @@ static void test_refusals(void **state) {
     s = k_good;
     s.eos = 5000;
     expect_fail(&s, DSPEC_ERR_FORMAT, "eos_token_id = 5000");
+    // a mistyped special id is an error naming it (it once read as "no EOS": runs never ended)
+    s = k_good;
+    s.mistyped = true;
+    expect_fail(&s, DSPEC_ERR_FORMAT, "tokenizer.ggml.eos_token_id");
 }
 
 int main(void) {
