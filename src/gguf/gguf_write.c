@@ -479,6 +479,36 @@ dspec_status ds_gguf_writer_write_tensors_of(ds_gguf_writer *w, const ds_gguf *s
     return s;
 }
 
+// Opens w->tmp, a fresh name beside w->path (0666 less the umask; an existing file's mode when
+// `old` is given), as w->f.
+static dspec_status create_temp(ds_gguf_writer *w, const struct stat *old, dspec_err *err) {
+    w->tmp = malloc(strlen(w->path) + 48);
+    if (!w->tmp) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int fd = -1;
+    for (int k = 0; k < 16 && fd < 0; k++) {
+        sprintf(w->tmp, "%s.tmp-%d-%lx", w->path, (int)getpid(),
+                (unsigned long)((uintptr_t)w ^ (uintptr_t)ts.tv_nsec) + (unsigned long)k);
+        fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) {
+            break;
+        }
+    }
+    if (fd < 0) {
+        return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));
+    }
+    if ((old && fchmod(fd, old->st_mode & 07777) != 0) || !(w->f = fdopen(fd, "wb"))) {
+        const int e = errno;
+        close(fd);
+        unlink(w->tmp);
+        return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", w->path, strerror(e));
+    }
+    return DSPEC_OK;
+}
+
 dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err *err) {
     if (w->sticky.code != DSPEC_OK) {
         return ds_err_set(err, w->sticky.code, "%s", w->sticky.msg);
@@ -492,47 +522,21 @@ dspec_status ds_gguf_writer_begin(ds_gguf_writer *w, const char *path, dspec_err
     // symbolic link, the file it names is replaced; anything else (a device, a pipe) is written
     // in place.
     struct stat st;
-    char *real = NULL;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        w->path = strdup(path);
-        if (!w->path) {
-            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
-        }
+    const bool exists = stat(path, &st) == 0; // (through links)
+    char *real = exists ? realpath(path, NULL) : NULL;
+    w->path = strdup(real ? real : path);
+    free(real);
+    if (!w->path) {
+        return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
+    }
+    if (exists && !S_ISREG(st.st_mode)) {
         if (!(w->f = fopen(path, "wb"))) {
             return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         }
     } else {
-        real = realpath(path, NULL); // (NULL where the file does not exist yet)
-        w->path = strdup(real ? real : path);
-        free(real);
-        w->tmp = w->path ? malloc(strlen(w->path) + 48) : NULL;
-        if (!w->path || !w->tmp) {
-            return ds_err_set(err, DSPEC_ERR_NOMEM, "gguf writer: no memory");
-        }
-        int fd = -1;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        for (int k = 0; k < 16 && fd < 0; k++) { // a fresh name; 0666 less the umask
-            sprintf(w->tmp, "%s.tmp-%d-%lx", w->path, (int)getpid(),
-                    (unsigned long)((uintptr_t)w ^ (uintptr_t)ts.tv_nsec) + (unsigned long)k);
-            fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-            if (fd < 0 && errno != EEXIST) {
-                break;
-            }
-        }
-        const bool existed = stat(w->path, &st) == 0; // (an existing file's mode is kept)
-        if (fd >= 0 && existed && fchmod(fd, st.st_mode & 07777) != 0) {
-            close(fd);
-            unlink(w->tmp);
-            fd = -1;
-        }
-        if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
-            int e = errno;
-            if (fd >= 0) {
-                close(fd);
-                unlink(w->tmp);
-            }
-            return ds_err_set(err, DSPEC_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+        dspec_status s = create_temp(w, exists ? &st : NULL, err);
+        if (s != DSPEC_OK) {
+            return s;
         }
     }
     w->begun = true;
