@@ -9,7 +9,7 @@ tables splits text as the reference does; with newer tables they are already ins
 Membership is probed from `tokenizers` itself (its Split pre-tokenizer with the regex \\p{X}), for
 every code point whose category in this Python's unicodedata (which must be Unicode 14.0.0, as
 Debian 12's Python 3.11 is) differs from its category in a newer table (PyPI `unicodedata2`,
-only needed here: `pip install unicodedata2==18.0.0`). None leaves a class in the reference.
+pinned in requirements.txt, only needed here). None leaves a class in the reference.
 
 Usage: make_unicode_delta.py [OUT.h]   (default: src/text/unicode_delta.h)
 """
