@@ -444,51 +444,6 @@ static void test_logsumexp_op(void **s) {
     ds_backend_free(be);
 }
 
-static void test_load_refuses(void **s) {
-    (void)s;
-    char path[64] = "/tmp/dspec_model_bad_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    dspec_err err = {0};
-    ds_backend *be;
-    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
-    // wrong architecture
-    ds_gguf_writer *w;
-    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
-    ds_gguf_writer_set_str(w, "general.architecture", "llama");
-    assert_int_equal(ds_gguf_writer_begin(w, path, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
-    ds_gguf_writer_free(w);
-    ds_model *m = NULL;
-    assert_int_equal(ds_model_load(&m, path, be, &err), DSPEC_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "llama"));
-    assert_null(m);
-    // a tensor with the wrong shape: synth with one shape, claim another in metadata
-    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_F32, 1);
-    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
-    ds_gguf *g;
-    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
-    ds_gguf_writer_set_u32(w, "qwen35.feed_forward_length", 640);
-    char path2[64] = "/tmp/dspec_model_bad2_XXXXXX";
-    fd = mkstemp(path2);
-    close(fd);
-    assert_int_equal(ds_gguf_writer_add_tensors_of(w, g, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_write_tensors_of(w, g, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
-    ds_gguf_writer_free(w);
-    ds_gguf_close(g);
-    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "blk.0.ffn_gate.weight"));
-    assert_non_null(strstr(err.msg, "expected {256, 640}"));
-    unlink(path2);
-    unlink(path);
-    ds_backend_free(be);
-}
-
 // Copies GGUF src to dst with every key but `drop` (NULL: all), then key `set_key` set by
 // `set` (NULL: none), tensors unchanged.
 typedef void (*key_setter)(ds_gguf_writer *w, const char *key);
@@ -522,8 +477,44 @@ static void set_u32_1e7(ds_gguf_writer *w, const char *k) {
 static void set_nan(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_f32(w, k, NAN); }
 static void set_none(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "none"); }
 static void set_str16(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "16"); }
+static void set_u32_640(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_u32(w, k, 640); }
 static void set_huge(ds_gguf_writer *w, const char *k) {
     ds_gguf_writer_set_u64(w, k, ((uint64_t)1 << 32) + 2);
+}
+
+static void test_load_refuses(void **s) {
+    (void)s;
+    char path[64] = "/tmp/dspec_model_bad_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    dspec_err err = {0};
+    ds_backend *be;
+    assert_int_equal(ds_backend_cpu_new(&be, 1, &err), DSPEC_OK);
+    // wrong architecture
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    ds_gguf_writer_set_str(w, "general.architecture", "llama");
+    assert_int_equal(ds_gguf_writer_begin(w, path, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_model *m = NULL;
+    assert_int_equal(ds_model_load(&m, path, be, &err), DSPEC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "llama"));
+    assert_null(m);
+    // a tensor with the wrong shape: synth with one shape, claim another in metadata
+    ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35, DS_TYPE_F32, 1);
+    assert_int_equal(ds_synth_write(path, &p, &err), DSPEC_OK);
+    char path2[64] = "/tmp/dspec_model_bad2_XXXXXX";
+    fd = mkstemp(path2);
+    close(fd);
+    rewrite(path, path2, NULL, "qwen35.feed_forward_length", set_u32_640);
+    assert_int_equal(ds_model_load(&m, path2, be, &err), DSPEC_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_gate.weight"));
+    assert_non_null(strstr(err.msg, "expected {256, 640}"));
+    unlink(path2);
+    unlink(path);
+    ds_backend_free(be);
 }
 
 // What the loader once took silently, now refused naming the key (the first four read back as
