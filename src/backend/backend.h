@@ -284,6 +284,9 @@ enum { DS_BE_CAP_MATMUL = 1, DS_BE_CAP_GDN = 2, DS_BE_CAP_ATTN = 3, DS_BE_CAP_KV
 enum { DS_READ_ASYNC_SLOTS = 4, DS_READ_ASYNC_BYTES = 256 };
 // Most k of the topk op (a sampler's top-k 40 plus a 64-token penalty window fit: sample.h).
 enum { DS_TOPK_MAX = 128 };
+// Weights a host backend reads in place (mapped GGUF data, drafter files) start at multiples of
+// this; the loaders copy a tensor whose file placement is not (general.alignment below 32).
+enum { DS_WEIGHT_ALIGN = 32 };
 // Most candidates per slot of the selector_walk op (a CUDA block scores k^2 pairs).
 enum { DS_SELECTOR_MAX_K = 32 };
 
@@ -292,7 +295,8 @@ struct ds_backend {
     const char *name;   // "cpu", "cuda"
     ds_backend_ops ops;
     void *ctx;          // implementation state
-    bool weights_in_host_memory; // true: weights may point into the GGUF mapping directly
+    // true: weights may point into the GGUF mapping directly, where DS_WEIGHT_ALIGN-aligned
+    bool weights_in_host_memory;
 };
 
 // ops.supports, treating a NULL hook as "everything".

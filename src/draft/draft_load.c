@@ -184,10 +184,11 @@ static dspec_status keep(ds_drafter *d, void *p, dspec_err *err) {
     return DSPEC_OK;
 }
 
-// Host bytes -> backend memory (a view when the backend reads host memory, else an upload).
+// Host bytes -> backend memory (a view when the backend reads host memory and the bytes are
+// DS_WEIGHT_ALIGN-aligned, else a copy).
 static dspec_status place(ds_drafter *d, const void *host, size_t n, bool copy, void **out,
                           dspec_err *err) {
-    if (d->be->weights_in_host_memory && !copy) {
+    if (d->be->weights_in_host_memory && !copy && (uintptr_t)host % DS_WEIGHT_ALIGN == 0) {
         *out = (void *)host;
         return DSPEC_OK;
     }

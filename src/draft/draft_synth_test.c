@@ -7,6 +7,8 @@
 // not fit the target (vocabulary, taps) is refused by the loader.
 #include "draft/draft_synth.h"
 
+#include "draft/draft_impl.h"
+
 #include "gguf/gguf.h"
 #include "model/synth.h"
 
@@ -373,6 +375,85 @@ static void test_mistyped_key(void **state) {
     unlink(path2);
 }
 
+// A drafter file whose general.alignment is 1, with a 2-byte tensor first (every weight 2 bytes
+// off a 4-byte boundary): the host backend reads every weight from a DS_WEIGHT_ALIGN-aligned copy
+// and drafts the same logits, bitwise, as from the aligned file.
+static void test_misaligned_file(void **state) {
+    (void)state;
+    const char *path = DSPEC_BINARY_DIR "/draft_synth_test_align_src.gguf";
+    const char *path2 = DSPEC_BINARY_DIR "/draft_synth_test_align1.gguf";
+    ds_draft_synth_params p;
+    assert_true(ds_draft_synth_preset("tiny", DS_DRAFT_DFLASH2, &p));
+    p.wtype = DS_TYPE_Q8_0;
+    dspec_err err = {0};
+    assert_int_equal(ds_draft_synth_write(path, &p, &err), DSPEC_OK);
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, path, &err), DSPEC_OK);
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_set_alignment(w, 1), DSPEC_OK);
+    const int64_t one[1] = {1};
+    assert_int_equal(ds_gguf_writer_add_tensor(w, "pad", DS_TYPE_F16, 1, one, &err), DSPEC_OK);
+    const int64_t n = ds_gguf_n_tensors(g);
+    for (int64_t i = 0; i < n; i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
+    const uint16_t pad = 0;
+    assert_int_equal(ds_gguf_writer_write_tensor_data(w, 0, &pad, 2, &err), DSPEC_OK);
+    for (int64_t i = 0; i < n; i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i + 1, t->data, t->nbytes, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+    ds_drafter *d[2] = {NULL, NULL};
+    assert_int_equal(ds_drafter_load(&d[0], path, W.m, &err), DSPEC_OK);
+    assert_int_equal(ds_drafter_load(&d[1], path2, W.m, &err), DSPEC_OK);
+    const ds_tensor *ts[] = {&d[1]->fc, &d[1]->hidden_norm, &d[1]->layers[0].attn_norm,
+                             &d[1]->layers[0].attn_q, &d[1]->layers[4].ffn_down,
+                             &d[1]->sel_pred};
+    for (size_t i = 0; i < DS_ARRAY_LEN(ts); i++) {
+        assert_non_null(ts[i]->data);
+        assert_int_equal((uintptr_t)ts[i]->data % DS_WEIGHT_ALIGN, 0);
+    }
+    const ds_draft_config *c = ds_drafter_config(d[0]);
+    const int64_t F = (int64_t)c->n_taps * W.H, N = 6;
+    float *feats = malloc((size_t)(N * F) * sizeof(float));
+    assert_non_null(feats);
+    for (int64_t i = 0; i < N * F; i++) feats[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    float *logits[2];
+    int64_t n_logits = 0;
+    for (int k = 0; k < 2; k++) {
+        ds_draft_ctx *ctx = NULL;
+        assert_int_equal(ds_draft_ctx_new(&ctx, d[k], 64, &err), DSPEC_OK);
+        assert_int_equal(ds_draft_ctx_append(ctx, feats, N, &err), DSPEC_OK);
+        ds_draft_out out;
+        assert_int_equal(ds_draft_out_init(&out, d[k], &err), DSPEC_OK);
+        assert_int_equal(ds_draft_block(ctx, 7, c->verify_width, DS_PROPOSE_AUTO, &out, &err),
+                         DSPEC_OK);
+        n_logits = out.n_proposed * W.V;
+        logits[k] = malloc((size_t)n_logits * sizeof(float));
+        assert_non_null(logits[k]);
+        memcpy(logits[k], out.logits, (size_t)n_logits * sizeof(float));
+        ds_draft_out_deinit(&out);
+        ds_draft_ctx_free(ctx);
+    }
+    assert_memory_equal(logits[0], logits[1], (size_t)n_logits * sizeof(float));
+    free(logits[0]);
+    free(logits[1]);
+    free(feats);
+    ds_drafter_free(d[0]);
+    ds_drafter_free(d[1]);
+    unlink(path);
+    unlink(path2);
+}
+
 static void test_other_types(void **state) {
     (void)state;
     roundtrip(DS_DRAFT_DFLASH2, DS_TYPE_BF16, false, 8);
@@ -463,7 +544,7 @@ int main(void) {
         cmocka_unit_test(test_dflash2_q8_0),      cmocka_unit_test(test_dspark_q8_0),
         cmocka_unit_test(test_other_types),       cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_mismatched_target), cmocka_unit_test(test_dspark_no_markov),
-        cmocka_unit_test(test_mistyped_key),
+        cmocka_unit_test(test_mistyped_key),      cmocka_unit_test(test_misaligned_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,6 +3,7 @@
 // exact commit after speculative batches, tree rows == the same path as a chain, and errors.
 // Fidelity against transformers is tests/oracle/test_model_fixtures.py.
 #include "model/model.h"
+#include "model/model_impl.h"
 #include "model/synth.h"
 
 #include <setjmp.h>
@@ -572,6 +573,67 @@ static void test_load_keys(void **s) {
     ds_backend_free(be);
 }
 
+// A file whose general.alignment is 1, with a 2-byte tensor first: every later tensor sits 2 bytes
+// off a 4-byte boundary. The host backend reads every weight from a 32-byte-aligned copy
+// (DS_WEIGHT_ALIGN; misaligned reads are undefined behaviour, which the sanitizer build reports)
+// and the logits equal the aligned file's bitwise.
+static void test_load_misaligned(void **s) {
+    (void)s;
+    fixture a;
+    assert_int_equal(fixture_open(&a, DS_ARCH_QWEN35, DS_TYPE_Q8_0, false, false), 0);
+    char path2[64] = "/tmp/dspec_model_align1_XXXXXX";
+    int fd = mkstemp(path2);
+    close(fd);
+    dspec_err err = {0};
+    ds_gguf *g;
+    assert_int_equal(ds_gguf_open(&g, a.path, &err), DSPEC_OK);
+    ds_gguf_writer *w;
+    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
+    assert_int_equal(ds_gguf_writer_set_alignment(w, 1), DSPEC_OK);
+    const int64_t one[1] = {1};
+    assert_int_equal(ds_gguf_writer_add_tensor(w, "pad", DS_TYPE_F16, 1, one, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
+    const uint16_t pad = 0;
+    assert_int_equal(ds_gguf_writer_write_tensor_data(w, 0, &pad, 2, &err), DSPEC_OK);
+    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
+        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
+        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i + 1, t->data, t->nbytes, &err),
+                         DSPEC_OK);
+    }
+    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
+    ds_gguf_writer_free(w);
+    ds_gguf_close(g);
+    fixture b = a;
+    assert_int_equal(ds_model_load(&b.m, path2, a.be, &err), DSPEC_OK);
+    const ds_gguf_tensor *norm = ds_gguf_find_tensor(b.m->gguf, "output_norm.weight");
+    assert_int_not_equal((uintptr_t)norm->data % 4, 0); // (the test's premise)
+    const ds_weight *ws[] = {&b.m->output_norm, &b.m->token_embd, &b.m->layers[0].attn_norm,
+                             &b.m->layers[0].ffn_down, &b.m->layers[b.m->hp.n_layer - 1].ffn_up};
+    for (size_t i = 0; i < DS_ARRAY_LEN(ws); i++) {
+        assert_non_null(ws[i]->t.data);
+        assert_int_equal((uintptr_t)ws[i]->t.data % DS_WEIGHT_ALIGN, 0);
+    }
+    float *la = malloc(sizeof(float) * (size_t)(a.V * 8)), *lb = malloc(sizeof(float) *
+                                                                        (size_t)(a.V * 8));
+    ds_state *sa = new_state(&a, 8), *sb = new_state(&b, 8);
+    step(&a, sa, k_toks, 8, la);
+    step(&b, sb, k_toks, 8, lb);
+    assert_memory_equal(la, lb, sizeof(float) * (size_t)(a.V * 8));
+    ds_state_free(sa);
+    ds_state_free(sb);
+    free(la);
+    free(lb);
+    ds_model_free(b.m);
+    unlink(path2);
+    fixture_close(&a);
+}
+
 // synth --tokenizer: the tokenizer.* keys of a GGUF are copied in; a vocabulary larger than the
 // model's is refused with a message naming both sizes; a smaller one is padded with "[PAD<id>]"
 // tokens up to the model's, which the tokenizer decodes.
@@ -842,6 +904,7 @@ int main(void) {
         cmocka_unit_test(test_dense_q4_k_kv_q8_0),
         cmocka_unit_test(test_moe_q6_k),   cmocka_unit_test(test_moe_fused_iq4),
         cmocka_unit_test(test_load_refuses), cmocka_unit_test(test_load_keys),
+        cmocka_unit_test(test_load_misaligned),
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_topk_op),    cmocka_unit_test(test_logsumexp_op),
         cmocka_unit_test(test_backend_step),

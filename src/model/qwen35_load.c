@@ -215,18 +215,21 @@ typedef struct loader {
     ds_model *m;
     const ds_gguf *g;
     dspec_err *err;
+    int n_realigned; // tensors a host backend reads from an aligned copy, and their bytes
+    size_t bytes_realigned;
 } loader;
 
 enum { W_MATMUL = 1, W_F32 = 2, W_OPTIONAL = 4, W_TABLE = 8 };
 
-// Copies a weight into backend memory (backends that cannot read the host mapping).
-static dspec_status upload(loader *ld, ds_weight *w, const ds_gguf_tensor *t) {
+// Copies n bytes of the mapping at host into backend memory: backends that cannot read the host
+// mapping, and weights a host backend would read misaligned (a file whose general.alignment is
+// below DS_WEIGHT_ALIGN). A tensor used twice (tied lm_head) is copied once.
+static dspec_status upload(loader *ld, const void *host, size_t n, const char *name, void **out) {
     ds_model *m = ld->m;
     ds_backend *be = m->be;
-    // a tensor used twice (tied lm_head) is uploaded once
     for (int i = 0; i < m->n_device_buffers; i++) {
-        if (m->host_of_buffer[i] == t->data) {
-            w->t.data = m->device_buffers[i];
+        if (m->host_of_buffer[i] == host) {
+            *out = m->device_buffers[i];
             return DSPEC_OK;
         }
     }
@@ -238,16 +241,25 @@ static dspec_status upload(loader *ld, ds_weight *w, const ds_gguf_tensor *t) {
         if (nh) m->host_of_buffer = nh;
         if (!nb || !nh) return ds_err_set(ld->err, DSPEC_ERR_NOMEM, "model: out of memory");
     }
-    void *d = be->ops.alloc(be, t->nbytes);
+    void *d = be->ops.alloc(be, n);
     if (!d) {
         return ds_err_set(ld->err, DSPEC_ERR_NOMEM, "%s: tensor %s: cannot allocate %zu bytes "
-                          "on %s", ds_gguf_path(ld->g), t->name, t->nbytes, be->name);
+                          "on %s", ds_gguf_path(ld->g), name, n, be->name);
     }
-    be->ops.write(be, d, t->data, t->nbytes);
-    m->host_of_buffer[m->n_device_buffers] = t->data;
+    be->ops.write(be, d, host, n);
+    m->host_of_buffer[m->n_device_buffers] = host;
     m->device_buffers[m->n_device_buffers++] = d;
-    w->t.data = d;
+    if (be->weights_in_host_memory) {
+        ld->n_realigned++;
+        ld->bytes_realigned += n;
+    }
+    *out = d;
     return DSPEC_OK;
+}
+
+// Whether a host backend may read these bytes of the mapping in place.
+static bool in_place(const loader *ld, const void *host) {
+    return ld->m->be->weights_in_host_memory && (uintptr_t)host % DS_WEIGHT_ALIGN == 0;
 }
 
 static void shape_str(char *buf, size_t cap, const int64_t *ne) {
@@ -303,8 +315,8 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
         const int64_t used = ne2 > 1 ? DS_MAX(ld->m->hp.n_expert_used, 1) : 1;
         ld->m->matmul_flops += 2.0 * (double)ne0 * (double)ne1 * (double)used;
     }
-    if (!ld->m->be->weights_in_host_memory) {
-        dspec_status st = upload(ld, w, t);
+    if (!in_place(ld, t->data)) {
+        dspec_status st = upload(ld, t->data, t->nbytes, t->name, &w->t.data);
         if (st != DSPEC_OK) return st;
     }
     // optional per-tensor scale: "<base>.scale" where name = "<base>.weight"
@@ -326,6 +338,12 @@ static dspec_status weight(loader *ld, ds_weight *w, const char *name, int flags
             }
             w->scale = s->data;
             w->n_scale = n_s;
+            if (!in_place(ld, s->data)) {
+                void *c;
+                dspec_status st = upload(ld, s->data, s->nbytes, s->name, &c);
+                if (st != DSPEC_OK) return st;
+                w->scale = c;
+            }
         }
     }
     return DSPEC_OK;
@@ -442,6 +460,12 @@ dspec_status ds_model_load_gguf(ds_model **out, const ds_gguf *g, ds_backend *be
     if (st == DSPEC_OK) {
         loader ld = {.m = m, .g = g, .err = err};
         st = load_tensors(&ld);
+        if (st == DSPEC_OK && ld.n_realigned) {
+            ds_log(DS_LOG_INFO, "model: %d tensors of %s not %d-byte aligned in the file "
+                   "(general.alignment %zu): read from aligned copies (%.1f MiB)",
+                   ld.n_realigned, ds_gguf_path(g), DS_WEIGHT_ALIGN, ds_gguf_alignment(g),
+                   (double)ld.bytes_realigned / (1 << 20));
+        }
     }
     if (st != DSPEC_OK) {
         ds_model_free(m);
