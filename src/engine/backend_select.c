@@ -16,23 +16,23 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
             long v = device[5] >= '0' && device[5] <= '9' ? strtol(device + 5, &end, 10) : -1;
             if (v < 0 || v > 1024 || *end) {
                 return ds_err_set(err, DSPEC_ERR_INVALID,
-                                  "--device %s: expected cpu, cuda or cuda:N", device);
+                                  "device '%s': expected cpu, cuda or cuda:N", device);
             }
             idx = (int)v;
         }
 #ifdef DSPEC_HAVE_CUDA
         if (ds_cuda_device_count() <= idx) {
-            return ds_err_set(err, DSPEC_ERR_DEVICE, "--device %s: %d CUDA device(s) visible",
+            return ds_err_set(err, DSPEC_ERR_DEVICE, "device '%s': %d CUDA device(s) visible",
                               device, ds_cuda_device_count());
         }
         return ds_backend_cuda_new(out, idx, err);
 #else
         (void)idx;
-        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "--device %s: this dspec was built without "
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "device '%s': this dspec was built without "
                           "CUDA (nvcc not found at build time)", device);
 #endif
     }
-    return ds_err_set(err, DSPEC_ERR_INVALID, "--device %s: expected cpu, cuda or cuda:N", device);
+    return ds_err_set(err, DSPEC_ERR_INVALID, "device '%s': expected cpu, cuda or cuda:N", device);
 }
 
 void ds_engine_backend_exact_prefill(ds_backend *be, bool on) {

@@ -316,7 +316,7 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
                                       dspec_err *err) {
     if (!s->dctx) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "speculative decoding needs a drafter "
-                          "(--draft)");
+                          "(the engine's draft_path; dspec --draft)");
     }
     if (!(p->draft_conf_threshold >= 0.0f && p->draft_conf_threshold < 1.0f)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "draft confidence threshold %g outside [0, 1)",
@@ -343,8 +343,8 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
                           how == DS_PROPOSE_MARKOV ? "DSpark Markov" : "DFlash 2 selector");
     }
     if (p->draft_conf_threshold > 0.0f && !dc->has_confidence) {
-        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "--draft-conf-threshold needs a DSpark "
-                          "drafter with a confidence head");
+        return ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "a draft confidence threshold needs a "
+                          "DSpark drafter with a confidence head");
     }
     return DSPEC_OK;
 }
