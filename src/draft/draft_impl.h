@@ -66,6 +66,8 @@ struct ds_drafter {
     ds_st *st;
     void **owned;          // backend allocations (converted norms, uploads)
     int n_owned, cap_owned;
+    int n_realigned;        // weights a host backend reads from aligned copies (the file's
+    size_t bytes_realigned; // placement was not DS_WEIGHT_ALIGN-aligned), and their bytes
 };
 
 // A source tensor as a loader found it (format-neutral): ggml type and extents, host data.

@@ -198,6 +198,10 @@ static dspec_status place(ds_drafter *d, const void *host, size_t n, bool copy, 
                           d->be->name);
     }
     d->be->ops.write(d->be, p, host, n);
+    if (d->be->weights_in_host_memory && !copy) {
+        d->n_realigned++;
+        d->bytes_realigned += n;
+    }
     *out = p;
     return keep(d, p, err);
 }
@@ -379,6 +383,11 @@ dspec_status ds_drafter_load_target(ds_drafter **out, const char *path, const ds
     if (st != DSPEC_OK) {
         ds_drafter_free(d);
         return st;
+    }
+    if (d->n_realigned) {
+        ds_log(DS_LOG_INFO, "drafter: %d tensors of %s not %d-byte aligned in the file: read "
+               "from aligned copies (%.1f MiB)", d->n_realigned, path, DS_WEIGHT_ALIGN,
+               (double)d->bytes_realigned / (1 << 20));
     }
     ds_draft_rope_freqs(&d->hp, d->inv_freq, &d->rope_mscale);
     st = place(d, d->inv_freq, sizeof(d->inv_freq), false, (void **)&d->inv_freq_b, err);

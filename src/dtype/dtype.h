@@ -164,7 +164,7 @@ size_t ds_type_row_size(ds_type t, int64_t n);
 // accepted here). Returns false if unknown.
 bool ds_type_from_name(const char *name, ds_type *out);
 
-// Dequantize a row (asserts to_float exists).
+// Dequantize a row (asserts to_float exists); x may sit at any address (a file's placement).
 void ds_dequantize_row(ds_type t, float *restrict y, const void *restrict x, int64_t n);
 
 // Quantize a row with the reference quantizer: the same algorithm and float operations as

@@ -437,6 +437,36 @@ static void test_quantization_rmse(void **state) {
     free(x);
 }
 
+// ds_dequantize_row of a row at an odd address (a GGUF whose general.alignment is 1) gives the
+// aligned row's floats bitwise, across the chunks of its aligned copy (8,192 elements).
+static void test_dequantize_misaligned(void **state) {
+    (void)state;
+    const int64_t n = 8192;
+    float *x = xmalloc((size_t)n * sizeof(float)), *ya = xmalloc((size_t)n * sizeof(float));
+    float *yb = xmalloc((size_t)n * sizeof(float));
+    rng r = {7};
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rng_gauss(&r);
+    }
+    static const ds_type types[] = {DS_TYPE_Q8_0, DS_TYPE_Q4_K, DS_TYPE_Q6_K, DS_TYPE_IQ4_XS,
+                                    DS_TYPE_F16,  DS_TYPE_BF16, DS_TYPE_F32};
+    for (size_t i = 0; i < DS_ARRAY_LEN(types); i++) {
+        const size_t row = ds_type_row_size(types[i], n);
+        uint8_t *q = xmalloc(row + 3);
+        assert_int_equal(ds_quantize_row(types[i], q, x, n, NULL), DSPEC_OK);
+        ds_dequantize_row(types[i], ya, q, n);
+        for (int off = 1; off <= 3; off++) {
+            memmove(q + off, q + off - 1, row);
+            ds_dequantize_row(types[i], yb, q + off, n);
+            assert_memory_equal(ya, yb, (size_t)n * sizeof(float));
+        }
+        free(q);
+    }
+    free(x);
+    free(ya);
+    free(yb);
+}
+
 // Extreme inputs: all-zero blocks give zeros, all-equal blocks reproduce within the type's step,
 // tiny and large magnitudes stay within a relative bound of the block's max.
 static void test_quantize_extremes(void **state) {
@@ -869,6 +899,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_hand_built_blocks),
         cmocka_unit_test(test_quantization_rmse),
+        cmocka_unit_test(test_dequantize_misaligned),
         cmocka_unit_test(test_quantize_extremes),
         cmocka_unit_test(test_quantize_refuses_bad_input),
         cmocka_unit_test(test_dot_simd_equals_scalar),

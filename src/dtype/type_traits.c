@@ -6,6 +6,7 @@
 #include "dtype/dtype_impl.h"
 
 #include <math.h>
+#include <string.h>
 #include <strings.h>
 
 // Sizes of the types we have no kernels for come from ggml-common.h's block structs (gguf-py's
@@ -113,7 +114,21 @@ ds_type ds_type_vec_dot(ds_type t) {
 void ds_dequantize_row(ds_type t, float *restrict y, const void *restrict x, int64_t n) {
     const ds_type_traits *tt = ds_type_traits_get(t);
     DS_ASSERT(tt != NULL && tt->to_float != NULL && n >= 0 && n % tt->block_elems == 0);
-    tt->to_float(y, x, n);
+    if ((uintptr_t)x % 4 == 0) {
+        tt->to_float(y, x, n);
+        return;
+    }
+    // A misaligned row (a file whose general.alignment is 1 or 2): the blocks are copied to an
+    // aligned buffer a chunk at a time, as the converters read their fields in place.
+    _Alignas(64) uint8_t buf[4096];
+    const int64_t per = (int64_t)(sizeof(buf) / tt->block_bytes); // blocks per chunk
+    DS_ASSERT(per >= 1);
+    for (int64_t b = 0, nb = n / tt->block_elems; b < nb; b += per) {
+        const int64_t k = DS_MIN(per, nb - b);
+        const size_t off = (size_t)b * tt->block_bytes;
+        memcpy(buf, (const uint8_t *)x + off, (size_t)k * tt->block_bytes);
+        tt->to_float(y + b * tt->block_elems, buf, k * tt->block_elems);
+    }
 }
 
 dspec_status ds_quantize_row(ds_type t, void *restrict y, const float *restrict x, int64_t n,

@@ -34,7 +34,8 @@ struct ds_model {
     ds_layer *layers;         // [n_layer]
     size_t weight_bytes;      // bytes read per token
     double matmul_flops;      // weight-matmul FLOPs per token (MoE: the routed experts only)
-    void **device_buffers;    // uploaded weights (non-host backends); freed with the model
+    void **device_buffers;    // weights copied into backend memory (non-host backends, and
+                              // misaligned ones on the CPU); freed with the model
     const void **host_of_buffer; // the mapping address each buffer was uploaded from
     int n_device_buffers;
 };

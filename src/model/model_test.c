@@ -573,8 +573,8 @@ static void test_load_keys(void **s) {
     ds_backend_free(be);
 }
 
-// A file whose general.alignment is 1, with a 2-byte tensor first: every later tensor sits 2 bytes
-// off a 4-byte boundary. The host backend reads every weight from a 32-byte-aligned copy
+// A file whose general.alignment is 1, with a 2-byte tensor first: the tensors sit at addresses
+// that are not multiples of 4. The host backend reads every weight from a 32-byte-aligned copy
 // (DS_WEIGHT_ALIGN; misaligned reads are undefined behaviour, which the sanitizer build reports)
 // and the logits equal the aligned file's bitwise.
 static void test_load_misaligned(void **s) {
@@ -611,6 +611,7 @@ static void test_load_misaligned(void **s) {
     ds_gguf_close(g);
     fixture b = a;
     assert_int_equal(ds_model_load(&b.m, path2, a.be, &err), DSPEC_OK);
+    unlink(path2); // (the mapping stays valid)
     const ds_gguf_tensor *norm = ds_gguf_find_tensor(b.m->gguf, "output_norm.weight");
     assert_int_not_equal((uintptr_t)norm->data % 4, 0); // (the test's premise)
     const ds_weight *ws[] = {&b.m->output_norm, &b.m->token_embd, &b.m->layers[0].attn_norm,
@@ -630,7 +631,6 @@ static void test_load_misaligned(void **s) {
     free(la);
     free(lb);
     ds_model_free(b.m);
-    unlink(path2);
     fixture_close(&a);
 }
 
