@@ -24,6 +24,8 @@ static void usage(FILE *f) {
             "  --host ADDR               IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N                  TCP port (default 8080; 0 = any free port)\n"
             "  --api-key KEY             require \"Authorization: Bearer KEY\"\n"
+            "  --cors ORIGIN             let browser pages of ORIGIN (scheme://host[:port], or *\n"
+            "                            for any) call the API: CORS headers and preflights\n"
             "  --alias NAME              model id in /v1/models (default: file name)\n"
             "  -c, --ctx N               context per session in tokens (default 4096)\n"
             "  --parallel N              sessions stepped concurrently (default 1)\n"
@@ -56,6 +58,21 @@ static bool serve_int(const char *a, const char *v, int64_t lo, int64_t hi, int6
     return false;
 }
 
+// --cors: "*" or an origin as browsers send it: http(s)://host[:port], no path, no spaces.
+static bool cors_origin_ok(const char *v) {
+    if (!strcmp(v, "*")) return true;
+    const char *h = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
+    bool ok = h && *h;
+    for (const char *q = h; ok && *q; q++) {
+        ok = *q > ' ' && *q < 127 && *q != '/' && *q != ',';
+    }
+    if (!ok) {
+        fprintf(stderr, "dspec serve: --cors %s: expected * or an origin such as "
+                "https://app.example.com:3000 (scheme, host, optional port; no path)\n", v);
+    }
+    return ok;
+}
+
 // Returns -1 on --help, 0 on success, 2 on a usage error (message printed).
 static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
     for (int i = 1; i < argc; i++) {
@@ -81,6 +98,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("--host")) p->host = NEXT();
         else if (IS("--api-key")) p->api_key = NEXT();
         else if (IS("--alias")) p->alias = NEXT();
+        else if (IS("--cors")) ok = cors_origin_ok(NEXT()), p->cors_origin = v;
         else if (IS("--port")) ok = serve_int(a, NEXT(), 0, 65535, &n), p->port = (int)n;
         else if (IS("--parallel")) ok = serve_int(a, NEXT(), 1, 64, &n), p->n_parallel = (int)n;
         else if (IS("--queue")) ok = serve_int(a, NEXT(), 1, 1 << 20, &n), p->queue_max = (int)n;

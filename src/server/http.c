@@ -27,17 +27,41 @@ void ds_server_params_default(ds_server_params *p) {
     p->timeout_s = 600;
 }
 
-enum MHD_Result ds_http_json(struct MHD_Connection *c, int status, const char *json) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), (void *)json,
-                                                             MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+// CORS (srv->p.cors_origin): a response to a request from an allowed Origin names it in
+// Access-Control-Allow-Origin ("*" when any origin may read); with one configured origin the
+// answer depends on the request's Origin, hence "Vary: Origin" on every response.
+static void cors_headers(ds_server *srv, struct MHD_Connection *c, struct MHD_Response *r) {
+    const char *allow = srv->p.cors_origin;
+    if (!allow) return;
+    if (!strcmp(allow, "*")) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        return;
+    }
+    MHD_add_response_header(r, "Vary", "Origin");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !strcasecmp(origin, allow)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    }
+}
+
+enum MHD_Result ds_http_send(ds_server *srv, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r) {
+    cors_headers(srv, c, r);
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
-enum MHD_Result ds_http_error(struct MHD_Connection *c, const ds_http_err *e) {
+enum MHD_Result ds_http_json(ds_server *srv, struct MHD_Connection *c, int status,
+                             const char *json) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), (void *)json,
+                                                             MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return ds_http_send(srv, c, (unsigned)status, r);
+}
+
+enum MHD_Result ds_http_error(ds_server *srv, struct MHD_Connection *c, const ds_http_err *e) {
     char *s = ds_http_err_json(e);
     if (!s) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
@@ -48,9 +72,21 @@ enum MHD_Result ds_http_error(struct MHD_Connection *c, const ds_http_err *e) {
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->status, r);
-    MHD_destroy_response(r);
-    return ok;
+    return ds_http_send(srv, c, (unsigned)e->status, r);
+}
+
+// A CORS preflight (OPTIONS on a known path, --cors set): 204 with the path's methods and the
+// headers the browser asked to send; no API key (browsers send none with a preflight).
+static enum MHD_Result preflight(ds_server *srv, struct MHD_Connection *c, const char *methods) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            h && h[0] ? h : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    return ds_http_send(srv, c, 204, r);
 }
 
 const ds_http_err *ds_http_not_ready(ds_server *srv, ds_http_err *buf, const dspec_engine **e) {
@@ -121,14 +157,21 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
     if (cc->too_big) {
         ds_http_err_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
                         "request body over the limit of %zu bytes", srv->p.max_body);
-        return ds_http_error(c, &e);
+        return ds_http_error(srv, c, &e);
     }
     const route *match = NULL;
     bool path_known = false;
+    char methods[32] = "";
     for (size_t i = 0; i < DS_ARRAY_LEN(k_routes); i++) {
         if (strcmp(url, k_routes[i].path)) continue;
         path_known = true;
+        snprintf(methods + strlen(methods), sizeof(methods) - strlen(methods), "%s, ",
+                 k_routes[i].method);
         if (!strcmp(method, k_routes[i].method)) match = &k_routes[i];
+    }
+    if (!match && path_known && srv->p.cors_origin && !strcmp(method, "OPTIONS")) {
+        strncat(methods, "OPTIONS", sizeof(methods) - strlen(methods) - 1);
+        return preflight(srv, c, methods);
     }
     if (!match) {
         if (path_known) {
@@ -138,12 +181,12 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
             ds_http_err_set(&e, 404, "invalid_request_error", "not_found", NULL,
                             "no route %s %s", method, url);
         }
-        return ds_http_error(c, &e);
+        return ds_http_error(srv, c, &e);
     }
     if (!match->public_ && !authorized(srv, c)) {
         ds_http_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL,
                         "invalid or missing API key (Authorization: Bearer KEY)");
-        return ds_http_error(c, &e);
+        return ds_http_error(srv, c, &e);
     }
     if (!final) {
         return MHD_YES;

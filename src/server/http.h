@@ -21,10 +21,14 @@ typedef struct ds_server {
 typedef enum MHD_Result (*ds_route_fn)(ds_server *srv, struct MHD_Connection *c, const char *body,
                                        size_t len);
 
+// Queues r (destroying the caller's reference) with the server's CORS headers, if any.
+enum MHD_Result ds_http_send(ds_server *srv, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r);
 // Responses (copy `json`; free nothing).
-enum MHD_Result ds_http_json(struct MHD_Connection *c, int status, const char *json);
+enum MHD_Result ds_http_json(ds_server *srv, struct MHD_Connection *c, int status,
+                             const char *json);
 // Sends the error (and a Retry-After header with 503).
-enum MHD_Result ds_http_error(struct MHD_Connection *c, const ds_http_err *e);
+enum MHD_Result ds_http_error(ds_server *srv, struct MHD_Connection *c, const ds_http_err *e);
 // 503 while the model loads (or failed to load); NULL when ready (engine returned in *e).
 const ds_http_err *ds_http_not_ready(ds_server *srv, ds_http_err *buf, const dspec_engine **e);
 

@@ -93,20 +93,18 @@ static enum MHD_Result respond(ds_server *srv, struct MHD_Connection *c, ds_job 
         pthread_mutex_lock(&srv->metrics.mu);
         srv->metrics.requests_rejected++;
         pthread_mutex_unlock(&srv->metrics.mu);
-        return ds_http_error(c, &e);
+        return ds_http_error(srv, c, &e);
     }
     if (!ds_job_wait(j, !j->req.stream)) return MHD_NO; // client gone: close
     pthread_mutex_lock(&j->mu);
     bool failed = j->finished && j->error.status;
     ds_http_err e = j->error;
     pthread_mutex_unlock(&j->mu);
-    if (failed) return ds_http_error(c, &e);
-    if (!j->req.stream) return ds_http_json(c, 200, j->body);
+    if (failed) return ds_http_error(srv, c, &e);
+    if (!j->req.stream) return ds_http_json(srv, c, 200, j->body);
     struct MHD_Response *r = ds_sse_response(j);
     if (!r) return MHD_NO;
-    enum MHD_Result ok = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ok;
+    return ds_http_send(srv, c, 200, r);
 }
 
 static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const char *body,
@@ -114,7 +112,7 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     ds_http_err he = {0};
     const dspec_engine *e = NULL;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
-    if (nr) return ds_http_error(c, nr);
+    if (nr) return ds_http_error(srv, c, nr);
     ds_job *j = ds_job_new();
     if (!j) return MHD_NO;
     enum MHD_Result res;
@@ -212,7 +210,7 @@ fail:
     pthread_mutex_lock(&srv->metrics.mu);
     srv->metrics.requests_error++;
     pthread_mutex_unlock(&srv->metrics.mu);
-    return ds_http_error(c, &he);
+    return ds_http_error(srv, c, &he);
 }
 
 enum MHD_Result ds_route_chat(ds_server *srv, struct MHD_Connection *c, const char *body,

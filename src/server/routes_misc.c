@@ -27,11 +27,12 @@ json_t *ds_json_string_lossy(const char *s, size_t n) {
     return v;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o) {
+static enum MHD_Result send_json(ds_server *srv, struct MHD_Connection *c, int status,
+                                 json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!s) return MHD_NO;
-    enum MHD_Result r = ds_http_json(c, status, s);
+    enum MHD_Result r = ds_http_json(srv, c, status, s);
     free(s);
     return r;
 }
@@ -45,10 +46,10 @@ enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const 
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
     if (nr) {
         // llama.cpp's shape: {"error": {"code": 503, "message": "Loading model", ...}}
-        return send_json(c, 503, json_pack("{s:{s:i, s:s, s:s}}", "error", "code", 503,
+        return send_json(srv, c, 503, json_pack("{s:{s:i, s:s, s:s}}", "error", "code", 503,
                                            "message", nr->msg, "type", "unavailable_error"));
     }
-    return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    return send_json(srv, c, 200, json_pack("{s:s}", "status", "ok"));
 }
 
 enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const char *body,
@@ -58,7 +59,7 @@ enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const 
     ds_http_err he = {0};
     const dspec_engine *e;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
-    if (nr) return ds_http_error(c, nr);
+    if (nr) return ds_http_error(srv, c, nr);
     const ds_model_hparams *hp = ds_model_hparams_get(ds_engine_model(e));
     const ds_drafter *d = ds_engine_drafter(e);
     json_t *meta = json_pack("{s:I, s:I, s:I, s:I, s:i, s:b, s:i}", "n_vocab",
@@ -73,7 +74,7 @@ enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const 
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", srv->model_id, "object", "model",
                           "created", (json_int_t)srv->created, "owned_by", "dspec", "meta",
                           meta ? meta : json_null());
-    return send_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    return send_json(srv, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
 enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const char *body,
@@ -88,9 +89,7 @@ enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
-    enum MHD_Result ok = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ok;
+    return ds_http_send(srv, c, 200, r);
 }
 
 static json_t *parse_object(const char *body, size_t len, ds_http_err *he) {
@@ -127,9 +126,9 @@ enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, cons
     ds_http_err he = {0};
     const dspec_engine *e;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
-    if (nr) return ds_http_error(c, nr);
+    if (nr) return ds_http_error(srv, c, nr);
     json_t *o = parse_object(body, len, &he);
-    if (!o) return ds_http_error(c, &he);
+    if (!o) return ds_http_error(srv, c, &he);
     json_t *content = json_object_get(o, "content");
     bool special, pieces;
     if (!json_is_string(content)) {
@@ -157,11 +156,11 @@ enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, cons
             }
             free(ids);
             json_decref(o);
-            return send_json(c, 200, json_pack("{s:o}", "tokens", a));
+            return send_json(srv, c, 200, json_pack("{s:o}", "tokens", a));
         }
     }
     json_decref(o);
-    return ds_http_error(c, &he);
+    return ds_http_error(srv, c, &he);
 }
 
 enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, const char *body,
@@ -169,16 +168,16 @@ enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, co
     ds_http_err he = {0};
     const dspec_engine *e;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
-    if (nr) return ds_http_error(c, nr);
+    if (nr) return ds_http_error(srv, c, nr);
     json_t *o = parse_object(body, len, &he);
-    if (!o) return ds_http_error(c, &he);
+    if (!o) return ds_http_error(srv, c, &he);
     json_t *toks = json_object_get(o, "tokens");
     const ds_tok *tok = ds_engine_tok(e);
     if (!json_is_array(toks)) {
         ds_http_err_set(&he, 400, "invalid_request_error", "invalid_value", "tokens",
                         "'tokens' (an array of token ids) is required");
         json_decref(o);
-        return ds_http_error(c, &he);
+        return ds_http_error(srv, c, &he);
     }
     size_t n = json_array_size(toks), k, bytes = 0;
     int32_t *ids = malloc((n + 1) * sizeof(int32_t));
@@ -210,9 +209,9 @@ enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, co
     if (!ok) {
         free(text);
         if (!he.status) return MHD_NO;
-        return ds_http_error(c, &he);
+        return ds_http_error(srv, c, &he);
     }
     json_t *r = json_pack("{s:o}", "content", ds_json_string_lossy(text, got));
     free(text);
-    return send_json(c, 200, r);
+    return send_json(srv, c, 200, r);
 }

@@ -30,6 +30,9 @@ typedef struct ds_server_params {
     const char *host;         // bind address (default "127.0.0.1")
     int port;                 // default 8080; 0 = any free port (logged)
     const char *api_key;      // required as "Authorization: Bearer KEY" when set
+    // CORS for browser clients (--cors): "*" (any origin) or one origin ("https://host[:port]")
+    // that may read the responses and send preflights; NULL = no CORS headers, OPTIONS 405
+    const char *cors_origin;
     const char *alias;        // model id (default: the model file name without .gguf)
     int n_parallel;           // sessions stepped concurrently (default 1)
     int queue_max;            // requests waiting for a session before 503 (default 64)

@@ -416,6 +416,50 @@ def misc_checks(port):
             [k for k in need if k not in m])
 
 
+def cors_checks(any_port, one_port, off_port):
+    """--cors '*' (any_port, with an API key), --cors http://app.example (one_port), no --cors."""
+    def hdr(h, name):
+        return {k.lower(): v for k, v in h.items()}.get(name.lower())
+    pre = {"Origin": "http://x.test", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization, content-type"}
+    st, h, _ = raw(any_port, "OPTIONS", "/v1/chat/completions", headers=pre, key=None)
+    R.check("cors *: preflight 204 without the API key", st == 204 and
+            hdr(h, "Access-Control-Allow-Origin") == "*" and
+            "POST" in hdr(h, "Access-Control-Allow-Methods") and
+            "OPTIONS" in hdr(h, "Access-Control-Allow-Methods") and
+            hdr(h, "Access-Control-Allow-Headers") == "authorization, content-type", (st, h))
+    st, h, _ = raw(any_port, "GET", "/v1/models", headers={"Origin": "http://x.test"})
+    st2, h2, _ = raw(any_port, "GET", "/v1/models", headers={"Origin": "http://x.test"},
+                     key=None)
+    R.check("cors *: responses and errors readable", st == 200 and st2 == 401 and
+            hdr(h, "Access-Control-Allow-Origin") == "*" and
+            hdr(h2, "Access-Control-Allow-Origin") == "*", (st, st2))
+    st, h, d = raw(any_port, "POST", "/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                    "stream": True}, headers={"Origin": "http://x.test"})
+    R.check("cors *: streamed response", st == 200 and b"data: [DONE]" in d and
+            hdr(h, "Access-Control-Allow-Origin") == "*", (st, h))
+    app = {"Origin": "http://app.example"}
+    st, h, _ = raw(one_port, "GET", "/v1/models", headers=app)
+    st2, h2, _ = raw(one_port, "GET", "/v1/models", headers={"Origin": "http://evil.example"})
+    R.check("cors origin: only that origin may read", st == 200 and st2 == 200 and
+            hdr(h, "Access-Control-Allow-Origin") == "http://app.example" and
+            hdr(h2, "Access-Control-Allow-Origin") is None and
+            hdr(h, "Vary") == "Origin" and hdr(h2, "Vary") == "Origin", (h, h2))
+    st, h, _ = raw(one_port, "OPTIONS", "/v1/models",
+                   headers={**app, "Access-Control-Request-Method": "GET"}, key=None)
+    st2, _, _ = raw(one_port, "OPTIONS", "/nope", headers=app, key=None)
+    R.check("cors origin: preflight of a GET route; unknown path 404", st == 204 and
+            hdr(h, "Access-Control-Allow-Methods") == "GET, OPTIONS" and
+            hdr(h, "Access-Control-Allow-Origin") == "http://app.example" and st2 == 404,
+            (st, st2, h))
+    st, h, _ = raw(off_port, "OPTIONS", "/v1/chat/completions", headers=pre, key=None)
+    st2, h2, _ = raw(off_port, "GET", "/health", headers={"Origin": "http://x.test"})
+    R.check("no --cors: OPTIONS 405, no CORS headers", st == 405 and st2 == 200 and
+            hdr(h, "Access-Control-Allow-Origin") is None and
+            hdr(h2, "Access-Control-Allow-Origin") is None, (st, st2))
+
+
 def prefix_checks(client, cold, port):
     off = {"chat_template_kwargs": {"enable_thinking": False}}
     # the cold server runs with --seed 7: requests without a seed all use it
@@ -727,10 +771,11 @@ def main():
             bad.kill()
             common = ["-m", model, "--draft", draft, "-t", "2", "--no-adaptive"]
             srv = Server(a.dspec, *common, "--api-key", KEY, "--alias", "m", "--parallel", "2",
-                         "--queue", "2", "--max-body", "65536", log=os.path.join(tmp, "s.log"))
+                         "--queue", "2", "--max-body", "65536", "--cors", "*",
+                         log=os.path.join(tmp, "s.log"))
             servers.append(srv)
             cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0", "--seed", "7",
-                          log=os.path.join(tmp, "c.log"))
+                          "--cors", "http://app.example", log=os.path.join(tmp, "c.log"))
             servers.append(cold)
             tiny = os.path.join(here, "..", "..", "models", "tiny-target-q8_0.gguf")
             lps = Server(a.dspec, "-m", tiny, "--draft",
@@ -752,6 +797,7 @@ def main():
                              (prefix_checks, (client, cold_client, srv.port)),
                              (concurrency_checks, (client, srv.port)),
                              (error_checks, (srv.port,)), (misc_checks, (srv.port,)),
+                             (cors_checks, (srv.port, cold.port, lps.port)),
                              (logprob_checks, (lp_client, lps.port, a.dspec, tiny)),
                              (tool_checks, (lp_client, lps.port)),
                              (shutdown_checks, (a.dspec, tiny, os.path.join(tmp, "sd.log")))):
