@@ -1,6 +1,6 @@
 // http.c: libmicrohttpd plumbing: daemon on the bound address (thread per connection), request
-// bodies with a size limit (413), API key check (401), routing (404 / 405), JSON and error
-// responses, and ds_server_run's life cycle (bind, start the scheduler, wait for the stop flag,
+// bodies with a size limit (413), API key check (401), routing (404 / 405), CORS headers and
+// preflights (--cors), JSON and error responses, and ds_server_run's life cycle (bind, start the scheduler, wait for the stop flag,
 // drain). Calls sched.c, routes_*.c, libmicrohttpd.
 #include "server/http.h"
 
