@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "model/model_impl.h"
 #include "model/synth.h"
+#include "gguf/gguf_rewrite_test.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -585,30 +586,7 @@ static void test_load_misaligned(void **s) {
     int fd = mkstemp(path2);
     close(fd);
     dspec_err err = {0};
-    ds_gguf *g;
-    assert_int_equal(ds_gguf_open(&g, a.path, &err), DSPEC_OK);
-    ds_gguf_writer *w;
-    assert_int_equal(ds_gguf_writer_new(&w, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_copy_kv(w, g, &err), DSPEC_OK);
-    assert_int_equal(ds_gguf_writer_set_alignment(w, 1), DSPEC_OK);
-    const int64_t one[1] = {1};
-    assert_int_equal(ds_gguf_writer_add_tensor(w, "pad", DS_TYPE_F16, 1, one, &err), DSPEC_OK);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, &err),
-                         DSPEC_OK);
-    }
-    assert_int_equal(ds_gguf_writer_begin(w, path2, &err), DSPEC_OK);
-    const uint16_t pad = 0;
-    assert_int_equal(ds_gguf_writer_write_tensor_data(w, 0, &pad, 2, &err), DSPEC_OK);
-    for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
-        const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
-        assert_int_equal(ds_gguf_writer_write_tensor_data(w, i + 1, t->data, t->nbytes, &err),
-                         DSPEC_OK);
-    }
-    assert_int_equal(ds_gguf_writer_finish(w, &err), DSPEC_OK);
-    ds_gguf_writer_free(w);
-    ds_gguf_close(g);
+    assert_int_equal(ds_gguf_rewrite(a.path, path2, NULL, NULL, true, &err), DSPEC_OK);
     fixture b = a;
     assert_int_equal(ds_model_load(&b.m, path2, a.be, &err), DSPEC_OK);
     unlink(path2); // (the mapping stays valid)
