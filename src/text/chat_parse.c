@@ -57,7 +57,10 @@ static dspec_status emit_held_start(ds_chat_think *t, ds_chat_buf *b, dspec_err 
 // One byte in TH_START: hold while the text (after leading whitespace) is a prefix of "<think>".
 // Where the hold fills up with whitespace, its first byte joins the counted run in front of it
 // if it repeats the run's byte (a model's many leading newlines), so that "<think>" still opens
-// reasoning after any number of them (it once became content after ten or more).
+// reasoning after any number of them (it once became content after ten or more); where it is
+// another whitespace byte, the run so far goes out as content and a new run starts with it: the
+// whitespace before "<think>" is then partly content, but reasoning still opens (mixed
+// whitespace longer than the hold once made the tag and the reasoning content).
 static dspec_status feed_start(ds_chat_think *t, char c, ds_chat_buf *content, dspec_err *err) {
     size_t ws = 0;
     while (ws < t->n_hold && isspace((unsigned char)t->hold[ws])) {
@@ -66,8 +69,15 @@ static dspec_status feed_start(ds_chat_think *t, char c, ds_chat_buf *content, d
     size_t matched = t->n_hold - ws;
     bool ok = (matched == 0 && isspace((unsigned char)c)) ||
               (matched < sizeof(OPEN_TAG) - 1 && c == OPEN_TAG[matched]);
-    if (ok && t->n_hold == sizeof(t->hold) && ws > 0 &&
-        (t->n_run == 0 || t->hold[0] == t->run_byte)) {
+    if (ok && t->n_hold == sizeof(t->hold) && ws > 0) {
+        if (t->n_run > 0 && t->hold[0] != t->run_byte) {
+            for (; t->n_run > 0; t->n_run--) {
+                dspec_status st = ds_chat_buf_append(content, &t->run_byte, 1, err);
+                if (st != DSPEC_OK) {
+                    return st;
+                }
+            }
+        }
         t->run_byte = t->hold[0];
         t->n_run++;
         memmove(t->hold, t->hold + 1, --t->n_hold);

@@ -241,6 +241,12 @@ static const think_case THINK_CASES[] = {
      "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nplain"},
     {"\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n<thi", false, "",
      "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n<thi"},
+    // mixed whitespace longer than the hold: "<think>" still opens reasoning (the whitespace past
+    // the hold goes out as content first); without it the content keeps every byte
+    {" \n \n \n \n \n \n \n \n \n \n \n \n<think>\nr\n</think>\n\nc", false, "r",
+     " \n \n \n \n \n \n \nc"},
+    {" \n \n \n \n \n \n \n \n \n \n \n \nplain", false, "",
+     " \n \n \n \n \n \n \n \n \n \n \n \nplain"},
 };
 
 static void run_think(const think_case *tc, size_t chunk, ds_chat_buf *r, ds_chat_buf *c) {
