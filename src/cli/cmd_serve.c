@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "server/server.h"
 
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,23 +59,46 @@ static bool serve_int(const char *a, const char *v, int64_t lo, int64_t hi, int6
     return false;
 }
 
-// --cors: "*" or an origin as browsers send it: http(s)://host[:port], no path, no spaces.
-static bool cors_origin_ok(const char *v) {
-    if (!strcmp(v, "*")) return true;
-    const char *h = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
-    bool ok = h && *h;
-    for (const char *q = h; ok && *q; q++) {
-        ok = *q > ' ' && *q < 127 && *q != '/' && *q != ',';
+// --cors: "*" or an origin as browsers send it: http(s)://host[:port], the host letters, digits,
+// '.', '-' (or a bracketed IPv6 address), the port 1-65535 and not the scheme's default (which
+// browsers leave out). Lower-cased into buf (browsers serialize origins in lower case).
+static const char *cors_origin(const char *v, char *buf, size_t cap) {
+    if (!strcmp(v, "*")) return v;
+    bool ok = strlen(v) < cap;
+    for (size_t i = 0; ok && v[i]; i++) buf[i] = (char)tolower((unsigned char)v[i]);
+    if (ok) buf[strlen(v)] = '\0';
+    const bool https = ok && !strncmp(buf, "https://", 8);
+    const char *h = https ? buf + 8 : ok && !strncmp(buf, "http://", 7) ? buf + 7 : NULL;
+    const char *q = h;
+    ok = h && *h;
+    if (ok && *q == '[') { // [IPv6]
+        while (*q && *q != ']') ok &= isxdigit((unsigned char)*q) || *q == ':' || *q == '[', q++;
+        ok &= *q == ']' && q - h > 1;
+        if (*q) q++;
+    } else {
+        for (; ok && *q && *q != ':'; q++) ok = isalnum((unsigned char)*q) || *q == '.' || *q == '-';
+        ok &= q > h;
+    }
+    if (ok && *q == ':') {
+        char *end;
+        const long port = strtol(q + 1, &end, 10);
+        ok = isdigit((unsigned char)q[1]) && !*end && port >= 1 && port <= 65535 &&
+             port != (https ? 443 : 80);
+    } else if (ok) {
+        ok = !*q;
     }
     if (!ok) {
         fprintf(stderr, "dspec serve: --cors %s: expected * or an origin such as "
-                "https://app.example.com:3000 (scheme, host, optional port; no path)\n", v);
+                "https://app.example.com:3000 (scheme, host, a port other than the scheme's "
+                "default; no path)\n", v);
+        return NULL;
     }
-    return ok;
+    return buf;
 }
 
 // Returns -1 on --help, 0 on success, 2 on a usage error (message printed).
 static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
+    static char cors[256]; // (the normalized --cors origin: lives as long as the server)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(s) (!strcmp(a, s))
@@ -98,7 +122,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("--host")) p->host = NEXT();
         else if (IS("--api-key")) p->api_key = NEXT();
         else if (IS("--alias")) p->alias = NEXT();
-        else if (IS("--cors")) ok = cors_origin_ok(NEXT()), p->cors_origin = v;
+        else if (IS("--cors")) ok = (p->cors_origin = cors_origin(NEXT(), cors, sizeof(cors)));
         else if (IS("--port")) ok = serve_int(a, NEXT(), 0, 65535, &n), p->port = (int)n;
         else if (IS("--parallel")) ok = serve_int(a, NEXT(), 1, 64, &n), p->n_parallel = (int)n;
         else if (IS("--queue")) ok = serve_int(a, NEXT(), 1, 1 << 20, &n), p->queue_max = (int)n;

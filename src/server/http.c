@@ -1,7 +1,7 @@
 // http.c: libmicrohttpd plumbing: daemon on the bound address (thread per connection), request
 // bodies with a size limit (413), API key check (401), routing (404 / 405), CORS headers and
-// preflights (--cors), JSON and error responses, and ds_server_run's life cycle (bind, start the scheduler, wait for the stop flag,
-// drain). Calls sched.c, routes_*.c, libmicrohttpd.
+// preflights (--cors), JSON and error responses, and ds_server_run's life cycle (bind, start the
+// scheduler, wait for the stop flag, drain). Calls sched.c, routes_*.c, libmicrohttpd.
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -27,21 +27,20 @@ void ds_server_params_default(ds_server_params *p) {
     p->timeout_s = 600;
 }
 
-// CORS (srv->p.cors_origin): a response to a request from an allowed Origin names it in
-// Access-Control-Allow-Origin ("*" when any origin may read); with one configured origin the
-// answer depends on the request's Origin, hence "Vary: Origin" on every response.
+// CORS (srv->p.cors_origin, lower case as browsers serialize origins): a response to a request
+// from an allowed Origin names it in Access-Control-Allow-Origin ("*" when any origin may read)
+// and lets the page read Retry-After; with one configured origin the answer depends on the
+// request's Origin, hence "Vary: Origin" on every response.
 static void cors_headers(ds_server *srv, struct MHD_Connection *c, struct MHD_Response *r) {
     const char *allow = srv->p.cors_origin;
     if (!allow) return;
-    if (!strcmp(allow, "*")) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        return;
+    if (strcmp(allow, "*")) {
+        MHD_add_response_header(r, "Vary", "Origin");
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (!origin || strcmp(origin, allow)) return;
     }
-    MHD_add_response_header(r, "Vary", "Origin");
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && !strcasecmp(origin, allow)) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
-    }
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
 }
 
 enum MHD_Result ds_http_send(ds_server *srv, struct MHD_Connection *c, unsigned status,

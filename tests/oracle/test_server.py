@@ -416,8 +416,9 @@ def misc_checks(port):
             [k for k in need if k not in m])
 
 
-def cors_checks(any_port, one_port, off_port):
-    """--cors '*' (any_port, with an API key), --cors http://app.example (one_port), no --cors."""
+def cors_checks(dspec, any_port, one_port, off_port):
+    """--cors '*' (any_port, with an API key), --cors http://App.Example (one_port: browsers
+    send origins in lower case), no --cors (off_port); --cors values no browser sends."""
     def hdr(h, name):
         return {k.lower(): v for k, v in h.items()}.get(name.lower())
     pre = {"Origin": "http://x.test", "Access-Control-Request-Method": "POST",
@@ -433,7 +434,8 @@ def cors_checks(any_port, one_port, off_port):
                      key=None)
     R.check("cors *: responses and errors readable", st == 200 and st2 == 401 and
             hdr(h, "Access-Control-Allow-Origin") == "*" and
-            hdr(h2, "Access-Control-Allow-Origin") == "*", (st, st2))
+            hdr(h2, "Access-Control-Allow-Origin") == "*" and
+            hdr(h2, "Access-Control-Expose-Headers") == "Retry-After", (st, st2))
     st, h, d = raw(any_port, "POST", "/v1/chat/completions",
                    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                     "stream": True}, headers={"Origin": "http://x.test"})
@@ -453,6 +455,12 @@ def cors_checks(any_port, one_port, off_port):
             hdr(h, "Access-Control-Allow-Methods") == "GET, OPTIONS" and
             hdr(h, "Access-Control-Allow-Origin") == "http://app.example" and st2 == 404,
             (st, st2, h))
+    bad = [subprocess.run([dspec, "serve", "-m", "x.gguf", "--cors", v], capture_output=True,
+                          timeout=30) for v in ("http://a.example/", "https://a.example:443",
+                                                "http://user@a.example")]
+    R.check("--cors refuses what is not an origin", all(
+        b.returncode == 2 and b"expected * or an origin" in b.stderr for b in bad),
+        [b.returncode for b in bad])
     st, h, _ = raw(off_port, "OPTIONS", "/v1/chat/completions", headers=pre, key=None)
     st2, h2, _ = raw(off_port, "GET", "/health", headers={"Origin": "http://x.test"})
     R.check("no --cors: OPTIONS 405, no CORS headers", st == 405 and st2 == 200 and
@@ -775,7 +783,7 @@ def main():
                          log=os.path.join(tmp, "s.log"))
             servers.append(srv)
             cold = Server(a.dspec, *common, "--alias", "m", "--cache-ram", "0", "--seed", "7",
-                          "--cors", "http://app.example", log=os.path.join(tmp, "c.log"))
+                          "--cors", "http://App.Example", log=os.path.join(tmp, "c.log"))
             servers.append(cold)
             tiny = os.path.join(here, "..", "..", "models", "tiny-target-q8_0.gguf")
             lps = Server(a.dspec, "-m", tiny, "--draft",
@@ -797,7 +805,7 @@ def main():
                              (prefix_checks, (client, cold_client, srv.port)),
                              (concurrency_checks, (client, srv.port)),
                              (error_checks, (srv.port,)), (misc_checks, (srv.port,)),
-                             (cors_checks, (srv.port, cold.port, lps.port)),
+                             (cors_checks, (a.dspec, srv.port, cold.port, lps.port)),
                              (logprob_checks, (lp_client, lps.port, a.dspec, tiny)),
                              (tool_checks, (lp_client, lps.port)),
                              (shutdown_checks, (a.dspec, tiny, os.path.join(tmp, "sd.log")))):
