@@ -59,27 +59,33 @@ static bool serve_int(const char *a, const char *v, int64_t lo, int64_t hi, int6
     return false;
 }
 
+// A character of an origin's host: a name's, or (ipv6) one inside the brackets.
+static bool host_char(char c, bool ipv6) {
+    if (ipv6) return isxdigit((unsigned char)c) || c == ':';
+    return isalnum((unsigned char)c) || c == '.' || c == '-';
+}
+
 // --cors: "*" or an origin as browsers send it: http(s)://host[:port], the host letters, digits,
 // '.', '-' (or a bracketed IPv6 address), the port 1-65535 and not the scheme's default (which
 // browsers leave out). Lower-cased into buf (browsers serialize origins in lower case).
 static const char *cors_origin(const char *v, char *buf, size_t cap) {
     if (!strcmp(v, "*")) return v;
-    bool ok = strlen(v) < cap;
-    for (size_t i = 0; ok && v[i]; i++) buf[i] = (char)tolower((unsigned char)v[i]);
-    if (ok) buf[strlen(v)] = '\0';
-    const bool https = ok && !strncmp(buf, "https://", 8);
-    const char *h = https ? buf + 8 : ok && !strncmp(buf, "http://", 7) ? buf + 7 : NULL;
-    const char *q = h;
-    ok = h && *h;
-    if (ok && *q == '[') { // [IPv6]
-        while (*q && *q != ']') ok &= isxdigit((unsigned char)*q) || *q == ':' || *q == '[', q++;
-        ok &= *q == ']' && q - h > 1;
-        if (*q) q++;
-    } else {
-        for (; ok && *q && *q != ':'; q++) ok = isalnum((unsigned char)*q) || *q == '.' || *q == '-';
-        ok &= q > h;
+    const size_t len = strlen(v);
+    const char *q = NULL;
+    bool https = false;
+    if (len < cap) {
+        for (size_t i = 0; i <= len; i++) buf[i] = (char)tolower((unsigned char)v[i]);
+        https = !strncmp(buf, "https://", 8);
+        q = https ? buf + 8 : !strncmp(buf, "http://", 7) ? buf + 7 : NULL;
     }
-    if (ok && *q == ':') {
+    bool ok = q != NULL;
+    if (ok) { // host: name or [IPv6]
+        const bool ipv6 = *q == '[';
+        const char *h = q += ipv6;
+        while (host_char(*q, ipv6)) q++;
+        ok = q > h && (!ipv6 || *q++ == ']');
+    }
+    if (ok && *q == ':') { // port
         char *end;
         const long port = strtol(q + 1, &end, 10);
         ok = isdigit((unsigned char)q[1]) && !*end && port >= 1 && port <= 65535 &&
