@@ -373,8 +373,8 @@ static void test_mistyped_key(void **state) {
 }
 
 // A drafter file whose general.alignment is 1, with a 2-byte tensor first (weights at addresses
-// that are not multiples of 4): the host backend reads every weight from a DS_WEIGHT_ALIGN-aligned copy
-// and drafts the same logits, bitwise, as from the aligned file.
+// that are not multiples of 4): the host backend reads every weight from a DS_WEIGHT_ALIGN-
+// aligned copy and drafts the same logits, bitwise, as from the aligned file.
 static void test_misaligned_file(void **state) {
     (void)state;
     const char *path = DSPEC_BINARY_DIR "/draft_synth_test_align_src.gguf";

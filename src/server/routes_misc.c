@@ -47,7 +47,7 @@ enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const 
     if (nr) {
         // llama.cpp's shape: {"error": {"code": 503, "message": "Loading model", ...}}
         return send_json(srv, c, 503, json_pack("{s:{s:i, s:s, s:s}}", "error", "code", 503,
-                                           "message", nr->msg, "type", "unavailable_error"));
+                                                "message", nr->msg, "type", "unavailable_error"));
     }
     return send_json(srv, c, 200, json_pack("{s:s}", "status", "ok"));
 }
