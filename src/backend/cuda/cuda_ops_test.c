@@ -2640,7 +2640,9 @@ static void test_backend_errors(void **state) {
     assert_false(ds_cuda_matmul_supports(DS_TYPE_Q2_K));
 }
 
-int main(void) {
+// An argument runs only the tests whose names match it (cmocka's filter: `test_matmul*`).
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_errors), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_get_rows),       cmocka_unit_test(test_matmul_small),
