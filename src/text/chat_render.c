@@ -202,8 +202,10 @@ static dspec_status render_arguments(render *r, int64_t im, int64_t ic, const ch
     if (!text || ds_chat_py_strip(sv(text)).n == 0) {
         return DSPEC_OK; // `tool_call.arguments is defined` is false
     }
+    // (a key given twice keeps its first place and its last value, as Python's json.loads, which
+    // parses the arguments before a Python server renders the template)
     json_error_t je;
-    json_t *args = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    json_t *args = json_loads(text, 0, &je);
     if (!args) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "chat: message %" PRId64 " tool_calls[%" PRId64
                           "].arguments: %s at column %d", im, ic, je.text, je.column);

@@ -365,6 +365,30 @@ static void test_parse_tool_calls_errors(void **state) {
     assert_int_equal(ds_chat_parse_tool_calls("x", 1, "{}", &p, &err), DSPEC_ERR_INVALID);
 }
 
+// Arguments with a key given twice render as Python's json.loads reads them (the reference
+// servers parse them before the template runs): the first key's place, the last value.
+static void test_tool_call_duplicate_keys(void **state) {
+    (void)state;
+    ds_chat_tool_call dup = {.name = "f", .arguments = "{\"a\": 1, \"b\": [2], \"a\": \"x\"}"};
+    ds_chat_tool_call once = {.name = "f", .arguments = "{\"a\": \"x\", \"b\": [2]}"};
+    ds_chat_msg msgs[] = {{.role = "user", .content = "q"},
+                          {.role = "assistant", .content = "", .tool_calls = &dup, .n_tool_calls = 1}};
+    for (int flavor = 0; flavor < 2; flavor++) {
+        ds_chat_opts o;
+        ds_chat_opts_default(&o);
+        o.flavor = flavor ? DS_CHAT_QWEN38 : DS_CHAT_QWEN35;
+        char *a, *b;
+        dspec_err err = {0};
+        msgs[1].tool_calls = &dup;
+        assert_int_equal(ds_chat_render(msgs, 2, &o, &a, NULL, &err), DSPEC_OK);
+        msgs[1].tool_calls = &once;
+        assert_int_equal(ds_chat_render(msgs, 2, &o, &b, NULL, &err), DSPEC_OK);
+        assert_string_equal(a, b);
+        assert_non_null(strstr(a, "<parameter=a>\nx\n</parameter>\n<parameter=b>"));
+        free(a), free(b);
+    }
+}
+
 // Render a tool call, then parse the rendered assistant text back: name and arguments survive.
 static void test_tool_call_round_trip(void **state) {
     (void)state;
@@ -393,6 +417,7 @@ static void test_tool_call_round_trip(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),
+        cmocka_unit_test(test_tool_call_duplicate_keys),
         cmocka_unit_test(test_render_buf_and_errors),
         cmocka_unit_test(test_think_split),
         cmocka_unit_test(test_parse_tool_calls_schema),
