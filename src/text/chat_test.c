@@ -371,8 +371,9 @@ static void test_tool_call_duplicate_keys(void **state) {
     (void)state;
     ds_chat_tool_call dup = {.name = "f", .arguments = "{\"a\": 1, \"b\": [2], \"a\": \"x\"}"};
     ds_chat_tool_call once = {.name = "f", .arguments = "{\"a\": \"x\", \"b\": [2]}"};
-    ds_chat_msg msgs[] = {{.role = "user", .content = "q"},
-                          {.role = "assistant", .content = "", .tool_calls = &dup, .n_tool_calls = 1}};
+    ds_chat_msg msgs[] = {
+        {.role = "user", .content = "q"},
+        {.role = "assistant", .content = "", .tool_calls = &dup, .n_tool_calls = 1}};
     for (int flavor = 0; flavor < 2; flavor++) {
         ds_chat_opts o;
         ds_chat_opts_default(&o);
