@@ -294,13 +294,12 @@ static bool parse_tool_calls(ds_oai_req *r, json_t *tc, int64_t mi, ds_chat_msg 
         ds_chat_tool_call *c = &r->calls[(*n_calls)++];
         c->name = json_string_value(name);
         if (json_is_string(args)) {
-            json_error_t je;
-            json_t *parsed = json_loads(json_string_value(args), 0, &je);
-            const bool obj = json_is_object(parsed), json = parsed != NULL;
-            json_decref(parsed);
-            if (!obj && json_string_length(args)) { // (what the parser said: "too big integer")
-                return bad(e, where, "'%s[%zu].function.arguments' is not a JSON object%s%s",
-                           where, k, json ? "" : ": ", json ? "" : je.text);
+            // (as the template reads them: Python's json.loads, text/chat.h ds_chat_args_check)
+            dspec_err ae = {0};
+            if (json_string_length(args) &&
+                ds_chat_args_check(json_string_value(args), &ae) != DSPEC_OK) {
+                return bad(e, where, "'%s[%zu].function.arguments' is not a JSON object: %s",
+                           where, k, ae.msg);
             }
             c->arguments = json_string_value(args);
         } else if (json_is_object(args)) {

@@ -715,6 +715,22 @@ static void test_parse_chat(void **state) {
     assert_int_equal(r.n_stop, 2);
     assert_true(r.stream && r.include_usage && !r.enable_thinking);
     ds_oai_req_free(&r);
+    // arguments text as Python's json.loads reads it: a 30-digit integer, 1e400, a key twice
+    // (kept verbatim for the template); a text that is not an object still fails
+    const char *big = "{\\\"id\\\": 123456789012345678901234567890, \\\"x\\\": 1e400, "
+                      "\\\"x\\\": 2}";
+    char body2[512];
+    snprintf(body2, sizeof(body2), "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, "
+             "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+             "\"arguments\": \"%s\"}}]}]}", big);
+    assert_true(parse(DS_OAI_CHAT, body2, &r, &e));
+    assert_string_equal(r.msgs[1].tool_calls[0].arguments,
+                        "{\"id\": 123456789012345678901234567890, \"x\": 1e400, \"x\": 2}");
+    ds_oai_req_free(&r);
+    snprintf(body2, sizeof(body2), "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": "
+             "[{\"function\": {\"name\": \"f\", \"arguments\": \"[1e400]\"}}]}]}");
+    assert_false(parse(DS_OAI_CHAT, body2, &r, &e));
+    assert_non_null(strstr(e.msg, "an array"));
     // tool_choice none: no tools rendered or parsed
     assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
                       "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "

@@ -87,6 +87,11 @@ dspec_status ds_chat_render(const ds_chat_msg *msgs, int64_t n_msgs, const ds_ch
 dspec_status ds_chat_render_buf(const ds_chat_msg *msgs, int64_t n_msgs, const ds_chat_opts *opts,
                                 char *buf, size_t cap, size_t *out_len, dspec_err *err);
 
+// Whether a tool call's arguments text is a JSON object as Python's json.loads reads it (integers
+// of any length, reals past the double range as infinities, a key given twice: the last value),
+// which is what ds_chat_render accepts. DSPEC_ERR_INVALID with the reason otherwise.
+dspec_status ds_chat_args_check(const char *text, dspec_err *err);
+
 // ---- growable byte buffer used by the parsers ----------------------------------------------------
 
 typedef struct ds_chat_buf {

@@ -169,12 +169,21 @@ static dspec_status py_json_string(ds_chat_buf *b, const char *s, size_t n, dspe
     return st;
 }
 
-static dspec_status py_scalar(ds_chat_buf *b, const json_t *v, bool python_names, dspec_err *err) {
+static dspec_status py_scalar(ds_chat_buf *b, const json_t *v, const ds_chat_pynums *nums,
+                              bool python_names, dspec_err *err) {
     char num[40];
     switch (json_typeof(v)) {
-    case JSON_INTEGER:
+    case JSON_INTEGER: {
+        // a sentinel of ds_chat_py_loads: the literal's Python form (str() of inf: "inf",
+        // json.dumps: "Infinity")
+        const char *lit = ds_chat_pynums_find(nums, json_integer_value(v));
+        if (lit && !python_names && strstr(lit, "inf")) {
+            return ds_chat_buf_puts(b, lit[0] == '-' ? "-Infinity" : "Infinity", err);
+        }
+        if (lit) return ds_chat_buf_puts(b, lit, err);
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return ds_chat_buf_puts(b, num, err);
+    }
     case JSON_REAL:
         ds_chat_py_repr_double(num, json_real_value(v));
         return ds_chat_buf_puts(b, num, err);
@@ -191,6 +200,11 @@ static dspec_status py_scalar(ds_chat_buf *b, const json_t *v, bool python_names
 }
 
 dspec_status ds_chat_py_json(ds_chat_buf *b, const json_t *v, dspec_err *err) {
+    return ds_chat_py_json_n(b, v, NULL, err);
+}
+
+dspec_status ds_chat_py_json_n(ds_chat_buf *b, const json_t *v, const ds_chat_pynums *nums,
+                               dspec_err *err) {
     dspec_status st = DSPEC_OK;
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -214,7 +228,7 @@ dspec_status ds_chat_py_json(ds_chat_buf *b, const json_t *v, dspec_err *err) {
                 st = ds_chat_buf_append(b, ": ", 2, err);
             }
             if (st == DSPEC_OK) {
-                st = ds_chat_py_json(b, item, err);
+                st = ds_chat_py_json_n(b, item, nums, err);
             }
         }
         return st == DSPEC_OK ? ds_chat_buf_append(b, "}", 1, err) : st;
@@ -227,7 +241,7 @@ dspec_status ds_chat_py_json(ds_chat_buf *b, const json_t *v, dspec_err *err) {
                 st = ds_chat_buf_append(b, ", ", 2, err);
             }
             if (st == DSPEC_OK) {
-                st = ds_chat_py_json(b, json_array_get(v, i), err);
+                st = ds_chat_py_json_n(b, json_array_get(v, i), nums, err);
             }
         }
         return st == DSPEC_OK ? ds_chat_buf_append(b, "]", 1, err) : st;
@@ -235,21 +249,26 @@ dspec_status ds_chat_py_json(ds_chat_buf *b, const json_t *v, dspec_err *err) {
     case JSON_STRING:
         return py_json_string(b, json_string_value(v), json_string_length(v), err);
     default:
-        return py_scalar(b, v, false, err);
+        return py_scalar(b, v, nums, false, err);
     }
 }
 
 dspec_status ds_chat_py_str(ds_chat_buf *b, const json_t *v, dspec_err *err) {
+    return ds_chat_py_str_n(b, v, NULL, err);
+}
+
+dspec_status ds_chat_py_str_n(ds_chat_buf *b, const json_t *v, const ds_chat_pynums *nums,
+                              dspec_err *err) {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
     case JSON_ARRAY:
         // Python str() of a dict would use repr quoting; the Qwen templates only call `string` on
         // scalars and use tojson for containers, so containers are written as JSON here.
-        return ds_chat_py_json(b, v, err);
+        return ds_chat_py_json_n(b, v, nums, err);
     case JSON_STRING:
         return ds_chat_buf_append(b, json_string_value(v), json_string_length(v), err);
     default:
-        return py_scalar(b, v, true, err);
+        return py_scalar(b, v, nums, true, err);
     }
 }
 

@@ -202,11 +202,14 @@ static dspec_status render_arguments(render *r, int64_t im, int64_t ic, const ch
     if (!text || ds_chat_py_strip(sv(text)).n == 0) {
         return DSPEC_OK; // `tool_call.arguments is defined` is false
     }
-    // (a key given twice keeps its first place and its last value, as Python's json.loads, which
-    // parses the arguments before a Python server renders the template)
+    // read as Python's json.loads reads them (a Python server parses the arguments before the
+    // template runs): integers of any length, reals past the double range as infinities, a key
+    // given twice at its first place with its last value
     json_error_t je;
-    json_t *args = json_loads(text, 0, &je);
+    ds_chat_pynums nums;
+    json_t *args = ds_chat_py_loads(text, &nums, &je);
     if (!args) {
+        ds_chat_pynums_free(&nums);
         return ds_err_set(err, DSPEC_ERR_INVALID, "chat: message %" PRId64 " tool_calls[%" PRId64
                           "].arguments: %s at column %d", im, ic, je.text, je.column);
     }
@@ -232,9 +235,9 @@ static dspec_status render_arguments(render *r, int64_t im, int64_t ic, const ch
             if (json_is_string(v)) {
                 st = ds_chat_buf_append(&r->out, json_string_value(v), json_string_length(v), err);
             } else if (r->o->flavor == DS_CHAT_QWEN38) {
-                st = ds_chat_py_json(&r->out, v, err); // `args_value | tojson`
+                st = ds_chat_py_json_n(&r->out, v, &nums, err); // `args_value | tojson`
             } else {
-                st = ds_chat_py_str(&r->out, v, err); // tojson for containers, else `| string`
+                st = ds_chat_py_str_n(&r->out, v, &nums, err); // containers tojson, else `string`
             }
         }
         if (st == DSPEC_OK) {
@@ -242,6 +245,7 @@ static dspec_status render_arguments(render *r, int64_t im, int64_t ic, const ch
         }
     }
     json_decref(args);
+    ds_chat_pynums_free(&nums);
     return st;
 }
 

@@ -390,6 +390,48 @@ static void test_tool_call_duplicate_keys(void **state) {
     }
 }
 
+// Numbers jansson cannot hold render as Python writes what json.loads read (expected strings from
+// Python 3: str() / json.dumps of the loaded values): integers past 64 bits with all their digits,
+// reals past the double range as inf (str) / Infinity (json.dumps); a literal equal to the first
+// sentinel the reader would pick (INT64_MIN) keeps its own value.
+static void test_tool_call_big_numbers(void **state) {
+    (void)state;
+    ds_chat_tool_call tc = {.name = "f",
+                            .arguments = "{\"id\": 123456789012345678901234567890, \"m\": "
+                                         "-9223372036854775808, \"x\": 1e400, \"y\": [-1E999, 2, "
+                                         "0.5], \"z\": {\"n\": 99999999999999999999}, "
+                                         "\"s\": \"1e400 \\\" 5\"}"};
+    ds_chat_msg msgs[] = {
+        {.role = "user", .content = "q"},
+        {.role = "assistant", .content = "", .tool_calls = &tc, .n_tool_calls = 1}};
+    static const char *const want[2] = {
+        "<parameter=id>\n123456789012345678901234567890\n</parameter>\n"
+        "<parameter=m>\n-9223372036854775808\n</parameter>\n<parameter=x>\ninf\n</parameter>\n"
+        "<parameter=y>\n[-Infinity, 2, 0.5]\n</parameter>\n"
+        "<parameter=z>\n{\"n\": 99999999999999999999}\n</parameter>\n"
+        "<parameter=s>\n1e400 \" 5\n</parameter>\n",
+        "<parameter=id>\n123456789012345678901234567890\n</parameter>\n"
+        "<parameter=m>\n-9223372036854775808\n</parameter>\n<parameter=x>\nInfinity\n</parameter>\n"
+        "<parameter=y>\n[-Infinity, 2, 0.5]\n</parameter>\n"
+        "<parameter=z>\n{\"n\": 99999999999999999999}\n</parameter>\n"
+        "<parameter=s>\n1e400 \" 5\n</parameter>\n"};
+    for (int flavor = 0; flavor < 2; flavor++) {
+        ds_chat_opts o;
+        ds_chat_opts_default(&o);
+        o.flavor = flavor ? DS_CHAT_QWEN38 : DS_CHAT_QWEN35;
+        char *s;
+        dspec_err err = {0};
+        assert_int_equal(ds_chat_render(msgs, 2, &o, &s, NULL, &err), DSPEC_OK);
+        assert_non_null(strstr(s, want[flavor]));
+        free(s);
+    }
+    dspec_err err = {0};
+    assert_int_equal(ds_chat_args_check(tc.arguments, &err), DSPEC_OK);
+    assert_int_equal(ds_chat_args_check("[1e400]", &err), DSPEC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "an array"));
+    assert_int_equal(ds_chat_args_check("{\"a\": 1e400", &err), DSPEC_ERR_INVALID);
+}
+
 // Render a tool call, then parse the rendered assistant text back: name and arguments survive.
 static void test_tool_call_round_trip(void **state) {
     (void)state;
@@ -419,6 +461,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),
         cmocka_unit_test(test_tool_call_duplicate_keys),
+        cmocka_unit_test(test_tool_call_big_numbers),
         cmocka_unit_test(test_render_buf_and_errors),
         cmocka_unit_test(test_think_split),
         cmocka_unit_test(test_parse_tool_calls_schema),
