@@ -177,7 +177,7 @@ json_t *ds_chat_py_loads(const char *text, ds_chat_pynums *nums, json_error_t *j
         return json_loads(text, 0, je);
     }
     // the sentinels [base, base + n_out): the first run from INT64_MIN that holds no literal
-    qsort(s.vals, s.n_vals, sizeof(*s.vals), cmp_i64);
+    if (s.n_vals) qsort(s.vals, s.n_vals, sizeof(*s.vals), cmp_i64);
     int64_t base = INT64_MIN;
     bool room = true;
     for (size_t i = 0; i < s.n_vals && room; i++) {
