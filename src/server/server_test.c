@@ -727,9 +727,9 @@ static void test_parse_chat(void **state) {
     assert_string_equal(r.msgs[1].tool_calls[0].arguments,
                         "{\"id\": 123456789012345678901234567890, \"x\": 1e400, \"x\": 2}");
     ds_oai_req_free(&r);
-    snprintf(body2, sizeof(body2), "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": "
-             "[{\"function\": {\"name\": \"f\", \"arguments\": \"[1e400]\"}}]}]}");
-    assert_false(parse(DS_OAI_CHAT, body2, &r, &e));
+    assert_false(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": "
+                       "[{\"function\": {\"name\": \"f\", \"arguments\": \"[1e400]\"}}]}]}", &r,
+                       &e));
     assert_non_null(strstr(e.msg, "an array"));
     // tool_choice none: no tools rendered or parsed
     assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
