@@ -53,31 +53,48 @@ static size_t number_token(const char *p, bool *integer) {
 }
 
 // Whether jansson would refuse the number token (it parses integers as long long, reals with
-// strtod and rejects an overflow).
+// strtod and rejects an overflow); *value: an integer's value otherwise.
 static bool out_of_range(const char *tok, size_t n, bool integer, int64_t *value) {
     char buf[64];
     if (n >= sizeof(buf)) { // (longer: an integer past 19 digits, or a real strtod reads anyway)
         if (integer) return true;
         char *s = strndup(tok, n);
         if (!s) return false; // (jansson will say so)
-        errno = 0;
         const double d = strtod(s, NULL);
         free(s);
         return isinf(d);
     }
     memcpy(buf, tok, n);
     buf[n] = 0;
+    if (!integer) return isinf(strtod(buf, NULL));
     errno = 0;
-    if (integer) {
-        const long long v = strtoll(buf, NULL, 10);
-        *value = (int64_t)v;
-        return errno == ERANGE;
-    }
-    return isinf(strtod(buf, NULL));
+    *value = (int64_t)strtoll(buf, NULL, 10);
+    return errno == ERANGE;
 }
 
-// Calls f(tok, n, integer, ctx) for every number token outside strings.
-static void each_number(const char *t, void (*f)(const char *, size_t, bool, void *), void *ctx) {
+// The text's number literals outside strings: those out of range (where, how long, whether an
+// integer) and the values of the integers in range.
+typedef struct lit_ref {
+    size_t off, n;
+    bool integer;
+} lit_ref;
+typedef struct scan {
+    lit_ref *out;
+    size_t n_out, cap_out;
+    int64_t *vals;
+    size_t n_vals, cap_vals;
+} scan;
+
+static bool grow(void **p, size_t *cap, size_t n, size_t size) {
+    if (n < *cap) return true;
+    const size_t c = *cap ? 2 * *cap : 16;
+    void *q = realloc(*p, c * size);
+    if (!q) return false;
+    *p = q, *cap = c;
+    return true;
+}
+
+static bool scan_numbers(const char *t, scan *s) {
     bool in_str = false;
     for (size_t i = 0; t[i];) {
         if (in_str) {
@@ -93,74 +110,21 @@ static void each_number(const char *t, void (*f)(const char *, size_t, bool, voi
         }
         bool integer;
         const size_t n = number_token(t + i, &integer);
-        if (n) {
-            f(t + i, n, integer, ctx);
-            i += n;
-        } else {
+        if (!n) {
             i++;
+            continue;
         }
-    }
-}
-
-typedef struct scan {
-    int64_t *vals; // integer literals in range
-    size_t n_vals, cap_vals;
-    int n_out;     // literals out of range
-    bool oom;
-} scan;
-
-static void collect(const char *tok, size_t n, bool integer, void *ctx) {
-    scan *s = ctx;
-    int64_t v = 0;
-    if (out_of_range(tok, n, integer, &v)) {
-        s->n_out++;
-    } else if (integer) {
-        if (s->n_vals == s->cap_vals) {
-            const size_t cap = s->cap_vals ? 2 * s->cap_vals : 16;
-            int64_t *p = realloc(s->vals, cap * sizeof(*p));
-            if (!p) {
-                s->oom = true;
-                return;
-            }
-            s->vals = p, s->cap_vals = cap;
+        int64_t v = 0;
+        if (out_of_range(t + i, n, integer, &v)) {
+            if (!grow((void **)&s->out, &s->cap_out, s->n_out, sizeof(*s->out))) return false;
+            s->out[s->n_out++] = (lit_ref){i, n, integer};
+        } else if (integer) {
+            if (!grow((void **)&s->vals, &s->cap_vals, s->n_vals, sizeof(*s->vals))) return false;
+            s->vals[s->n_vals++] = v;
         }
-        s->vals[s->n_vals++] = v;
+        i += n;
     }
-}
-
-typedef struct rewrite {
-    ds_chat_pynums *nums;
-    char *out;
-    size_t len;
-    const char *src;    // the text
-    size_t done;        // bytes of src copied so far
-    int64_t base;       // sentinel of the next literal out of range: base + its index
-    bool oom;
-} rewrite;
-
-static void replace(const char *tok, size_t n, bool integer, void *ctx) {
-    rewrite *w = ctx;
-    int64_t v;
-    if (w->oom || !out_of_range(tok, n, integer, &v)) return;
-    const size_t off = (size_t)(tok - w->src);
-    memcpy(w->out + w->len, w->src + w->done, off - w->done);
-    w->len += off - w->done;
-    w->done = off + n;
-    ds_chat_pynums *nu = w->nums;
-    const int64_t key = w->base + nu->n;
-    char *lit;
-    if (integer) { // Python: the int, all its digits (JSON has no leading zeros: str == literal)
-        lit = strndup(tok, n);
-    } else { // Python: float('inf'); str() writes inf, json.dumps Infinity (the caller's choice)
-        lit = strdup(tok[0] == '-' ? "-inf" : "inf");
-    }
-    if (!lit) {
-        w->oom = true;
-        return;
-    }
-    nu->key[nu->n] = key;
-    nu->lit[nu->n++] = lit;
-    w->len += (size_t)sprintf(w->out + w->len, "%lld", (long long)key);
+    return true;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -168,50 +132,72 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// The sentinels [*base, *base + n): the first run from INT64_MIN that holds none of the sorted
+// values. False if there is none.
+static bool free_run(const int64_t *vals, size_t n_vals, size_t n, int64_t *base) {
+    int64_t b = INT64_MIN;
+    for (size_t i = 0; i < n_vals; i++) {
+        if (vals[i] >= b && (uint64_t)vals[i] - (uint64_t)b < (uint64_t)n) {
+            if (vals[i] >= INT64_MAX - (int64_t)n) return false;
+            b = vals[i] + 1;
+        }
+    }
+    *base = b;
+    return true;
+}
+
+// text with out-of-range literal i replaced by the integer base + i, each literal's Python form
+// into nums. NULL when out of memory.
+static char *rewrite(const char *text, const scan *s, int64_t base, ds_chat_pynums *nums) {
+    const size_t len = strlen(text);
+    char *out = malloc(len + 21 * s->n_out + 1); // (a sentinel is at most 20 characters)
+    nums->key = malloc(sizeof(*nums->key) * s->n_out);
+    nums->lit = calloc(s->n_out, sizeof(*nums->lit));
+    if (!out || !nums->key || !nums->lit) {
+        free(out);
+        return NULL;
+    }
+    size_t o = 0, done = 0;
+    for (size_t k = 0; k < s->n_out; k++) {
+        const lit_ref *r = &s->out[k];
+        memcpy(out + o, text + done, r->off - done);
+        o += r->off - done;
+        done = r->off + r->n;
+        const int64_t key = base + (int64_t)k;
+        // Python: an int keeps all its digits (JSON has no leading zeros: str == the literal); a
+        // real past the double range is float('inf'): str() writes inf, json.dumps Infinity
+        char *lit = r->integer ? strndup(text + r->off, r->n)
+                               : strdup(text[r->off] == '-' ? "-inf" : "inf");
+        if (!lit) {
+            free(out);
+            return NULL;
+        }
+        nums->key[nums->n] = key;
+        nums->lit[nums->n++] = lit;
+        o += (size_t)sprintf(out + o, "%lld", (long long)key);
+    }
+    memcpy(out + o, text + done, len - done + 1);
+    return out;
+}
+
 json_t *ds_chat_py_loads(const char *text, ds_chat_pynums *nums, json_error_t *je) {
     memset(nums, 0, sizeof(*nums));
     scan s = {0};
-    each_number(text, collect, &s);
-    if (s.n_out == 0 || s.oom) {
-        free(s.vals);
-        return json_loads(text, 0, je);
+    int64_t base = 0;
+    char *fixed = NULL;
+    if (scan_numbers(text, &s) && s.n_out > 0) {
+        if (s.n_vals) qsort(s.vals, s.n_vals, sizeof(*s.vals), cmp_i64);
+        if (free_run(s.vals, s.n_vals, s.n_out, &base)) fixed = rewrite(text, &s, base, nums);
     }
-    // the sentinels [base, base + n_out): the first run from INT64_MIN that holds no literal
-    if (s.n_vals) qsort(s.vals, s.n_vals, sizeof(*s.vals), cmp_i64);
-    int64_t base = INT64_MIN;
-    bool room = true;
-    for (size_t i = 0; i < s.n_vals && room; i++) {
-        if (s.vals[i] >= base && (uint64_t)s.vals[i] - (uint64_t)base < (uint64_t)s.n_out) {
-            room = s.vals[i] < INT64_MAX - s.n_out;
-            base = s.vals[i] + 1;
-        }
-    }
+    free(s.out);
     free(s.vals);
-    if (!room) return json_loads(text, 0, je); // (no free run: jansson's own error)
-    // each literal becomes at most 20 characters
-    const size_t len = strlen(text);
-    rewrite w = {.nums = nums, .src = text, .base = base};
-    w.out = malloc(len + 21 * (size_t)s.n_out + 1);
-    nums->key = malloc(sizeof(*nums->key) * (size_t)s.n_out);
-    nums->lit = calloc((size_t)s.n_out, sizeof(*nums->lit));
-    json_t *j = NULL;
-    if (w.out && nums->key && nums->lit) {
-        each_number(text, replace, &w);
-        if (!w.oom) {
-            memcpy(w.out + w.len, text + w.done, len - w.done + 1);
-            j = json_loads(w.out, 0, je);
-        }
-    }
-    free(w.out);
-    if (!j) { // (an error: as jansson reports it for the text itself)
+    // (nothing out of range, no sentinels to be had or out of memory: jansson's own reading)
+    json_t *j = json_loads(fixed ? fixed : text, 0, je);
+    if (fixed && !j) { // (an error: as jansson reports it for the text itself)
         ds_chat_pynums_free(nums);
         j = json_loads(text, 0, je);
-        if (j) { // (only when out of memory above)
-            json_decref(j);
-            j = NULL;
-            snprintf(je->text, sizeof(je->text), "out of memory");
-        }
     }
+    free(fixed);
     return j;
 }
 
