@@ -117,7 +117,7 @@ static void op_add(ds_backend *be, void *p) {
 }
 static void op_add_rmsnorm(ds_backend *be, void *p) {
     small_ctx *c = p;
-    be->ops.add_rmsnorm(be, &c->y, &c->x, &c->b, &c->w, 1e-6f);
+    be->ops.add_rmsnorm(be, &c->y, &c->x, &c->x, &c->b, &c->w, 1e-6f);
 }
 static void op_rmsnorm(ds_backend *be, void *p) {
     small_ctx *c = p;

@@ -84,11 +84,11 @@ typedef struct ds_backend_ops {
     // w {ne0} or NULL. Sum of squares in double, scale in float (llama.cpp CPU). In place allowed.
     void (*rmsnorm)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                     float eps);
-    // (optional; NULL: callers run add, then rmsnorm) x = x + b in place, then
-    // y = rmsnorm(x) * w with rmsnorm's arithmetic: bitwise the two ops in one pass. x, b, y
-    // {ne0, rows} f32; y must not alias x or b; w {ne0}.
-    void (*add_rmsnorm)(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
-                        const ds_tensor *w, float eps);
+    // (optional; NULL: callers run add, then rmsnorm) xo = x + b, then y = rmsnorm(xo) * w with
+    // rmsnorm's arithmetic: bitwise the two ops in one pass. xo, x, b, y {ne0, rows} f32; xo is
+    // x (in place, the same view) or overlaps none of x, b, y; y must not alias x or b; w {ne0}.
+    void (*add_rmsnorm)(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
+                        const ds_tensor *b, const ds_tensor *w, float eps);
     // y = x + b (same shape). In place allowed (y == x).
     void (*add)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
     // y = silu(g) * u (same shapes, g and u may be strided views of one tensor).
@@ -318,10 +318,10 @@ void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(v
 // per weight (the same bits either way: backend.h matmul_multi).
 void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
                              const ds_tensor *x);
-// x += b; y = rmsnorm(x) * w: ops.add_rmsnorm where the backend has it, else add then rmsnorm
-// (the same bits either way).
-void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
-                            const ds_tensor *w, float eps);
+// xo = x + b (xo is x, or overlaps none of the others); y = rmsnorm(xo) * w: ops.add_rmsnorm
+// where the backend has it, else add then rmsnorm (the same bits either way).
+void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
+                            const ds_tensor *b, const ds_tensor *w, float eps);
 
 // ---- CUDA backend (backend/cuda; linked only when CMake found nvcc: callers test DSPEC_HAVE_CUDA)
 // One device, one stream, device memory via cudaMalloc; weights_in_host_memory is false (the

@@ -64,14 +64,14 @@ void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const d
     for (int i = 0; i < n; i++) be->ops.matmul(be, y[i], w[i], x);
 }
 
-void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
-                            const ds_tensor *w, float eps) {
+void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
+                            const ds_tensor *b, const ds_tensor *w, float eps) {
     if (be->ops.add_rmsnorm) {
-        be->ops.add_rmsnorm(be, y, x, b, w, eps);
+        be->ops.add_rmsnorm(be, y, xo, x, b, w, eps);
         return;
     }
-    be->ops.add(be, x, x, b);
-    be->ops.rmsnorm(be, y, x, w, eps);
+    be->ops.add(be, xo, x, b);
+    be->ops.rmsnorm(be, y, xo, w, eps);
 }
 
 void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(void *arg),

@@ -212,7 +212,7 @@ static void conv_stage(ds_draft_ctx *c, ds_tensor *y, const ds_tensor *x, const 
 static void pend_norm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *pend,
                       const ds_tensor *w, float eps) {
     if (pend) {
-        ds_backend_add_rmsnorm(be, y, x, pend, w, eps);
+        ds_backend_add_rmsnorm(be, y, x, x, pend, w, eps);
     } else {
         be->ops.rmsnorm(be, y, x, w, eps);
     }
@@ -266,7 +266,7 @@ static const ds_tensor *block_layer(ds_draft_ctx *c, int il, int64_t L0, int64_t
         conv_stage(c, &a2, &a, &Ly->attn_conv_base, &dyn, 1);
     }
     // MLP sublayer (SwiGLU)
-    ds_backend_add_rmsnorm(be, &u, &x, conv ? &a2 : &a, &Ly->ffn_norm, hp->eps);
+    ds_backend_add_rmsnorm(be, &u, &x, &x, conv ? &a2 : &a, &Ly->ffn_norm, hp->eps);
     src = &u;
     if (conv) {
         be->ops.matmul(be, &dyn, &Ly->ffn_conv_proj, &u);

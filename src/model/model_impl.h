@@ -57,6 +57,7 @@ typedef struct ds_kv_layer {
 typedef struct ds_acts {
     int64_t n_rows;
     ds_tensor x, cur, tmp;            // {n_embd, n}
+    ds_tensor x2;                     // {n_embd, n}: the residual stream's other buffer
     ds_tensor qkv_pre, qkv;           // {conv_dim, n}
     ds_tensor z, o;                   // {max(d_inner, n_head*hd), n}
     ds_tensor bb, aa, beta, g;        // {H_v, n}

@@ -140,8 +140,8 @@ static void ffn_dense(const ds_model *m, ds_state *st, const ds_layer *L, ds_ten
 }
 
 // Copies the requested rows' hidden state to the caller's tap buffer.
-static void capture_taps(const ds_model *m, ds_state *st, const ds_batch *b, const chunk *c,
-                         int il) {
+static void capture_taps(const ds_model *m, const ds_batch *b, const chunk *c, int il,
+                         const ds_tensor *xs) {
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != il) continue;
         if (b->taps_dev) { // one store of the chunk's rows into column block t of each row
@@ -150,14 +150,14 @@ static void capture_taps(const ds_model *m, ds_state *st, const ds_batch *b, con
             ds_tensor dst = ds_tensor_2d(b->taps_dev + t * E, DS_TYPE_F32, E, r0 + c->n);
             dst.nb[1] = (size_t)stride * sizeof(float);
             dst.nb[2] = dst.nb[3] = dst.nb[1] * (size_t)(r0 + c->n);
-            ds_tensor x = ds_tensor_rows(&st->acts.x, 0, c->n);
+            ds_tensor x = ds_tensor_rows(xs, 0, c->n);
             m->be->ops.store_rows(m->be, &dst, r0, &x);
             continue;
         }
         size_t row_bytes = (size_t)m->hp.n_embd * sizeof(float);
         for (int64_t i = 0; i < c->n; i++) {
             float *dst = b->taps + ((c->row0 + i) * b->n_taps + t) * m->hp.n_embd;
-            m->be->ops.read(m->be, dst, ds_tensor_rows(&st->acts.x, i, 1).data, row_bytes);
+            m->be->ops.read(m->be, dst, ds_tensor_rows(xs, i, 1).data, row_bytes);
         }
     }
 }
@@ -247,7 +247,11 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
         }
         st->pos[i] = (int32_t)(st->n_past + d);
     }
-    ds_tensor x = view(&a->x, hp->n_embd, n), cur = view(&a->cur, hp->n_embd, n);
+    // The residual stream alternates between x and x2 (each add_rmsnorm writes x + b into the
+    // other buffer: on the GPU a decode row's blocks then need not wait for each other before
+    // writing it); it ends in x, where the logits read it.
+    ds_tensor x = view(&a->x, hp->n_embd, n), x2 = view(&a->x2, hp->n_embd, n);
+    ds_tensor cur = view(&a->cur, hp->n_embd, n), *xs = &x, *xn = &x2, *xt;
     ds_tensor tmp = view(&a->tmp, hp->n_embd, n);
     const int64_t n_host = b->tokens_dev ? n - b->n_dev : n; // (one chunk when tokens_dev)
     if (n_host > 0) {
@@ -266,18 +270,22 @@ static void forward_chunk(const ds_model *m, ds_state *st, const ds_batch *b, co
         } else {
             layer_attention(m, st, il, c, &tmp, &cur);
         }
-        ds_backend_add_rmsnorm(be, &cur, &x, &tmp, &L->post_attention_norm.t, hp->eps);
+        ds_backend_add_rmsnorm(be, &cur, xn, xs, &tmp, &L->post_attention_norm.t, hp->eps);
+        xt = xs, xs = xn, xn = xt;
         if (hp->arch == DS_ARCH_QWEN35MOE) {
             ds_qwen35_ffn_moe(m, st, L, &tmp, &cur, n);
         } else {
             ffn_dense(m, st, L, &tmp, &cur, n);
         }
         if (il + 1 < hp->n_layer) { // residual, then the next layer's input norm
-            ds_backend_add_rmsnorm(be, &cur, &x, &tmp, &m->layers[il + 1].attn_norm.t, hp->eps);
+            ds_backend_add_rmsnorm(be, &cur, xn, xs, &tmp, &m->layers[il + 1].attn_norm.t,
+                                   hp->eps);
+            xt = xs, xs = xn, xn = xt;
         } else {
-            be->ops.add(be, &x, &x, &tmp);
+            be->ops.add(be, &x, xs, &tmp); // (back into x: 2 n_layer - 1 swaps left it in x2)
+            xs = &x;
         }
-        if (b->n_taps) capture_taps(m, st, b, c, il);
+        if (b->n_taps) capture_taps(m, b, c, il, xs);
     }
     if (b->n_logits) compute_logits(m, st, b, c);
 }

@@ -57,6 +57,7 @@ static dspec_status alloc_acts(ds_state *st, int64_t n, dspec_err *err) {
     int64_t ff = DS_MAX(hp->n_ff, DS_MAX(2 * hp->n_ff_exp * k, 2 * hp->n_ff_shexp));
     a->n_rows = n;
     a->x = buf2d(st, DS_TYPE_F32, hp->n_embd, n, err, &s);
+    a->x2 = buf2d(st, DS_TYPE_F32, hp->n_embd, n, err, &s);
     a->cur = buf2d(st, DS_TYPE_F32, hp->n_embd, n, err, &s);
     a->tmp = buf2d(st, DS_TYPE_F32, hp->n_embd, n, err, &s);
     a->qkv_pre = buf2d(st, DS_TYPE_F32, hp->conv_dim, n, err, &s);

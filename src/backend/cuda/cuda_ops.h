@@ -75,8 +75,8 @@ void ds_cuda_get_rows(ds_backend *be, ds_tensor *y, const ds_tensor *table, cons
 // norm.cu
 void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                      float eps);
-void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
-                         const ds_tensor *w, float eps);
+void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
+                         const ds_tensor *b, const ds_tensor *w, float eps);
 void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *w,
                            const ds_tensor *z, float eps);
 // elem.cu

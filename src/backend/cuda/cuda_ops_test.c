@@ -762,13 +762,15 @@ static void test_matmul_multi_follow(void **state) {
 // whose output an op that cannot take partials (add) reads. Everything read back into out.
 typedef struct hb_case {
     int64_t E, F, n;
+    bool oop; // the residual add into xres2 (the model's alternating residual buffers)
     const ds_tensor *wg, *wu, *wd, *wp, *wn;
-    void *x, *xres, *g, *u, *h, *dout, *y, *p, *t;
+    void *x, *xres, *xres2, *g, *u, *h, *dout, *y, *p, *t;
 } hb_case;
 
 static void hb_run(env *e, const hb_case *k, const float *xres0, float *const out[8]) {
     const int64_t E = k->E, F = k->F, n = k->n;
     e->gpu->ops.write(e->gpu, k->xres, xres0, (size_t)(E * n) * 4);
+    e->gpu->ops.write(e->gpu, k->xres2, xres0, (size_t)(E * n) * 4); // (poison: not x + b)
     ds_tensor xg = ds_tensor_2d(k->x, DS_TYPE_F32, E, n);
     ds_tensor rg = ds_tensor_2d(k->xres, DS_TYPE_F32, E, n);
     ds_tensor gg = ds_tensor_2d(k->g, DS_TYPE_F32, F, n);
@@ -783,11 +785,12 @@ static void hb_run(env *e, const hb_case *k, const float *xres0, float *const ou
     e->gpu->ops.matmul_multi(e->gpu, 2, ys, ws, &xg);
     e->gpu->ops.swiglu(e->gpu, &hg, &gg, &ug);
     e->gpu->ops.matmul(e->gpu, &dg, k->wd, &hg);
-    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &rg, &dg, k->wn, 1e-6f);
+    ds_tensor rog = ds_tensor_2d(k->oop ? k->xres2 : k->xres, DS_TYPE_F32, E, n);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &rog, &rg, &dg, k->wn, 1e-6f);
     e->gpu->ops.matmul(e->gpu, &pg, k->wp, &yg);
     e->gpu->ops.matmul(e->gpu, &gg, k->wg, &yg);
     e->gpu->ops.add(e->gpu, &tg, &gg, &gg);
-    const void *src[8] = {k->g, k->u, k->h, k->dout, k->xres, k->y, k->p, k->t};
+    const void *src[8] = {k->g, k->u, k->h, k->dout, rog.data, k->y, k->p, k->t};
     const int64_t len[8] = {F, F, F, E, E, E, 300, F};
     for (int i = 0; i < 8; i++) down(e, out[i], src[i], (size_t)(len[i] * n) * 4);
 }
@@ -811,7 +814,7 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
     ds_tensor wng = ds_tensor_1d(wnd, DS_TYPE_F32, E);
     hb_case k = {.E = E, .F = F, .wg = &wg, .wu = &wu, .wd = &wd, .wp = &wp, .wn = &wng};
     k.x = up(e, xh, (size_t)(E * NMAX) * 4);
-    void **bufs[] = {&k.xres, &k.g, &k.u, &k.h, &k.dout, &k.y, &k.p, &k.t};
+    void **bufs[] = {&k.xres, &k.xres2, &k.g, &k.u, &k.h, &k.dout, &k.y, &k.p, &k.t};
     const size_t most = (size_t)(DS_MAX(E, F) * NMAX) * 4;
     for (size_t i = 0; i < DS_ARRAY_LEN(bufs); i++) *bufs[i] = e->gpu->ops.alloc(e->gpu, most);
     float *got[8], *ref[8];
@@ -822,9 +825,11 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
         k.n = ns[ni];
         ds_cuda_set_part_defer(e->gpu, false);
         const uint64_t t0 = ds_cuda_part_takes(e->gpu);
+        k.oop = false;
         hb_run(e, &k, rh, ref);
         assert_int_equal(ds_cuda_part_takes(e->gpu), t0);
         ds_cuda_set_part_defer(e->gpu, true);
+        k.oop = ni % 2 == 1; // (the residual in place, then into the other buffer)
         hb_run(e, &k, rh, got);
         const uint64_t want = 3; // gate and up, then the down output
         if (ds_cuda_part_takes(e->gpu) - t0 != want) {
@@ -839,6 +844,13 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
                      (long long)k.n, ds_type_name(tp), names[i]);
             expect_bitwise(what, got[i], ref[i], len[i] * k.n);
         }
+        if (k.oop) { // (x itself left as it was)
+            down(e, got[0], k.xres, (size_t)(E * k.n) * 4);
+            char what[96];
+            snprintf(what, sizeof(what), "held-back reduce E=%lld N=%lld: x kept", (long long)E,
+                     (long long)k.n);
+            expect_bitwise(what, got[0], rh, E * k.n);
+        }
     }
     for (size_t i = 0; i < DS_ARRAY_LEN(bufs); i++) dfree(e, *bufs[i]);
     dfree(e, k.x), dfree(e, wnd), dfree(e, wgd), dfree(e, wud), dfree(e, wdd), dfree(e, wpd);
@@ -850,7 +862,8 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
 // the ops that add their partials themselves (SwiGLU of gate and up; add_rmsnorm of the down
 // output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
-// and the takes happen where expected. Rows of 1280 (norm rows of 256 threads: 8 blocks per
+// and the takes happen where expected; at 5 and 16 rows the held-back add_rmsnorm writes x + b
+// into another buffer (against the in-place reference). Rows of 1280 (norm rows of 256 threads: 8 blocks per
 // row) and 5120 (1024 threads: 32 blocks per row) elements, SwiGLU rows of 9 and 8 units; the
 // prepared activations in q8_K order, (gate / up, down and next matmul IQ4_XS) in IQ4_XS
 // order and (Q8_0) as q8_0: at 9 rows and more the norm's unit kernel prepares them
@@ -1055,7 +1068,8 @@ static void test_rmsnorm(void **state) {
     free(buf), free(w), free(got);
 }
 
-// add_rmsnorm == add, then rmsnorm, on the GPU: bitwise (x updated in place, y the norm).
+// add_rmsnorm == add, then rmsnorm, on the GPU: bitwise (x updated in place, y the norm; then
+// x + b into another buffer, x left as it was).
 static void test_add_rmsnorm(void **state) {
     ENV(state);
     const int64_t ne0 = 5120, n = 4;
@@ -1075,12 +1089,23 @@ static void test_add_rmsnorm(void **state) {
     down(e, y1, yd, bytes);
     e->gpu->ops.write(e->gpu, xd, x, bytes);
     assert_non_null(e->gpu->ops.add_rmsnorm);
-    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &xg, &bg, &wg, 1e-6f);
     down(e, x2, xd, bytes);
     down(e, y2, yd, bytes);
     expect_bitwise("add_rmsnorm: x", x2, x1, ne0 * n);
     expect_bitwise("add_rmsnorm: y", y2, y1, ne0 * n);
-    dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, yd);
+    e->gpu->ops.write(e->gpu, xd, x, bytes);
+    e->gpu->ops.write(e->gpu, yd, b, bytes); // (poison)
+    void *od = up(e, b, bytes); // (poison: not x + b)
+    ds_tensor og = ds_tensor_2d(od, DS_TYPE_F32, ne0, n);
+    e->gpu->ops.add_rmsnorm(e->gpu, &yg, &og, &xg, &bg, &wg, 1e-6f);
+    down(e, x2, od, bytes);
+    down(e, y2, yd, bytes);
+    expect_bitwise("add_rmsnorm out of place: x + b", x2, x1, ne0 * n);
+    expect_bitwise("add_rmsnorm out of place: y", y2, y1, ne0 * n);
+    down(e, x2, xd, bytes);
+    expect_bitwise("add_rmsnorm out of place: x", x2, x, ne0 * n);
+    dfree(e, xd), dfree(e, bd), dfree(e, wd), dfree(e, yd), dfree(e, od);
     free(x), free(b), free(w), free(x1), free(y1), free(x2), free(y2);
 }
 
@@ -1152,7 +1177,7 @@ static void test_fused_prep(void **state) {
             e->gpu->ops.matmul(e->gpu, &pg, &we, &xg);
             dfree(e, pd);
             if (n <= 8 || n >= 64) { // (norms: a block per unit up to 8 rows, per row from 64)
-                e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &bg, &wg, 1e-6f);
+                e->gpu->ops.add_rmsnorm(e->gpu, &yg, &xg, &xg, &bg, &wg, 1e-6f);
                 fused_prep_check(e, "add_rmsnorm", &yg, &we, n_out, n);
                 e->gpu->ops.rmsnorm(e->gpu, &yg, &xg, &wg, 1e-6f);
                 fused_prep_check(e, "rmsnorm", &yg, &we, n_out, n);
@@ -1190,35 +1215,39 @@ static void test_fused_prep(void **state) {
 // from 9): x (and b) reset to their first m rows, a matmul of wq (Q4_K: the guess of the fused
 // preparation), the norm (fused: allowed to prepare its output; else ds_cuda_set_prep_fuse off),
 // then the matmul of y by wq, which launches no preparation of its own exactly when the norm
-// prepared y. Reads back x, y and that matmul's output.
+// prepared y. Reads back x (x + b: add 1 in place, add 2 into x2d, x then checked unchanged), y
+// and that matmul's output.
 typedef struct norm_case {
     int64_t E, n_out;
     const float *x;
-    void *xd, *bd, *wd, *yd, *od;
+    void *xd, *x2d, *bd, *wd, *yd, *od;
     const ds_tensor *wq;
 } norm_case;
 
-static void norm_op(env *e, bool add, ds_tensor *yg, ds_tensor *xg, const ds_tensor *bg,
-                    const ds_tensor *wg) {
+// add: 0 rmsnorm, 1 add_rmsnorm in place, 2 add_rmsnorm into x2
+static void norm_op(env *e, int add, ds_tensor *yg, ds_tensor *xg, ds_tensor *x2g,
+                    const ds_tensor *bg, const ds_tensor *wg) {
     if (add) {
-        e->gpu->ops.add_rmsnorm(e->gpu, yg, xg, bg, wg, 1e-6f);
+        e->gpu->ops.add_rmsnorm(e->gpu, yg, add == 2 ? x2g : xg, xg, bg, wg, 1e-6f);
     } else {
         e->gpu->ops.rmsnorm(e->gpu, yg, xg, wg, 1e-6f);
     }
 }
 
-static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, int64_t m, float *xo,
+static void norm_units_run(env *e, const norm_case *nc, int add, bool fused, int64_t m, float *xo,
                            float *yo, float *oo) {
     const int64_t E = nc->E;
     ds_tensor xg = ds_tensor_2d(nc->xd, DS_TYPE_F32, E, m),
               bg = ds_tensor_2d(nc->bd, DS_TYPE_F32, E, m);
+    ds_tensor x2g = ds_tensor_2d(nc->x2d, DS_TYPE_F32, E, m);
     ds_tensor yg = ds_tensor_2d(nc->yd, DS_TYPE_F32, E, m),
               wg = ds_tensor_1d(nc->wd, DS_TYPE_F32, E);
     ds_tensor og = ds_tensor_2d(nc->od, DS_TYPE_F32, nc->n_out, m);
     e->gpu->ops.write(e->gpu, nc->xd, nc->x, (size_t)(E * m) * 4);
+    e->gpu->ops.write(e->gpu, nc->x2d, nc->x, (size_t)(E * m) * 4); // (poison: not x + b)
     e->gpu->ops.matmul(e->gpu, &og, nc->wq, &xg);
     ds_cuda_set_prep_fuse(e->gpu, fused);
-    norm_op(e, add, &yg, &xg, &bg, &wg);
+    norm_op(e, add, &yg, &xg, &x2g, &bg, &wg);
     ds_cuda_set_prep_fuse(e->gpu, true);
     const uint64_t p0 = ds_cuda_prep_launches(e->gpu);
     e->gpu->ops.matmul(e->gpu, &og, nc->wq, &yg);
@@ -1230,7 +1259,14 @@ static void norm_units_run(env *e, const norm_case *nc, bool add, bool fused, in
                      fused ? "the norm's" : "the matmul's");
         }
     }
-    down(e, xo, nc->xd, (size_t)(E * m) * 4);
+    if (add == 2) {
+        down(e, xo, nc->xd, (size_t)(E * m) * 4);
+        char what[96];
+        snprintf(what, sizeof(what), "add_rmsnorm out of place E=%lld rows=%lld: x kept",
+                 (long long)E, (long long)m);
+        expect_bitwise(what, xo, nc->x, E * m);
+    }
+    down(e, xo, add == 2 ? nc->x2d : nc->xd, (size_t)(E * m) * 4);
     down(e, yo, nc->yd, (size_t)(E * m) * 4);
     down(e, oo, nc->od, (size_t)(nc->n_out * m) * 4);
 }
@@ -1293,7 +1329,8 @@ static void test_gated_norm_prep(void **state) {
 }
 
 // rmsnorm and add_rmsnorm calls of 1, 2 and 3 rows (one block per 256-element unit) against one
-// call of 100 rows (one block per row) on the same rows: x, y and the matmul of y (through the
+// call of 100 rows (one block per row) on the same rows, add_rmsnorm in place and into another
+// buffer (x2, the model's alternating residual): x, y and the matmul of y (through the
 // prepared activations the norm wrote, or through the matmul's own) bitwise equal row by row
 // (batch invariance), with and without the fused preparation, also replayed from a step graph
 // (the unit kernel's arrival counters must be back at 0 after every launch); the 100-row call
@@ -1320,9 +1357,10 @@ static void test_norm_units(void **state) {
         void *wqd = up_weights(e, DS_TYPE_Q4_K, E, N_OUT, &wq);
         norm_case nc = {.E = E, .n_out = N_OUT, .x = x, .wq = &wq};
         nc.xd = up(e, x, xb), nc.bd = up(e, b, xb), nc.wd = up(e, w, (size_t)E * 4);
+        nc.x2d = e->gpu->ops.alloc(e->gpu, xb);
         nc.yd = e->gpu->ops.alloc(e->gpu, xb), nc.od = e->gpu->ops.alloc(e->gpu, ob);
         char what[160];
-        for (int add = 0; add < 2; add++) {
+        for (int add = 0; add < 3; add++) {
             // the CPU: x + b, then the norm
             memcpy(xa, x, xb);
             ds_tensor xt = ds_tensor_2d(xa, DS_TYPE_F32, E, ROWS),
@@ -1331,7 +1369,7 @@ static void test_norm_units(void **state) {
                       wt = ds_tensor_1d(w, DS_TYPE_F32, E);
             if (add) e->cpu->ops.add(e->cpu, &xt, &xt, &bt);
             e->cpu->ops.rmsnorm(e->cpu, &yt, &xt, &wt, 1e-6f);
-            const char *op = add ? "add_rmsnorm" : "rmsnorm";
+            const char *op = add == 2 ? "add_rmsnorm (x2)" : add ? "add_rmsnorm" : "rmsnorm";
             for (int fused = 0; fused < 2; fused++) {
                 norm_units_run(e, &nc, add, fused, ROWS, x100, y100, o100);
                 snprintf(what, sizeof(what), "%s E=%lld rows=%d: x vs cpu", op, (long long)E, ROWS);
@@ -1357,15 +1395,19 @@ static void test_norm_units(void **state) {
             ds_cuda_graph_stats_get(e->gpu, &g0);
             ds_tensor xg = ds_tensor_2d(nc.xd, DS_TYPE_F32, E, 1),
                       bg = ds_tensor_2d(nc.bd, DS_TYPE_F32, E, 1);
+            ds_tensor x2g = ds_tensor_2d(nc.x2d, DS_TYPE_F32, E, 1);
             ds_tensor yg = ds_tensor_2d(nc.yd, DS_TYPE_F32, E, 1),
                       wg = ds_tensor_1d(nc.wd, DS_TYPE_F32, E);
             for (int rep = 0; rep < 4 && e->gpu->ops.step_begin; rep++) {
                 e->gpu->ops.write(e->gpu, nc.xd, x, (size_t)E * 4);
                 e->gpu->ops.write(e->gpu, nc.yd, xa, (size_t)E * 4); // (poison: not the result)
-                e->gpu->ops.step_begin(e->gpu, 0x4e0a3000ull + (uint64_t)(wi * 2 + add), 0);
-                norm_op(e, add, &yg, &xg, &bg, &wg);
-                if (!e->gpu->ops.step_end(e->gpu)) norm_op(e, add, &yg, &xg, &bg, &wg); // not run
-                down(e, xm, nc.xd, (size_t)E * 4);
+                e->gpu->ops.write(e->gpu, nc.x2d, b, (size_t)E * 4); // (poison: not x + b)
+                e->gpu->ops.step_begin(e->gpu, 0x4e0a3000ull + (uint64_t)(wi * 3 + add), 0);
+                norm_op(e, add, &yg, &xg, &x2g, &bg, &wg);
+                if (!e->gpu->ops.step_end(e->gpu)) {
+                    norm_op(e, add, &yg, &xg, &x2g, &bg, &wg); // (not run: captured)
+                }
+                down(e, xm, add == 2 ? nc.x2d : nc.xd, (size_t)E * 4);
                 down(e, ym, nc.yd, (size_t)E * 4);
                 snprintf(what, sizeof(what), "%s E=%lld step %d: x", op, (long long)E, rep);
                 expect_bitwise(what, xm, x100, E);
@@ -1375,7 +1417,8 @@ static void test_norm_units(void **state) {
             ds_cuda_graph_stats_get(e->gpu, &g1);
             if (e->gpu->ops.step_begin) assert_true(g1.replays - g0.replays >= 2);
         }
-        dfree(e, nc.xd), dfree(e, nc.bd), dfree(e, nc.wd), dfree(e, nc.yd), dfree(e, nc.od);
+        dfree(e, nc.xd), dfree(e, nc.x2d), dfree(e, nc.bd), dfree(e, nc.wd), dfree(e, nc.yd);
+        dfree(e, nc.od);
         dfree(e, wqd);
         free(x), free(b), free(w), free(xa), free(yref), free(x100), free(y100), free(o100);
         free(xm), free(ym), free(om);

@@ -22,7 +22,8 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-// GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): x += b first, in place. Q: y feeds
+// GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): xo = x + b first (xo is x, in place,
+// or a row set that overlaps no other argument), and y = rmsnorm(xo) * w. Q: y feeds
 // a matmul: each 256 outputs are also quantized as a unit of its prepared activations (quant.cuh
 // q8k_group; blockDim is a multiple of 256 that divides the row, so every thread takes part in
 // every pass). EPT > 0 (rows of at most EPT x blockDim): a thread loads all its elements of x, z
@@ -33,11 +34,13 @@ extern "C" {
 template <bool GATED, bool ADD = false, bool Q = false, int EPT = 0>
 static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_cu_rows x,
                                                              const float *w, ds_cu_rows z,
-                                                             float eps, q8k_out qo) {
+                                                             float eps, q8k_out qo,
+                                                             ds_cu_rows xo) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ double sh[32];
     const int64_t r = blockIdx.x, n = x.ne0;
-    float *xr = ds_cu_row(x, r);
+    const float *xr = ds_cu_row(x, r);
+    float *xw = ADD ? ds_cu_row(xo, r) : NULL; // (ADD: x + b's row, re-read by the strided loop)
     float *yr = ds_cu_row(y, r);
     const float *zr = (GATED || ADD) ? ds_cu_row(z, r) : NULL;
     double s = 0.0;
@@ -60,7 +63,7 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
                 float f = v[k];
                 if (ADD) {
                     f = __fadd_rn(f, zv[k]);
-                    xr[i] = f;
+                    xw[i] = f;
                     v[k] = f;
                 }
                 s = sq_acc(s, f);
@@ -86,14 +89,14 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
             float f = xr[i];
             if (ADD) {
                 f = __fadd_rn(f, zr[i]);
-                xr[i] = f;
+                xw[i] = f;
             }
             s = sq_acc(s, f);
         }
         s = block_sum_d(s, sh);
         const float scale = norm_scale(s, n, eps);
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float v = __fmul_rn(xr[i], scale);
+            float v = __fmul_rn(ADD ? xw[i] : xr[i], scale);
             if (w) v = __fmul_rn(v, w[i]);
             if (GATED) v = __fmul_rn(v, ds_cu_silu(zr[i]));
             yr[i] = v;
@@ -113,15 +116,16 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
 // added in warp order (block_sum_d). Real warp rw runs virtual warps rw, rw + 8, ... (NT / 256
 // passes; NT = 128: warps 0-3), lane for lane. So a row's y, x and prepared activations are
 // bitwise those of rmsnorm_kernel, whatever the call's row count (batch invariance).
-// ADD (x += b in place): every block reads the row's old x, so no block may write x before all
-// blocks of the row have read it, and the blocks of a grid cannot wait for each other (they need
-// not be resident together; a cluster could not hold the 20 blocks of a 5120-element row). So
-// each block, its reads done, arrives at the row's counter, and the last to arrive -- it holds
-// the row's x + b in registers -- writes the row of x. atomicInc wraps at n / 256 - 1, so every
-// launch leaves the counters (ctx->norm_cnt, one per row, zeroed at backend creation) at 0;
-// launches run in stream order (a PDL successor touches no memory before the grid completes).
-// y must not overlap x or b (the launcher checks): other blocks still read them when a block
-// writes its y.
+// ADD, xo = x + b into other rows (arrive NULL: the model's residual stream alternates between
+// two buffers): each block writes its own unit of xo. ADD in place (xo is x): every block reads
+// the row's old x, so no block may write x before all blocks of the row have read it, and the
+// blocks of a grid cannot wait for each other (they need not be resident together; a cluster
+// could not hold the 20 blocks of a 5120-element row). So each block, its reads done, arrives at
+// the row's counter, and the last to arrive -- it holds the row's x + b in registers -- writes
+// the row of x. atomicInc wraps at n / 256 - 1, so every launch leaves the counters
+// (ctx->norm_cnt, one per row, zeroed at backend creation) at 0; launches run in stream order (a
+// PDL successor touches no memory before the grid completes). y must not overlap x or b (the
+// launcher checks): other blocks still read them when a block writes its y.
 // Measured (H200, 5120-element rows, add_rmsnorm + a 64-row Q4_K matmul of y, 127 per step
 // graph): 1 row 7.7 us per pair against 11.2 with rmsnorm_kernel and a separate preparation, 3
 // rows 9.3 / 12.9, 8 rows 12.1 / 14.4, 16 rows 20.4 / 18.8 (each block re-reads its row: 20x
@@ -133,7 +137,8 @@ static_assert(DS_CU_NORM_UNIT_ROWS == 8, "norm_units: the measured row limit");
 // semantics at GPU scope. With the barrier before it, every read of x by the block's threads
 // happens before the writes of the block that sees itself arrive last, once that block has run
 // acquire_fence(). (__threadfence() in either place is fence.sc, MEMBAR.SC.GPU: H100, 27B Q4_K_M,
-// 127 launches per decode step, 8.20 ms per token against 7.97 with no fence at all.)
+// when the target's 127 decode add + norms a step still ran in place: 8.20 ms per token against
+// 7.97 with no fence at all.)
 static __device__ __forceinline__ unsigned arrive_release(unsigned *c, unsigned lim) {
     unsigned v;
     asm volatile("atom.release.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(v) : "l"(c), "r"(lim)
@@ -148,7 +153,8 @@ template <bool ADD, int NT, int EPT>
 static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, ds_cu_rows x,
                                                                   const float *w, ds_cu_rows z,
                                                                   float eps, q8k_out qo,
-                                                                  unsigned *arrive) {
+                                                                  unsigned *arrive,
+                                                                  ds_cu_rows xo) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int P = NT >= 256 ? NT / 256 : 1, NW = NT / 32;
     static_assert(NT == 128 || NT == 256 || NT == 1024, "rmsnorm_unit_kernel: NT");
@@ -192,18 +198,20 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     // ADD: this block's reads of x are all before the barrier above: arrive now, and see whether
     // it came last only at the end (the atomic's round trip overlaps the rest)
     unsigned arrived = 0;
-    if (ADD && t == 0) arrived = arrive_release(&arrive[r], gridDim.x - 1);
+    if (ADD && arrive && t == 0) arrived = arrive_release(&arrive[r], gridDim.x - 1);
     double s = 0.0;
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         if (i < NW) s += sh[i];
     }
     const float scale = norm_scale(s, n, eps);
-    float o = __fmul_rn(ADD ? __fadd_rn(xu, zu) : xu, scale);
+    const float xb = ADD ? __fadd_rn(xu, zu) : xu;
+    if (ADD && !arrive) ds_cu_row(xo, r)[iu] = xb;
+    float o = __fmul_rn(xb, scale);
     if (w) o = __fmul_rn(o, wu);
     ds_cu_row(y, r)[iu] = o;
     if (qo.xq) q8k_group_out(qo, o, r, u, n); // (uniform over the grid)
-    if constexpr (ADD) {
+    if (ADD && arrive) { // (uniform over the grid)
         if (t == 0) {
             last = arrived == gridDim.x - 1;
             if (last) acquire_fence(); // (the other blocks' reads of x come first)
@@ -226,7 +234,7 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
 // two launches instead of three (reduce, norm, preparation), for rows of whole units and NT =
 // norm_threads(n) a multiple of 256. First part_sums_kernel: block (j, r) runs rmsnorm_kernel's
 // virtual warp j of row r: b's partials added in split order for the warp's elements vt, vt +
-// NT, ... (stored into b, as the reduce would have), x += b stored, the squares added in that
+// NT, ... (stored into b, as the reduce would have), xo = x + b stored, the squares added in that
 // order per virtual thread, and the warp's butterfly sum put in sums[r][j]. Then
 // sums_unit_kernel: one warp per (unit, row) adds the row's NT / 32 warp sums in warp order --
 // rmsnorm_kernel's (and rmsnorm_unit_kernel's) sum, bitwise -- and normalizes its unit as
@@ -241,7 +249,8 @@ enum { PS_SLOTS = 8 };
 static __global__ __launch_bounds__(32 * PS_SLOTS) void part_sums_kernel(ds_cu_rows x,
                                                                          ds_cu_rows b,
                                                                          ds_cu_part bp, int nt,
-                                                                         double *sums) {
+                                                                         double *sums,
+                                                                         ds_cu_rows xo) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __shared__ float f[PS_SLOTS][32];
     const int lane = threadIdx.x & 31, k = threadIdx.x >> 5, vw = blockIdx.x;
@@ -251,10 +260,9 @@ static __global__ __launch_bounds__(32 * PS_SLOTS) void part_sums_kernel(ds_cu_r
         float z = q[0];
 #pragma unroll 4
         for (int sp = 1; sp < bp.ks; sp++) z = __fadd_rn(z, q[sp * bp.stride]);
-        float *xr = ds_cu_row(x, r);
-        const float v = __fadd_rn(xr[i], z);
+        const float v = __fadd_rn(ds_cu_row(x, r)[i], z);
         ds_cu_row(b, r)[i] = z;
-        xr[i] = v;
+        ds_cu_row(xo, r)[i] = v;
         f[k][lane] = v;
     }
     __syncthreads();
@@ -472,16 +480,17 @@ static void (*gated_warp_of(int64_t d))(ds_cu_rows, ds_cu_rows, const float *, d
 
 // Launches rmsnorm_kernel<GATED, ADD, Q> with 2, 4 or 8 elements per thread in registers when
 // the row fits (the 27B decode row: 5120 over 1024 threads), else the strided loop.
+// (xo: ADD's x + b rows; x itself in place)
 template <bool GATED, bool ADD, bool Q>
 static void norm_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_cu_rows x,
-                        const float *w, ds_cu_rows z, float eps, q8k_out qo) {
+                        const float *w, ds_cu_rows z, float eps, q8k_out qo, ds_cu_rows xo) {
     const int64_t ept = (y.ne0 + nt - 1) / nt;
-    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out) =
+    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, ds_cu_rows) =
         ept <= 2   ? rmsnorm_kernel<GATED, ADD, Q, 2>
         : ept <= 4 ? rmsnorm_kernel<GATED, ADD, Q, 4>
         : ept <= 8 ? rmsnorm_kernel<GATED, ADD, Q, 8>
                    : rmsnorm_kernel<GATED, ADD, Q, 0>;
-    ds_cu_launch(c, k, (unsigned)rows, nt, 0, y, x, w, z, eps, qo);
+    ds_cu_launch(c, k, (unsigned)rows, nt, 0, y, x, w, z, eps, qo, xo);
 }
 
 // Whether a call of `rows` rows of n (nt = norm_threads(n)) runs rmsnorm_unit_kernel: at most
@@ -493,11 +502,13 @@ static bool norm_units(const ds_cuda_ctx *c, int64_t n, int nt, int64_t rows) {
     return c->norm_cnt && rows <= DS_CU_NORM_UNIT_ROWS && n % 256 == 0 && ept <= most;
 }
 
+// (ADD: xo the rows of x + b; in place where xo.data == x.data, through the arrival counters)
 template <bool ADD>
 static void norm_unit_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_cu_rows x,
-                             const float *w, ds_cu_rows z, float eps, q8k_out qo) {
+                             const float *w, ds_cu_rows z, float eps, q8k_out qo, ds_cu_rows xo) {
     const int64_t n = y.ne0, ept = (n + nt - 1) / nt;
-    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, unsigned *) =
+    void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, unsigned *,
+              ds_cu_rows) =
         nt == 1024  ? (ept <= 4 ? rmsnorm_unit_kernel<ADD, 1024, 4>
                                 : rmsnorm_unit_kernel<ADD, 1024, 8>)
         : nt == 256 ? (ept <= 4   ? rmsnorm_unit_kernel<ADD, 256, 4>
@@ -506,8 +517,9 @@ static void norm_unit_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y,
                     : (ept <= 2   ? rmsnorm_unit_kernel<ADD, 128, 2>
                        : ept <= 4 ? rmsnorm_unit_kernel<ADD, 128, 4>
                                   : rmsnorm_unit_kernel<ADD, 128, 8>);
+    unsigned *arrive = ADD && xo.data == x.data ? c->norm_cnt : NULL;
     ds_cu_launch(c, k, dim3((unsigned)(n / 256), (unsigned)rows), 256, 0, y, x, w, z, eps, qo,
-                 c->norm_cnt);
+                 arrive, xo);
 }
 
 // Whether a norm of `rows` rows of n with nt threads per row prepares its output for a matmul:
@@ -535,14 +547,15 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
     const float *wd = w ? (const float *)w->data : NULL;
     if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x)) { // (layer 0's input, drafters)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
-        norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z, eps, qo);
+        norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z, eps, qo,
+                                z);
     } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (output norm)
         norm_launch<false, false, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
-                                        eps, qo);
+                                        eps, qo, z);
     } else {
         if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{}; // (a prompt chunk's GEMM input)
         norm_launch<false, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
-                                         eps, qo);
+                                         eps, qo, z);
     }
     ds_cuda_launched(c, "rmsnorm");
 }
@@ -589,17 +602,20 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
                          rows);
         } else {
             norm_launch<true, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                                            (const float *)w->data, ds_cu_rows_of(z), eps, qo);
+                                            (const float *)w->data, ds_cu_rows_of(z), eps, qo,
+                                            ds_cu_rows{});
         }
     }
     ds_cuda_launched(c, "gated_rmsnorm");
 }
 
-extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, const ds_tensor *b,
-                                    const ds_tensor *w, float eps) {
+extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo,
+                                    const ds_tensor *x, const ds_tensor *b, const ds_tensor *w,
+                                    float eps) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     const int64_t n = x->ne[0], rows = ds_cuda_nrows(x);
     const int nt = norm_threads(n);
+    const bool inplace = xo->data == x->data;
     // b with held-back split partials (a verify's output projection): part_sums_kernel and
     // sums_unit_kernel (taken before alive, which would launch their reduce; faster than the
     // reduce + unit kernel at 2-8 rows too: 27B verify N = 2 10.28 -> 9.92 ms, N = 8 11.12 ->
@@ -608,7 +624,7 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
     const bool took = c->norm_sums && rows >= 1 &&
                       rows <= DS_CU_NORM_SUM_ROWS && n % 256 == 0 && nt % 256 == 0 &&
                       n <= PS_SLOTS * (int64_t)nt && x->type == DS_TYPE_F32 && x->nb[0] == 4 &&
-                      ds_cu_rows_a16(x) && ds_cu_rows_a16(y) && (uintptr_t)w->data % 16 == 0 &&
+                      ds_cu_rows_a16(xo) && ds_cu_rows_a16(y) && (uintptr_t)w->data % 16 == 0 &&
                       !ds_cu_spans_overlap(y, x) && !ds_cu_spans_overlap(y, b) &&
                       !ds_cu_spans_overlap(x, b) && ds_cuda_part_take(c, b, &bp);
     if (!ds_cuda_alive(c, "add_rmsnorm")) {
@@ -616,34 +632,40 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *x, 
         return;
     }
     DS_ASSERT(y->ne[0] == n && ds_cuda_nrows(y) == rows && b->ne[0] == n && ds_cuda_nrows(b) == rows);
+    DS_ASSERT(xo->ne[0] == n && ds_cuda_nrows(xo) == rows && xo->type == DS_TYPE_F32);
     DS_ASSERT(x->type == DS_TYPE_F32 && y->type == DS_TYPE_F32 && b->type == DS_TYPE_F32);
-    DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && b->nb[0] == 4 && y->data != x->data);
+    DS_ASSERT(x->nb[0] == 4 && y->nb[0] == 4 && b->nb[0] == 4 && xo->nb[0] == 4);
+    DS_ASSERT(y->data != x->data && y->data != xo->data);
+    DS_ASSERT(inplace ? xo->nb[1] == x->nb[1] && xo->nb[2] == x->nb[2] && xo->nb[3] == x->nb[3]
+                      : !ds_cu_spans_overlap(xo, x) && !ds_cu_spans_overlap(xo, b) &&
+                            !ds_cu_spans_overlap(xo, y));
     DS_ASSERT(w->ne[0] == n && w->type == DS_TYPE_F32 && rows <= 0x7fffffff);
     if (rows == 0) return;
     q8k_out qo = {};
     if (took) {
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
         ds_cu_launch(c, part_sums_kernel, dim3((unsigned)(nt / 32), (unsigned)rows),
-                     32 * PS_SLOTS, 0, ds_cu_rows_of(x), ds_cu_rows_of(b), bp, nt, c->norm_sums);
+                     32 * PS_SLOTS, 0, ds_cu_rows_of(x), ds_cu_rows_of(b), bp, nt, c->norm_sums,
+                     ds_cu_rows_of(xo));
         ds_cu_launch(c, sums_unit_kernel, dim3((unsigned)((n / 256 + 7) / 8), (unsigned)rows),
-                     256, 0, ds_cu_rows_of(y), ds_cu_rows_of(x), (const float *)w->data, eps, qo,
+                     256, 0, ds_cu_rows_of(y), ds_cu_rows_of(xo), (const float *)w->data, eps, qo,
                      nt / 32, (const double *)c->norm_sums);
         ds_cuda_part_done(c);
         ds_cuda_launched(c, "add_rmsnorm");
         return;
     }
+    const ds_cu_rows yr = ds_cu_rows_of(y), xr = ds_cu_rows_of(x), br = ds_cu_rows_of(b);
+    const ds_cu_rows xov = ds_cu_rows_of(xo);
+    const float *wd = (const float *)w->data;
     if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x) &&
         !ds_cu_spans_overlap(y, b)) { // (decode)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
-        norm_unit_launch<true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                               (const float *)w->data, ds_cu_rows_of(b), eps, qo);
+        norm_unit_launch<true>(c, rows, nt, yr, xr, wd, br, eps, qo, xov);
     } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (next layer's input)
-        norm_launch<false, true, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                                       (const float *)w->data, ds_cu_rows_of(b), eps, qo);
+        norm_launch<false, true, true>(c, rows, nt, yr, xr, wd, br, eps, qo, xov);
     } else {
         if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{}; // (a prompt chunk's GEMM input)
-        norm_launch<false, true, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x),
-                                        (const float *)w->data, ds_cu_rows_of(b), eps, qo);
+        norm_launch<false, true, false>(c, rows, nt, yr, xr, wd, br, eps, qo, xov);
     }
     ds_cuda_launched(c, "add_rmsnorm");
 }
