@@ -6,8 +6,9 @@
 // Spec: backend.h (attention), docs/cuda.md "Prefill".
 //
 // Block: FA_BM = 64 query rows of one head, 4 warps of 16 rows. Q (f16, unscaled) stays in shared
-// memory; per tile of FA_BN = 64 keys the block loads K and V (F16 cache: cp.async; F32: converted
-// to f16; Q8_0: dequantized, then rounded to f16) and each warp computes S = Q K^T (mma.sync
+// memory; per tile of FA_BN = 64 keys the block loads K and V (F16 cache: cp.async, the next K
+// under this tile's softmax and P V, the next V under the next Q K^T; F32: converted to f16;
+// Q8_0: dequantized, then rounded to f16) and each warp computes S = Q K^T (mma.sync
 // m16n8k16, f32 accumulators), the causal mask on the diagonal tiles, the online softmax in f32
 // (exp2 of scaled scores), P rounded to f16, and O += P V. GQA: the kv head's tiles are shared
 // through L2 by its query heads' blocks.
@@ -87,9 +88,12 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
     constexpr int LD = D + FA_PAD, NT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     __half *sq = (__half *)fa_smem, *sk = sq + FA_BM * LD, *sv = sk + FA_BN * LD;
-    const int h = blockIdx.y, kvh = h / a.group;
+    const int h = blockIdx.x, kvh = h / a.group;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
-    const int64_t r0 = (int64_t)blockIdx.x * FA_BM;
+    // heads are the grid's fast dimension and the last query blocks (the most keys) come first:
+    // blocks start heaviest first, the grid's tail is its cheapest blocks, and a kv head's query
+    // heads read its tiles at about the same time (L2)
+    const int64_t r0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * FA_BM;
     const int64_t lim = a.n_past + a.n;                          // cache rows written
     const int64_t kend = DS_MIN(a.n_past + r0 + FA_BM, lim);     // keys any row here sees
     // Q tile (rows past the chunk: zeros)
@@ -108,11 +112,26 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
     const uint32_t q_base = (uint32_t)__cvta_generic_to_shared(sq + (warp * 16) * LD);
     const uint32_t k_base = (uint32_t)__cvta_generic_to_shared(sk);
     const uint32_t v_base = (uint32_t)__cvta_generic_to_shared(sv);
+    // K and V tiles in flight while the other is used: K(j + 1) is issued once every warp has
+    // read K(j) (its load runs under the softmax and P V), V(j + 1) once every warp has read V(j)
+    // (under the next Q K^T). One cp.async group per tile (empty past the last), so "all but the
+    // newest group" is always the tile about to be read; the other cache types load
+    // synchronously at the same points.
+    auto commit = [] {
+        if (sizeof(KV) == 2) asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    auto wait_older = [] {
+        if (sizeof(KV) == 2) asm volatile("cp.async.wait_group 1;" ::: "memory");
+    };
+    if (kend > 0) {
+        fa_load_tile<KV, D>(sk, kb, a.k_nb1, 0, lim);
+        commit();
+        fa_load_tile<KV, D>(sv, vb, a.v_nb1, 0, lim);
+        commit();
+    }
     for (int64_t key0 = 0; key0 < kend; key0 += FA_BN) {
-        __syncthreads(); // the previous tile's readers are done
-        fa_load_tile<KV, D>(sk, kb, a.k_nb1, key0, lim);
-        fa_load_tile<KV, D>(sv, vb, a.v_nb1, key0, lim);
-        if (sizeof(KV) == 2) asm volatile("cp.async.wait_all;" ::: "memory");
+        const bool more = key0 + FA_BN < kend;
+        wait_older(); // K(key0)
         __syncthreads();
         // S = Q K^T: 16 rows x 64 keys per warp
         float s[8][4];
@@ -133,6 +152,11 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
                 fa_mma(s[2 * jp + 1], a0, a1, a2, a3, b2, b3);
             }
         }
+        if (more) {
+            __syncthreads(); // every warp has read K(key0)
+            fa_load_tile<KV, D>(sk, kb, a.k_nb1, key0 + FA_BN, lim);
+        }
+        commit();
         // scale, causal mask (diagonal tiles), online softmax
         const bool diag = key0 + FA_BN > a.n_past + r0;
         float mx[2] = {m[0], m[1]};
@@ -170,6 +194,8 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
             l[0] += p0 + p1, l[1] += p2 + p3;
             p[j][0] = fa_pack(p0, p1), p[j][1] = fa_pack(p2, p3);
         }
+        wait_older(); // V(key0)
+        __syncthreads();
         // O += P V: 16 rows x D per warp, keys in 4 steps of 16
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
@@ -185,7 +211,13 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
                 fa_mma(o[2 * dp + 1], a0, a1, a2, a3, b2, b3);
             }
         }
+        if (more) {
+            __syncthreads(); // every warp has read V(key0)
+            fa_load_tile<KV, D>(sv, vb, a.v_nb1, key0 + FA_BN, lim);
+        }
+        commit();
     }
+    if (sizeof(KV) == 2) asm volatile("cp.async.wait_all;" ::: "memory"); // (empty groups)
     // normalise and write the chunk's rows
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -215,7 +247,7 @@ static bool fa_launch(ds_cuda_ctx *c, const fa_args &a, int n_head) {
                                              (int)smem))) {
         return false;
     }
-    dim3 grid((unsigned)((a.n + FA_BM - 1) / FA_BM), (unsigned)n_head);
+    dim3 grid((unsigned)n_head, (unsigned)((a.n + FA_BM - 1) / FA_BM));
     ds_cu_launch(c, fa_kernel<KV, D>, grid, FA_WARPS * 32, smem, a);
     return true;
 }

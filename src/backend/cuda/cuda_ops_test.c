@@ -2552,8 +2552,9 @@ static void test_move_rows(void **state) {
 // prefill mode runs the chunked form, launches of GD_PREFILL_ROWS rows): against the CPU (output
 // and final state), odd heads with decays near 1 so that the state carried from chunk to chunk
 // (and from s0) shows in every row; 64 rows are not a prompt chunk: bitwise the decode / verify
-// path (prefill mode off).
-#define TOL_GDP_L2 2e-5
+// path (prefill mode off). The chunked form's products are tf32 (~3-5e-4 relative L2 against
+// the CPU's f32 recurrence, gated_delta_chunk.cu): an index or formula slip shows as O(1).
+#define TOL_GDP_L2 2e-3
 static void run_gated_delta_prefill(env *e, int hk, int hv, int64_t d, int64_t n, bool chunked) {
     const int64_t cd = 2 * hk * d + hv * d;
     const size_t qb = (size_t)(cd * n) * 4, sb = (size_t)(d * d * hv) * 4, ob = (size_t)(d * hv * n) * 4;

@@ -106,6 +106,79 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
     }
 }
 
+// rmsnorm_kernel's rows for NT = 1024 (rows of 4096-8192: the 27B's 5120) on 256 threads, bitwise
+// (the same per-element, per-virtual-thread and per-virtual-warp operations in the same order, as
+// rmsnorm_unit_kernel plays them: real warp rw runs virtual warps rw, rw + 8, rw + 16, rw + 24,
+// lane for lane). At 1024 threads and 64 registers (EPT 8) a row's block filled an SM, so each
+// SM had one row's loads in flight (a prompt chunk's add_rmsnorm at ~55% of the bandwidth); here
+// several rows' blocks share it (a prompt's add_rmsnorm at 64 registers: four; the other forms
+// at up to 128, where 64 would spill). Not GATED (the gated norm's rows are narrow).
+template <bool ADD, bool Q, int EPT>
+static __global__ __launch_bounds__(256, ADD && !Q && EPT <= 5 ? 4 : 2) void rmsnorm_row256_kernel(
+    ds_cu_rows y, ds_cu_rows x, const float *w, ds_cu_rows z, float eps, q8k_out qo,
+    ds_cu_rows xo) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int NT = 1024, P = NT / 256;
+    __shared__ double sh[32];
+    const int t = threadIdx.x, lane = t & 31, rw = t >> 5;
+    const int64_t r = blockIdx.x, n = x.ne0;
+    const float *xr = ds_cu_row(x, r);
+    float *xw = ADD ? ds_cu_row(xo, r) : NULL;
+    float *yr = ds_cu_row(y, r);
+    const float *zr = ADD ? ds_cu_row(z, r) : NULL;
+    float v[P][EPT];
+    {
+        float zv[P][EPT];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = p * 256 + t + (int64_t)k * NT;
+                if (i < n) {
+                    v[p][k] = xr[i];
+                    if (ADD) zv[p][k] = zr[i];
+                }
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = p * 256 + t + (int64_t)k * NT;
+                if (i < n) {
+                    if (ADD) {
+                        v[p][k] = __fadd_rn(v[p][k], zv[p][k]);
+                        xw[i] = v[p][k];
+                    }
+                    s = sq_acc(s, v[p][k]);
+                }
+            }
+            s = ds_cu_warp_sum_d(s);
+            if (lane == 0) sh[p * 8 + rw] = s;
+        }
+    }
+    __syncthreads();
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) s += sh[i];
+    const float scale = norm_scale(s, n, eps);
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int64_t i = p * 256 + t + (int64_t)k * NT;
+            if (i < n) { // (uniform over the block when Q: n is a multiple of 256)
+                float o = __fmul_rn(v[p][k], scale);
+                if (w) o = __fmul_rn(o, w[i]);
+                yr[i] = o;
+                if constexpr (Q) q8k_group_out(qo, o, r, i / 256, n);
+                if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(o); // (prefill: the GEMM's)
+            }
+        }
+    }
+}
+
 // Calls of at most DS_CU_NORM_UNIT_ROWS rows of whole 256-element units (rmsnorm, add_rmsnorm): one
 // block of 256 threads per unit of a row (grid {n / 256, rows}), so a decode row is spread over
 // n / 256 SMs and each block quantizes its own unit when qo.xq is set, where rmsnorm_kernel's one
@@ -479,12 +552,23 @@ static void (*gated_warp_of(int64_t d))(ds_cu_rows, ds_cu_rows, const float *, d
 }
 
 // Launches rmsnorm_kernel<GATED, ADD, Q> with 2, 4 or 8 elements per thread in registers when
-// the row fits (the 27B decode row: 5120 over 1024 threads), else the strided loop.
-// (xo: ADD's x + b rows; x itself in place)
+// the row fits, else the strided loop; rows of 4096-8192 (1024 virtual threads of up to 8
+// elements: the 27B's 5120) run rmsnorm_row256_kernel, the same bits. (xo: ADD's x + b rows; x
+// itself in place)
 template <bool GATED, bool ADD, bool Q>
 static void norm_launch(ds_cuda_ctx *c, int64_t rows, int nt, ds_cu_rows y, ds_cu_rows x,
                         const float *w, ds_cu_rows z, float eps, q8k_out qo, ds_cu_rows xo) {
     const int64_t ept = (y.ne0 + nt - 1) / nt;
+    if constexpr (!GATED) {
+        if (nt == 1024 && ept <= 8) { // (4096 <= n <= 8192: 256 threads play the 1024)
+            void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out,
+                      ds_cu_rows) = ept <= 4   ? rmsnorm_row256_kernel<ADD, Q, 4>
+                                    : ept <= 5 ? rmsnorm_row256_kernel<ADD, Q, 5>
+                                               : rmsnorm_row256_kernel<ADD, Q, 8>;
+            ds_cu_launch(c, k, (unsigned)rows, 256, 0, y, x, w, z, eps, qo, xo);
+            return;
+        }
+    }
     void (*k)(ds_cu_rows, ds_cu_rows, const float *, ds_cu_rows, float, q8k_out, ds_cu_rows) =
         ept <= 2   ? rmsnorm_kernel<GATED, ADD, Q, 2>
         : ept <= 4 ? rmsnorm_kernel<GATED, ADD, Q, 4>
