@@ -863,11 +863,11 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
 // output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
 // and the takes happen where expected; at 5 and 16 rows the held-back add_rmsnorm writes x + b
-// into another buffer (against the in-place reference). Rows of 1280 (norm rows of 256 threads: 8 blocks per
-// row) and 5120 (1024 threads: 32 blocks per row) elements, SwiGLU rows of 9 and 8 units; the
-// prepared activations in q8_K order, (gate / up, down and next matmul IQ4_XS) in IQ4_XS
-// order and (Q8_0) as q8_0: at 9 rows and more the norm's unit kernel prepares them
-// (q8k_warp_out), the reference path's matmul launches its own preparation.
+// into another buffer (against the in-place reference). Rows of 1280 (norm rows of 256
+// threads: 8 blocks per row) and 5120 (1024 threads: 32 blocks per row) elements, SwiGLU rows
+// of 9 and 8 units; the prepared activations in q8_K order, (gate / up, down and next matmul
+// IQ4_XS) in IQ4_XS order and (Q8_0) as q8_0: at 9 rows and more the norm's unit kernel
+// prepares them (q8k_warp_out), the reference path's matmul launches its own preparation.
 static void test_held_back_reduce(void **state) {
     ENV(state);
     const ds_type q4 = DS_TYPE_Q4_K, q6 = DS_TYPE_Q6_K, iq4 = DS_TYPE_IQ4_XS, q8 = DS_TYPE_Q8_0;

@@ -22,9 +22,9 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-// GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): xo = x + b first (xo is x, in place,
-// or a row set that overlaps no other argument), and y = rmsnorm(xo) * w. Q: y feeds
-// a matmul: each 256 outputs are also quantized as a unit of its prepared activations (quant.cuh
+// GATED: y = rmsnorm(x) * w * silu(z). ADD (z is the addend b): xo = x + b first (xo is x, in
+// place, or a row set that overlaps no other argument), and y = rmsnorm(xo) * w. Q: y feeds a
+// matmul: each 256 outputs are also quantized as a unit of its prepared activations (quant.cuh
 // q8k_group; blockDim is a multiple of 256 that divides the row, so every thread takes part in
 // every pass). EPT > 0 (rows of at most EPT x blockDim): a thread loads all its elements of x, z
 // and w before any arithmetic, so the row costs one memory round trip instead of one per element
