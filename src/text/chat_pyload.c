@@ -185,13 +185,23 @@ json_t *ds_chat_py_loads(const char *text, ds_chat_pynums *nums, json_error_t *j
     scan s = {0};
     int64_t base = 0;
     char *fixed = NULL;
+    bool oom = false;
     if (scan_numbers(text, &s) && s.n_out > 0) {
         if (s.n_vals) qsort(s.vals, s.n_vals, sizeof(*s.vals), cmp_i64);
-        if (free_run(s.vals, s.n_vals, s.n_out, &base)) fixed = rewrite(text, &s, base, nums);
+        if (free_run(s.vals, s.n_vals, s.n_out, &base)) {
+            fixed = rewrite(text, &s, base, nums);
+            oom = !fixed;
+        }
     }
     free(s.out);
     free(s.vals);
-    // (nothing out of range, no sentinels to be had or out of memory: jansson's own reading)
+    if (oom) { // (jansson would blame the literals it cannot hold)
+        ds_chat_pynums_free(nums);
+        memset(je, 0, sizeof(*je));
+        snprintf(je->text, sizeof(je->text), "out of memory");
+        return NULL;
+    }
+    // (nothing out of range, no sentinels to be had or the scan out of memory: jansson's reading)
     json_t *j = json_loads(fixed ? fixed : text, 0, je);
     if (fixed && !j) { // (an error: as jansson reports it for the text itself)
         ds_chat_pynums_free(nums);

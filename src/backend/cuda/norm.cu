@@ -107,13 +107,57 @@ static __global__ __launch_bounds__(1024) void rmsnorm_kernel(ds_cu_rows y, ds_c
     }
 }
 
+// A row's sum of squares in rmsnorm_kernel's order for NT virtual threads, played by a block of
+// 256: real warp rw runs virtual warps rw, rw + 8, ... (P = NT / 256 passes; NT = 128: warps
+// 0-3), lane for lane, each adding the squares of its elements vt, vt + NT, ... (vt = p 256 + t)
+// in order. v gets those elements (x + b when ADD), every load issued before any arithmetic;
+// sh[j] gets virtual warp j's sum (the caller adds the NT / 32 of them in order after a barrier,
+// as block_sum_d does). RT: whether a real warp plays virtual warps (p 8 + rw < NT / 32) is tested
+// at run time even where it always holds (NT >= 256), as rmsnorm_unit_kernel was measured: the
+// constant condition moves its loads and registers (H100/H200 timings in bench/RESULTS.md are of
+// the run-time form); rmsnorm_row256_kernel was measured with the constant.
+template <bool ADD, int NT, int EPT, bool RT>
+__device__ __forceinline__ void vwarp_sums(const float *xr, const float *zr, int64_t n,
+                                           float (&v)[NT >= 256 ? NT / 256 : 1][EPT], double *sh) {
+    constexpr int P = NT >= 256 ? NT / 256 : 1, NW = NT / 32;
+    const int t = threadIdx.x, lane = t & 31, rw = t >> 5;
+    float zv[P][EPT];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t i = p * 256 + t + (int64_t)k * NT;
+            if ((RT ? p * 8 + rw < NW : NT >= 256 || rw < NW) && i < n) {
+                v[p][k] = xr[i];
+                if (ADD) zv[p][k] = zr[i];
+            }
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        if (RT ? p * 8 + rw < NW : NT >= 256 || rw < NW) { // (uniform over the warp)
+            double s = 0.0;
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = p * 256 + t + (int64_t)k * NT;
+                if (i < n) {
+                    if (ADD) v[p][k] = __fadd_rn(v[p][k], zv[p][k]);
+                    s = sq_acc(s, v[p][k]);
+                }
+            }
+            s = ds_cu_warp_sum_d(s);
+            if (lane == 0) sh[p * 8 + rw] = s;
+        }
+    }
+}
+
 // rmsnorm_kernel's rows for NT = 1024 (rows of 4096-8192: the 27B's 5120) on 256 threads, bitwise
-// (the same per-element, per-virtual-thread and per-virtual-warp operations in the same order, as
-// rmsnorm_unit_kernel plays them: real warp rw runs virtual warps rw, rw + 8, rw + 16, rw + 24,
-// lane for lane). At 1024 threads and 64 registers (EPT 8) a row's block filled an SM, so each
-// SM had one row's loads in flight (a prompt chunk's add_rmsnorm at ~55% of the bandwidth); here
-// several rows' blocks share it (a prompt's add_rmsnorm at 64 registers: four; the other forms
-// at up to 128, where 64 would spill). Not GATED (the gated norm's rows are narrow).
+// (the same per-element, per-virtual-thread and per-virtual-warp operations in the same order:
+// vwarp_sums, as rmsnorm_unit_kernel runs them). At 1024 threads and 64 registers (EPT 8) a
+// row's block filled an SM, so each SM had one row's loads in flight (a prompt chunk's
+// add_rmsnorm at ~55% of the bandwidth); here several rows' blocks share it (a prompt's
+// add_rmsnorm at 64 registers: four; the other forms at up to 128, where 64 would spill). Not
+// GATED (the gated norm's rows are narrow).
 template <bool ADD, bool Q, int EPT>
 static __global__ __launch_bounds__(256, ADD && !Q && EPT <= 5 ? 4 : 2) void rmsnorm_row256_kernel(
     ds_cu_rows y, ds_cu_rows x, const float *w, ds_cu_rows z, float eps, q8k_out qo,
@@ -121,42 +165,22 @@ static __global__ __launch_bounds__(256, ADD && !Q && EPT <= 5 ? 4 : 2) void rms
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int NT = 1024, P = NT / 256;
     __shared__ double sh[32];
-    const int t = threadIdx.x, lane = t & 31, rw = t >> 5;
+    const int t = threadIdx.x;
     const int64_t r = blockIdx.x, n = x.ne0;
     const float *xr = ds_cu_row(x, r);
     float *xw = ADD ? ds_cu_row(xo, r) : NULL;
     float *yr = ds_cu_row(y, r);
     const float *zr = ADD ? ds_cu_row(z, r) : NULL;
     float v[P][EPT];
-    {
-        float zv[P][EPT];
+    vwarp_sums<ADD, NT, EPT, false>(xr, zr, n, v, sh);
+    if constexpr (ADD) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
 #pragma unroll
             for (int k = 0; k < EPT; k++) {
                 const int64_t i = p * 256 + t + (int64_t)k * NT;
-                if (i < n) {
-                    v[p][k] = xr[i];
-                    if (ADD) zv[p][k] = zr[i];
-                }
+                if (i < n) xw[i] = v[p][k];
             }
-        }
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-            double s = 0.0;
-#pragma unroll
-            for (int k = 0; k < EPT; k++) {
-                const int64_t i = p * 256 + t + (int64_t)k * NT;
-                if (i < n) {
-                    if (ADD) {
-                        v[p][k] = __fadd_rn(v[p][k], zv[p][k]);
-                        xw[i] = v[p][k];
-                    }
-                    s = sq_acc(s, v[p][k]);
-                }
-            }
-            s = ds_cu_warp_sum_d(s);
-            if (lane == 0) sh[p * 8 + rw] = s;
         }
     }
     __syncthreads();
@@ -188,8 +212,9 @@ static __global__ __launch_bounds__(256, ADD && !Q && EPT <= 5 ? 4 : 2) void rms
 // NT = norm_threads(n) threads: virtual thread vt adds the squares of elements vt, vt + NT, ... in
 // that order, each virtual warp reduces with ds_cu_warp_sum_d, and the NT / 32 warp sums are
 // added in warp order (block_sum_d). Real warp rw runs virtual warps rw, rw + 8, ... (NT / 256
-// passes; NT = 128: warps 0-3), lane for lane. So a row's y, x and prepared activations are
-// bitwise those of rmsnorm_kernel, whatever the call's row count (batch invariance).
+// passes; NT = 128: warps 0-3), lane for lane (vwarp_sums). So a row's y, x and prepared
+// activations are bitwise those of rmsnorm_kernel, whatever the call's row count (batch
+// invariance).
 // ADD, xo = x + b into other rows (arrive NULL: the model's residual stream alternates between
 // two buffers): each block writes its own unit of xo. ADD in place (xo is x): every block reads
 // the row's old x, so no block may write x before all blocks of the row have read it, and the
@@ -234,40 +259,14 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     static_assert(NT == 128 || NT == 256 || NT == 1024, "rmsnorm_unit_kernel: NT");
     __shared__ double sh[32];
     __shared__ bool last;
-    const int t = threadIdx.x, lane = t & 31, rw = t >> 5;
+    const int t = threadIdx.x, rw = t >> 5;
     const int64_t r = blockIdx.y, n = x.ne0, u = blockIdx.x, iu = u * 256 + t;
     float *xr = ds_cu_row(x, r);
     const float *zr = ADD ? ds_cu_row(z, r) : NULL;
     // every load first: this thread's element of the unit, then its virtual threads' elements
     const float xu = xr[iu], zu = ADD ? zr[iu] : 0.0f, wu = w ? w[iu] : 0.0f;
-    float v[P][EPT], zv[P][EPT];
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-#pragma unroll
-        for (int k = 0; k < EPT; k++) {
-            const int64_t i = p * 256 + t + (int64_t)k * NT;
-            if (p * 8 + rw < NW && i < n) {
-                v[p][k] = xr[i];
-                if (ADD) zv[p][k] = zr[i];
-            }
-        }
-    }
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-        if (p * 8 + rw < NW) { // (uniform over the warp)
-            double s = 0.0;
-#pragma unroll
-            for (int k = 0; k < EPT; k++) {
-                const int64_t i = p * 256 + t + (int64_t)k * NT;
-                if (i < n) {
-                    if (ADD) v[p][k] = __fadd_rn(v[p][k], zv[p][k]);
-                    s = sq_acc(s, v[p][k]);
-                }
-            }
-            s = ds_cu_warp_sum_d(s);
-            if (lane == 0) sh[p * 8 + rw] = s;
-        }
-    }
+    float v[P][EPT];
+    vwarp_sums<ADD, NT, EPT, true>(xr, zr, n, v, sh);
     __syncthreads();
     // ADD: this block's reads of x are all before the barrier above: arrive now, and see whether
     // it came last only at the end (the atomic's round trip overlaps the rest)
@@ -626,21 +625,21 @@ extern "C" void ds_cuda_rmsnorm(ds_backend *be, ds_tensor *y, const ds_tensor *x
     DS_ASSERT(!w || (w->ne[0] == n && w->type == DS_TYPE_F32));
     DS_ASSERT(rows <= 0x7fffffff);
     if (rows == 0) return;
-    ds_cu_rows z = {};
+    const ds_cu_rows none = {}; // (no addend, no x + b rows)
     q8k_out qo = {};
     const int nt = norm_threads(n);
     const float *wd = w ? (const float *)w->data : NULL;
     if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x)) { // (layer 0's input, drafters)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};
-        norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z, eps, qo,
-                                z);
+        norm_unit_launch<false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, none, eps,
+                                qo, none);
     } else if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) { // (output norm)
-        norm_launch<false, false, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
-                                        eps, qo, z);
+        norm_launch<false, false, true>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, none,
+                                        eps, qo, none);
     } else {
         if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{}; // (a prompt chunk's GEMM input)
-        norm_launch<false, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd, z,
-                                         eps, qo, z);
+        norm_launch<false, false, false>(c, rows, nt, ds_cu_rows_of(y), ds_cu_rows_of(x), wd,
+                                         none, eps, qo, none);
     }
     ds_cuda_launched(c, "rmsnorm");
 }
