@@ -50,6 +50,10 @@ void ds_cuda_set_mmqs_stages(ds_backend *be, int stages);
 // memory accelerator (the default where the device and the build have it) or with every thread's
 // cp.async (for tests and A/B timing; bitwise the same).
 void ds_cuda_set_mmqs_tma(ds_backend *be, bool on);
+// Whether the staged matmul stages weights by the tensor copies here (sm_90 and the switch on),
+// and how many staged launches did (tests: a shape that allows them must take them).
+bool ds_cuda_mmqs_tma_on(ds_backend *be);
+uint64_t ds_cuda_mmqs_tma_launches(ds_backend *be);
 // matmul.cu: whether a staged matmul's split-K reduce may be held back for the next op to add
 // the partials itself (the default) or always runs as its own launch (for tests and A/B timing;
 // bitwise the same). Returns the held-back reduces taken by an op so far.

@@ -301,8 +301,17 @@ static void run_matmul(env *e, const mm_case *c) {
         const int64_t n = *p;
         ds_tensor xg = ds_tensor_rows(&xt, 0, n), yg = ds_tensor_2d(yd, DS_TYPE_F32, c->n_out, n);
         xg.data = xd;
+        const uint64_t tma0 = ds_cuda_mmqs_tma_launches(e->gpu);
         e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
         down(e, got, yd, (size_t)(c->n_out * n) * 4);
+        // rows of whole 1024-element runs allow the tensor copies for every quantized type (Q6_K:
+        // row pairs of 16-byte multiples): where the device has them, the staged kernel takes
+        // them (a box the driver refuses would fall back to the slower cp.async staging)
+        if (n >= 2 && !exact && c->n_in % 1024 == 0 && ds_cuda_mmqs_tma_on(e->gpu) &&
+            ds_cuda_mmqs_tma_launches(e->gpu) == tma0) {
+            fail_msg("matmul %s %lldx%lld N=%lld: the staged kernel did not take the tensor copies",
+                     ds_type_name(c->t), (long long)c->n_in, (long long)c->n_out, (long long)n);
+        }
         snprintf(what, sizeof(what), "matmul %s %lldx%lld N=%lld vs cpu", ds_type_name(c->t),
                  (long long)c->n_in, (long long)c->n_out, (long long)n);
         if (exact) {

@@ -400,12 +400,28 @@ __device__ __forceinline__ void unit_q8_0_s(float (&acc)[NT][4], const raw_q8_0 
 static constexpr int qt_wrow(int qt) {
     return qt == QT_Q6_K ? 224 : qt == QT_IQ4_XS ? 144 : qt_unit_bytes(qt);
 }
-// One pipeline stage: the block's MMQ_ROWS weight rows of one unit, then its staged activations.
-// (Stages start 128-byte aligned: the tensor copies' destinations. MBAR: bytes after the stages
-// for their mbarriers.)
-template <int QT, int NT> struct pipe_stage {
-    static constexpr int W = MMQ_ROWS * qt_wrow(QT);
-    static constexpr int BYTES = (W + stage_layout<QT, NT>::BUF + 127) / 128 * 128;
+// Units per pipeline stage: 2 for Q4_K and IQ4_XS staged by the tensor copies, else 1. The
+// tensor copies stream a box of 128 rows x 144 bytes (one Q4_K unit of each row) at ~2.2 TB/s,
+// 128 x 288 bytes (two consecutive units) near 2.65 (bench/cuda/tma_probe.cu, H100: the staged
+// kernel ran at the first rate). Two-unit stages keep 2 blocks per SM for every column chunk on a
+// 228 KiB SM (Q5_K's would leave one from 24 columns, Q6_K's from 8).
+static constexpr int mmqs_ups(int qt, bool tma) {
+    return tma && (qt == QT_Q4_K || qt == QT_IQ4_XS) ? 2 : 1;
+}
+// Bytes from one staged weight row to the next: the 16-byte chunks that hold the stage's units, so
+// that a warp's fragment loads meet no bank conflict -- two Q4_K units 288 bytes (72 words: a
+// half warp's 64-bit loads of 4 rows x 8 bytes on distinct banks; one unit's 36 words met 2-way),
+// two IQ4_XS units 304 (76 words: the 32-bit loads of 8 rows x 4 lanes; 72 would meet 2-way).
+static constexpr int mmqs_srs(int qt, bool tma) {
+    return mmqs_ups(qt, tma) == 1 ? qt_wrow(qt) : qt == QT_Q4_K ? 288 : 304;
+}
+// One pipeline stage: the block's MMQ_ROWS weight rows of its units (mmqs_ups), then each unit's
+// staged activations (A bytes apart). (Stages start 128-byte aligned: the tensor copies'
+// destinations. MBAR: bytes after the stages for their mbarriers.)
+template <int QT, int NT, bool TMA> struct pipe_stage {
+    static constexpr int W = MMQ_ROWS * mmqs_srs(QT, TMA);
+    static constexpr int A = (stage_layout<QT, NT>::BUF + 15) / 16 * 16;
+    static constexpr int BYTES = (W + mmqs_ups(QT, TMA) * A + 127) / 128 * 128;
     static constexpr int MBAR = 64;
 };
 
@@ -436,9 +452,9 @@ __device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
 static constexpr bool qt_tma(int qt) {
     return qt == QT_Q8_0 || qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K || qt == QT_IQ4_XS;
 }
-// Elements of the weights' tensor map: bytes, or 2-byte words for Q8_0, whose 272-byte unit rows
-// are wider than a box's 256 elements can be in bytes.
-static constexpr int qt_tma_esize(int qt) { return qt == QT_Q8_0 ? 2 : 1; }
+// Elements of the weights' tensor map: bytes, or 2-byte words where a staged row is wider than a
+// box's 256 elements can be in bytes (Q8_0's 272-byte units, two Q4_K units: 288).
+static constexpr int qt_tma_esize(int qt) { return mmqs_srs(qt, true) > 256 ? 2 : 1; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define DS_NO_TMA_ARCH 1 // (built for an older target: the TMA kernels trap; never launched there)
 #endif
@@ -526,10 +542,11 @@ __device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mmqs_group &g, in
     p.u = (int)udiv24_q((uint32_t)(p.split * g.a.n_units), M.by_ks);
     p.uend = (int)udiv24_q((uint32_t)((p.split + 1) * g.a.n_units), M.by_ks); // > u: ks <= U
 }
-// Next unit; true when that starts a new item.
-template <int NC>
+// Next stage of units (UPS per stage; an item's last stage may hold fewer); true when that starts
+// a new item.
+template <int NC, int UPS = 1>
 __device__ __forceinline__ bool mmqs_next(mmqs_cursor &p, const mmqs_group &g) {
-    if (++p.u < p.uend) return false;
+    if ((p.u += UPS) < p.uend) return false;
     mmqs_set<NC>(p, g, p.item + (int)gridDim.x);
     return true;
 }
@@ -603,12 +620,12 @@ __device__ __forceinline__ void mmqs_issue_w(uint8_t *st, const mmqs_src<QT, NT>
         }
     }
 }
+// (buf: the stage's activations of unit u, pipe_stage W + j A bytes into it for its unit j)
 template <int QT, int NT>
-__device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
+__device__ __forceinline__ void mmqs_issue_act(uint8_t *buf, const mm_args &a,
                                                const mmqs_src<QT, NT> &src, int u, int tid) {
     typedef stage_layout<QT, NT> L;
     constexpr int LD = qt_xq_ld(QT), XDU = qt_xd_per_unit(QT), NC = L::NC;
-    uint8_t *buf = st + pipe_stage<QT, NT>::W;
 #pragma unroll
     for (int k = 0; k < mmqs_src<QT, NT>::NQ; k++) {
         const int i = tid + k * MMQS_THREADS;
@@ -629,24 +646,26 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *st, const mm_args &a,
 }
 
 // Persistent blocks (about one wave): block b runs items b, b + grid, ... of MMQ_ROWS rows (8 warps
-// x 16) x NT*8 columns, unit after unit through one ST-stage pipeline of weights and activations
-// that runs on across items (and matrices): ST - 1 units are in flight while one is computed, one
-// barrier per unit (TMA: thread 0 issues a unit's weights, everyone waits for its stage's
-// mbarrier, phase = the stage's use count, before the barrier). Each item's sum (one K split) is
+// x 16) x NT*8 columns, stage after stage (a stage: one unit, or two: mmqs_ups) through one
+// ST-stage pipeline of weights and activations that runs on across items (and matrices): ST - 1
+// stages are in flight while one is computed, one barrier per stage (TMA: thread 0 issues a
+// stage's weights, everyone waits for its mbarrier, phase = the stage's use count, before the
+// barrier); a warp adds a stage's units to its sums in unit order. Each item's sum (one K split) is
 // written to the matrix's partials, or y when ks == 1, so the terms and their order are those of
 // mmq_kernel and the GEMV. Dense weights only (no ids).
 // (min blocks: 3 per SM for up to 16 columns where their shared memory fits (Hopper: 228 KiB per
 // SM), which caps the registers at 85: a helper measured the 16-row verify step 19.35-19.5 ->
 // 18.1-18.2 ms when Q4_K's fell from 100 to 73; else 2)
-template <int QT, int NT, int ST> static constexpr int mmqs_min_blocks() {
-    typedef pipe_stage<QT, NT> P;
+template <int QT, int NT, int ST, bool TMA> static constexpr int mmqs_min_blocks() {
+    typedef pipe_stage<QT, NT, TMA> P;
     return NT <= 2 && 3 * (ST * P::BYTES + P::MBAR + 1024) <= 228 * 1024 ? 3 : 2;
 }
-// The tensor copies of unit p.u of p's row block into stage st (one thread; TMA launches).
+// The tensor copies of the stage of units from p.u of p's row block into stage st (one thread;
+// TMA launches; a box past the row's end is filled with zeros, never read).
 template <int QT, int NT>
 __device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const mmqs_group &g,
                                                const mmqs_cursor &p) {
-    constexpr int RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
+    constexpr int RS = mmqs_srs(QT, true), UB = qt_unit_bytes(QT);
     const mmqs_mat &M = g.m[p.m];
     const uint32_t dst = smem_addr(st);
     // (a box starts 16-byte aligned: at the boundary below the unit, as the cp.async chunks do)
@@ -661,11 +680,12 @@ __device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const 
     }
 }
 template <int QT, int NT, int ST, bool TMA>
-static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>())) void mmq_staged_kernel(
-    const __grid_constant__ mmqs_group g) {
-    typedef pipe_stage<QT, NT> P;
+static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST, TMA>())) void
+mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
+    typedef pipe_stage<QT, NT, TMA> P;
     typedef typename raw_of<QT>::type raw_t;
-    constexpr int NC = stage_layout<QT, NT>::NC, RS = qt_wrow(QT), UB = qt_unit_bytes(QT);
+    constexpr int NC = stage_layout<QT, NT>::NC, UB = qt_unit_bytes(QT);
+    constexpr int RS = mmqs_srs(QT, TMA), UPS = mmqs_ups(QT, TMA);
     extern __shared__ __align__(128) uint8_t smem[];
     const mm_args &a = g.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t = lane & 3;
@@ -675,6 +695,15 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
     is = cc;
     mmqs_src<QT, NT> src;
     src.set(g, is, tid);
+    // the activations of the stage of units from c.u (those before its item's end) into stg
+    auto issue_acts = [&](uint8_t *stg, const mmqs_cursor &c) {
+#pragma unroll
+        for (int j = 0; j < UPS; j++) {
+            if (j == 0 || c.u + j < c.uend) {
+                mmqs_issue_act<QT, NT>(stg + P::W + j * P::A, a, src, c.u + j, tid);
+            }
+        }
+    };
     if constexpr (TMA) {
         if (tid == 0) {
 #pragma unroll
@@ -691,10 +720,10 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
             if (p.item < g.n_items) {
                 if constexpr (TMA) {
                     if (tid == 0) mmqs_issue_tma<QT, NT>(smem + i * P::BYTES, bars + 8 * i, g, p);
-                    mmqs_next<NC>(p, g);
+                    mmqs_next<NC, UPS>(p, g);
                 } else {
                     mmqs_issue_w<QT, NT>(smem + i * P::BYTES, ps, p.u, tid);
-                    if (mmqs_next<NC>(p, g) && p.item < g.n_items) ps.set(g, p, tid);
+                    if (mmqs_next<NC, UPS>(p, g) && p.item < g.n_items) ps.set(g, p, tid);
                 }
             }
         }
@@ -707,8 +736,8 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (is.item < g.n_items) {
-            mmqs_issue_act<QT, NT>(smem + i * P::BYTES, a, src, is.u, tid);
-            if (mmqs_next<NC>(is, g) && is.item < g.n_items) src.set(g, is, tid);
+            issue_acts(smem + i * P::BYTES, is);
+            if (mmqs_next<NC, UPS>(is, g) && is.item < g.n_items) src.set(g, is, tid);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -728,8 +757,8 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
             } else {
                 mmqs_issue_w<QT, NT>(nx, src, is.u, tid);
             }
-            mmqs_issue_act<QT, NT>(nx, a, src, is.u, tid);
-            if (mmqs_next<NC>(is, g) && is.item < g.n_items) src.set(g, is, tid);
+            issue_acts(nx, is);
+            if (mmqs_next<NC, UPS>(is, g) && is.item < g.n_items) src.set(g, is, tid);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         const mmqs_mat &M = g.m[cc.m];
@@ -743,21 +772,25 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
             oA = (int)((uintptr_t)(M.w + (size_t)rA * M.w_nb1 + (size_t)cc.u * UB) & 15);
             oB = (int)((uintptr_t)(M.w + (size_t)rB * M.w_nb1 + (size_t)cc.u * UB) & 15);
         }
-        const uint8_t *buf = st + P::W;
-        const uint8_t *pA = st + mmqs_srow<QT, TMA>(lA) * RS + oA;
-        const uint8_t *pB = st + mmqs_srow<QT, TMA>(lB) * RS + oB;
-        if constexpr (QT == QT_Q6_K) {
-            unit_q6_k_s<NT>(acc, pA, pB, buf, g8, t);
-        } else if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
-            unit_k45_s<QT, NT>(acc, pA, pB, buf, g8, t);
-        } else {
-            raw_t A, B;
-            load_raw<true>(A, pA, t);
-            load_raw<true>(B, pB, t);
-            if constexpr (QT == QT_Q8_0) unit_q8_0_s<NT>(acc, A, B, buf, g8, t);
-            else unit_iq4_s<NT>(acc, A, B, buf, g8, t);
+#pragma unroll
+        for (int j = 0; j < UPS; j++) { // (unit cc.u + j, at j UB bytes into each staged row)
+            if (j > 0 && cc.u + j >= cc.uend) break;
+            const uint8_t *buf = st + P::W + j * P::A;
+            const uint8_t *pA = st + mmqs_srow<QT, TMA>(lA) * RS + oA + j * UB;
+            const uint8_t *pB = st + mmqs_srow<QT, TMA>(lB) * RS + oB + j * UB;
+            if constexpr (QT == QT_Q6_K) {
+                unit_q6_k_s<NT>(acc, pA, pB, buf, g8, t);
+            } else if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
+                unit_k45_s<QT, NT>(acc, pA, pB, buf, g8, t);
+            } else {
+                raw_t A, B;
+                load_raw<true>(A, pA, t);
+                load_raw<true>(B, pB, t);
+                if constexpr (QT == QT_Q8_0) unit_q8_0_s<NT>(acc, A, B, buf, g8, t);
+                else unit_iq4_s<NT>(acc, A, B, buf, g8, t);
+            }
         }
-        if (cc.u + 1 == cc.uend) { // the item's split sum is complete
+        if (cc.u + UPS >= cc.uend) { // the item's split sum is complete
             float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
             const int64_t ocs = M.ks == 1 ? M.y_nb1 : M.n_out;
 #pragma unroll
@@ -771,7 +804,7 @@ static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST>()
                 }
             }
         }
-        mmqs_next<NC>(cc, g);
+        mmqs_next<NC, UPS>(cc, g);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     if (g.follow) ds_cu_grid_join();
@@ -1011,7 +1044,8 @@ extern "C" uint64_t ds_cuda_part_takes(ds_backend *be) {
 // of __launch_bounds__ decide), at most one per item.
 template <int QT, int NT, int ST, bool TMA>
 static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
-    const size_t smem = (size_t)ST * pipe_stage<QT, NT>::BYTES + pipe_stage<QT, NT>::MBAR;
+    typedef pipe_stage<QT, NT, TMA> P;
+    const size_t smem = (size_t)ST * P::BYTES + P::MBAR;
     const uint64_t bit = 1ull << (QT * 8 + (NT - 1) * 2 + ST - 2); // (NT 1..4, ST 2..3)
     uint64_t &opted = TMA ? c->mmqs_opted_tma : c->mmqs_opted;
     if (!(opted & bit)) {
@@ -1022,7 +1056,7 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
         }
         opted |= bit;
     }
-    constexpr int64_t min_blocks = mmqs_min_blocks<QT, NT, ST>();
+    constexpr int64_t min_blocks = mmqs_min_blocks<QT, NT, ST, TMA>();
     const int64_t per_sm = DS_MAX((int64_t)1, DS_MIN(min_blocks,
                                                      (int64_t)(c->smem_per_sm / (smem + 1024))));
     const int64_t blocks = DS_MIN((int64_t)g.n_items, (int64_t)c->n_sm * per_sm);
@@ -1051,7 +1085,7 @@ static void mmq_staged_go(ds_cuda_ctx *c, const mmqs_group &g) {
 
 template <int QT, int NT, bool TMA>
 static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
-    const size_t st3 = 3 * (size_t)pipe_stage<QT, NT>::BYTES;
+    const size_t st3 = 3 * (size_t)pipe_stage<QT, NT, TMA>::BYTES;
     // Q6_K up to 16 columns: 2 stages (3 blocks per SM instead of 2: 4-7% faster per matmul,
     // gemv_bench mmqs, session 11); so too every type whose weights the tensor copies stage
     // (Q4_K / Q5_K 16 columns 3-6% faster than at 3 stages, session 17)
@@ -1108,7 +1142,7 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
     g.n_red += M.n_red;
 }
 
-// The tensor map of matrix M for the staged kernel's tensor copies (pipe stage rows of qt_wrow
+// The tensor map of matrix M for the staged kernel's tensor copies (pipe stage rows of mmqs_srs
 // bytes, boxes of 128 rows; Q6_K: row pairs, boxes of 64 pairs), false where the shape does not
 // allow one (row bytes -- Q6_K: pair bytes -- not a multiple of 16) or the driver refused it.
 static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
@@ -1118,7 +1152,7 @@ static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
     const int es = qt_tma_esize(qt);
     const cuuint64_t dim[2] = {(cuuint64_t)(pitch / es), (cuuint64_t)rows};
     const cuuint64_t stride[1] = {(cuuint64_t)pitch};
-    const cuuint32_t box[2] = {(cuuint32_t)(qt_wrow(qt) / es),
+    const cuuint32_t box[2] = {(cuuint32_t)(mmqs_srs(qt, true) / es),
                                (cuuint32_t)(q6 ? MMQ_ROWS / 2 : MMQ_ROWS)};
     const cuuint32_t estride[2] = {1, 1};
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
@@ -1164,6 +1198,7 @@ static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
     bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_memo(c, qt, g.m[i]);
+    c->n_mmqs_tma += tma;
     qt_switch(qt, [&](auto q) {
         constexpr int QT = decltype(q)::value;
         const int nt = mmqs_nt(g.a.ncols);
@@ -1569,6 +1604,14 @@ extern "C" void ds_cuda_set_mmqs_tma(ds_backend *be, bool on) {
         c->tma_encode = able ? fn : NULL;
     }
     c->mmqs_tma = on && c->tma_encode;
+}
+
+extern "C" bool ds_cuda_mmqs_tma_on(ds_backend *be) {
+    return ds_cuda_of(be)->mmqs_tma;
+}
+
+extern "C" uint64_t ds_cuda_mmqs_tma_launches(ds_backend *be) {
+    return ds_cuda_of(be)->n_mmqs_tma;
 }
 
 extern "C" void ds_cuda_set_mmqs_stages(ds_backend *be, int stages) {
