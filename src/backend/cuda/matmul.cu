@@ -502,7 +502,7 @@ struct mmqs_mat {
     float *part;       // [ks][ncols][n_out] split partials (ks > 1)
     int ks, rb, item0; // K splits, MMQ_ROWS row blocks, first item
     int red0, n_red;   // first and count of the reduce kernel's 256-row blocks (0 when ks == 1)
-    udiv24 by_rb, by_zi, by_ks; // division by rb, rb * ks (items per column chunk), ks
+    udiv24 by_zi, by_ks;        // division by rb * ks (items per column chunk), ks
 };
 struct mmqs_group {
     mm_args a;
@@ -520,7 +520,7 @@ template <int QT, bool TMA> __device__ __forceinline__ int mmqs_srow(int r) {
 }
 
 // A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk of
-// one matrix (items numbered matrix by matrix, row block fastest, then split, then chunk), walked
+// one matrix (items numbered matrix by matrix, split fastest, then row block, then chunk), walked
 // unit by unit. 32-bit arithmetic only: items, units and ks * n_units are small.
 struct mmqs_cursor {
     int item, m, split, u, uend, row0, c0, nvalid;
@@ -535,8 +535,9 @@ __device__ __forceinline__ void mmqs_set(mmqs_cursor &p, const mmqs_group &g, in
     const mmqs_mat &M = g.m[m];
     const int rb = M.rb, ks = M.ks, local = item - M.item0;
     const int z = (int)udiv24_q((uint32_t)local, M.by_zi), rem = local - z * rb * ks;
-    p.split = (int)udiv24_q((uint32_t)rem, M.by_rb);
-    p.row0 = (rem - p.split * rb) * MMQ_ROWS;
+    const int rblk = (int)udiv24_q((uint32_t)rem, M.by_ks);
+    p.split = rem - rblk * ks;
+    p.row0 = rblk * MMQ_ROWS;
     p.c0 = z * NC;
     p.nvalid = min(NC, g.a.ncols - p.c0);
     p.u = (int)udiv24_q((uint32_t)(p.split * g.a.n_units), M.by_ks);
@@ -1125,7 +1126,6 @@ static void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int6
     M.ks = mmq_splits(c, n_out, a.n_units);
     M.rb = (int)((n_out + MMQ_ROWS - 1) / MMQ_ROWS);
     M.item0 = g.n_items;
-    M.by_rb = udiv24_of((uint32_t)M.rb);
     M.by_zi = udiv24_of((uint32_t)(M.rb * M.ks));
     M.by_ks = udiv24_of((uint32_t)M.ks);
     M.part = (float *)((uint8_t *)a.part + *part_off);
