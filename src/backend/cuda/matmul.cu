@@ -444,7 +444,7 @@ __device__ __forceinline__ uint32_t udiv24_q(uint32_t n, const udiv24 &v) {
 }
 
 // Weights staged by the tensor memory accelerator (sm_90): one thread's cp.async.bulk.tensor per
-// unit (two for Q6_K) instead of every thread's cp.async of its 16-byte chunks, completion on a
+// stage (two for Q6_K) instead of every thread's cp.async of its 16-byte chunks, completion on a
 // per-stage mbarrier. A box starts 16-byte aligned (the copies fault otherwise): Q6_K and IQ4_XS
 // units sit at an offset in their staged rows, the same for all rows of a box. Q6_K rows
 // (2-byte multiples) are described in pairs (a row pair is a multiple of 16 bytes where n_in is a
@@ -521,7 +521,8 @@ template <int QT, bool TMA> __device__ __forceinline__ int mmqs_srow(int r) {
 
 // A work item of the staged kernel: one K split of one MMQ_ROWS row block of one column chunk of
 // one matrix (items numbered matrix by matrix, split fastest, then row block, then chunk), walked
-// unit by unit. 32-bit arithmetic only: items, units and ks * n_units are small.
+// stage by stage (mmqs_ups units each). 32-bit arithmetic only: items, units and ks * n_units are
+// small.
 struct mmqs_cursor {
     int item, m, split, u, uend, row0, c0, nvalid;
 };
@@ -656,7 +657,8 @@ __device__ __forceinline__ void mmqs_issue_act(uint8_t *buf, const mm_args &a,
 // mmq_kernel and the GEMV. Dense weights only (no ids).
 // (min blocks: 3 per SM for up to 16 columns where their shared memory fits (Hopper: 228 KiB per
 // SM), which caps the registers at 85: a helper measured the 16-row verify step 19.35-19.5 ->
-// 18.1-18.2 ms when Q4_K's fell from 100 to 73; else 2)
+// 18.1-18.2 ms when Q4_K's fell from 100 to 73 with one-unit stages; else 2, as for the two-unit
+// stages of Q4_K and IQ4_XS)
 template <int QT, int NT, int ST, bool TMA> static constexpr int mmqs_min_blocks() {
     typedef pipe_stage<QT, NT, TMA> P;
     return NT <= 2 && 3 * (ST * P::BYTES + P::MBAR + 1024) <= 228 * 1024 ? 3 : 2;
@@ -691,7 +693,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
     const mm_args &a = g.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t = lane & 3;
     const uint32_t bars = smem_addr(smem + ST * P::BYTES); // (TMA: one mbarrier per stage)
-    mmqs_cursor is, cc; // the unit to issue next, the unit to compute next
+    mmqs_cursor is, cc; // the stage of units to issue next, to compute next
     mmqs_set<NC>(cc, g, blockIdx.x);
     is = cc;
     mmqs_src<QT, NT> src;
@@ -733,7 +735,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
     // kernel it follows passed its wait, and it joins that kernel at its end)
     if (g.follow) ds_cu_grid_trigger();
     else ds_cu_grid_wait();
-    // their activations, one commit group per unit (group 0 also holds the weights issued above)
+    // their activations, one commit group per stage (group 0 also holds the weights issued above)
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (is.item < g.n_items) {
@@ -749,7 +751,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
     for (int k = 0; cc.item < g.n_items; k++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         if constexpr (TMA) mbar_wait(bars + 8 * (k % ST), (uint32_t)(k / ST) & 1u);
-        __syncthreads(); // unit k is in every thread's view; unit k - 1's stage is free
+        __syncthreads(); // stage k is in every thread's view; stage k - 1 is free
         if (is.item < g.n_items) {
             const int sn = (k + ST - 1) % ST;
             uint8_t *nx = smem + sn * P::BYTES;
@@ -1089,7 +1091,8 @@ static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     const size_t st3 = 3 * (size_t)pipe_stage<QT, NT, TMA>::BYTES;
     // Q6_K up to 16 columns: 2 stages (3 blocks per SM instead of 2: 4-7% faster per matmul,
     // gemv_bench mmqs, session 11); so too every type whose weights the tensor copies stage
-    // (Q4_K / Q5_K 16 columns 3-6% faster than at 3 stages, session 17)
+    // (Q4_K / Q5_K 16 columns 3-6% faster than at 3 stages, session 17, one-unit stages; the
+    // two-unit stages of Q4_K and IQ4_XS fit only 2 blocks per SM at 2 stages)
     const bool two =
         c->mmqs_stages == 2 || (c->mmqs_stages == 0 && NT <= 2 && (QT == QT_Q6_K || TMA));
     if (!two && st3 <= c->smem_optin &&
@@ -1194,16 +1197,28 @@ static bool mmqs_tma_memo(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
     return e.ok;
 }
 
+// Whether the staged kernel's 2-stage form with the tensor copies fits the device's shared memory
+// per block (two-unit stages take 105-115 KiB from 17 columns: more than a 99 KiB part allows,
+// where the cp.async form, one unit per stage, runs instead).
+template <int QT, int NT> static bool mmqs_tma_fits(const ds_cuda_ctx *c) {
+    typedef pipe_stage<QT, NT, true> P;
+    return 2 * (size_t)P::BYTES + P::MBAR <= c->smem_optin;
+}
+
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
     bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_memo(c, qt, g.m[i]);
-    c->n_mmqs_tma += tma;
     qt_switch(qt, [&](auto q) {
         constexpr int QT = decltype(q)::value;
         const int nt = mmqs_nt(g.a.ncols);
         if constexpr (qt_tma(QT)) {
-            if (tma) {
+            const bool fits = nt == 1   ? mmqs_tma_fits<QT, 1>(c)
+                              : nt == 2 ? mmqs_tma_fits<QT, 2>(c)
+                              : nt == 3 ? mmqs_tma_fits<QT, 3>(c)
+                                        : mmqs_tma_fits<QT, 4>(c);
+            if (tma && fits) {
+                c->n_mmqs_tma++;
                 if (nt == 1) mmq_staged_launch<QT, 1, true>(c, g);
                 else if (nt == 2) mmq_staged_launch<QT, 2, true>(c, g);
                 else if (nt == 3) mmq_staged_launch<QT, 3, true>(c, g);
