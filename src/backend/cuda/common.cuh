@@ -112,6 +112,7 @@ typedef struct ds_cuda_ctx {
     // built for it): mmqs_tma on (ds_cuda_set_mmqs_tma; only where tma_encode, the driver's
     // cuTensorMapEncodeTiled, was found: tma_probed once).
     bool mmqs_tma, tma_probed;
+    bool tma_warned; // a slower staging for lack of a tensor map was logged (once per backend)
     uint64_t n_mmqs_tma; // staged launches that took the tensor copies (ds_cuda_mmqs_tma_launches)
     void *tma_encode;
     // The weights' tensor maps, encoded once (matmul.cu tma_memo: a replayed step's host pass

@@ -1159,11 +1159,18 @@ static bool mmqs_tma_map(ds_cuda_ctx *c, int qt, mmqs_mat &M) {
                                (cuuint32_t)(q6 ? MMQ_ROWS / 2 : MMQ_ROWS)};
     const cuuint32_t estride[2] = {1, 1};
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
-    return enc(&M.tm, es == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
-               (void *)M.w, dim, stride, box, estride,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-           CUDA_SUCCESS;
+    const CUresult r =
+        enc(&M.tm, es == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+            (void *)M.w, dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS && !c->tma_warned) { // (a shape that allows one: not expected)
+        c->tma_warned = true;
+        ds_log(DS_LOG_WARN, "cuda: the driver refused a tensor map (weight type code %d, rows of "
+               "%lld bytes, error %d): such matmuls of 2-32 rows stage their weights by cp.async, "
+               "5-10%% slower", qt, (long long)M.w_nb1, (int)r);
+    }
+    return r == CUDA_SUCCESS;
 }
 
 // The tensor maps memoized per backend (ctx->tma_memo), direct-mapped on the weights' address:
@@ -1217,6 +1224,12 @@ static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
                               : nt == 2 ? mmqs_tma_fits<QT, 2>(c)
                               : nt == 3 ? mmqs_tma_fits<QT, 3>(c)
                                         : mmqs_tma_fits<QT, 4>(c);
+            if (tma && !fits && !c->tma_warned) {
+                c->tma_warned = true;
+                ds_log(DS_LOG_WARN, "cuda: the staged matmul's tensor-copy stages exceed this "
+                       "device's shared memory per block at %d columns: those matmuls stage "
+                       "their weights by cp.async, slower", nt * 8);
+            }
             if (tma && fits) {
                 c->n_mmqs_tma++;
                 if (nt == 1) mmq_staged_launch<QT, 1, true>(c, g);
