@@ -1212,37 +1212,41 @@ template <int QT, int NT> static bool mmqs_tma_fits(const ds_cuda_ctx *c) {
     return 2 * (size_t)P::BYTES + P::MBAR <= c->smem_optin;
 }
 
+// One staged launch of NT-tile column chunks: by the tensor copies where tma (the group's maps
+// were encoded) and their stages fit, else by cp.async (a shortfall logged once).
+template <int QT, int NT>
+static void mmqs_run_nt(ds_cuda_ctx *c, const mmqs_group &g, bool tma) {
+    if constexpr (qt_tma(QT)) {
+        if (tma && !mmqs_tma_fits<QT, NT>(c)) {
+            tma = false;
+            if (!c->tma_warned) {
+                c->tma_warned = true;
+                ds_log(DS_LOG_WARN, "cuda: the staged matmul's tensor-copy stages exceed this "
+                       "device's shared memory per block at %d columns: those matmuls stage "
+                       "their weights by cp.async, slower", NT * 8);
+            }
+        }
+        if (tma) {
+            c->n_mmqs_tma++;
+            mmq_staged_launch<QT, NT, true>(c, g);
+            return;
+        }
+    }
+    mmq_staged_launch<QT, NT, false>(c, g);
+}
+
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
     bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_memo(c, qt, g.m[i]);
     qt_switch(qt, [&](auto q) {
         constexpr int QT = decltype(q)::value;
-        const int nt = mmqs_nt(g.a.ncols);
-        if constexpr (qt_tma(QT)) {
-            const bool fits = nt == 1   ? mmqs_tma_fits<QT, 1>(c)
-                              : nt == 2 ? mmqs_tma_fits<QT, 2>(c)
-                              : nt == 3 ? mmqs_tma_fits<QT, 3>(c)
-                                        : mmqs_tma_fits<QT, 4>(c);
-            if (tma && !fits && !c->tma_warned) {
-                c->tma_warned = true;
-                ds_log(DS_LOG_WARN, "cuda: the staged matmul's tensor-copy stages exceed this "
-                       "device's shared memory per block at %d columns: those matmuls stage "
-                       "their weights by cp.async, slower", nt * 8);
-            }
-            if (tma && fits) {
-                c->n_mmqs_tma++;
-                if (nt == 1) mmq_staged_launch<QT, 1, true>(c, g);
-                else if (nt == 2) mmq_staged_launch<QT, 2, true>(c, g);
-                else if (nt == 3) mmq_staged_launch<QT, 3, true>(c, g);
-                else mmq_staged_launch<QT, 4, true>(c, g);
-                return;
-            }
+        switch (mmqs_nt(g.a.ncols)) {
+        case 1: mmqs_run_nt<QT, 1>(c, g, tma); break;
+        case 2: mmqs_run_nt<QT, 2>(c, g, tma); break;
+        case 3: mmqs_run_nt<QT, 3>(c, g, tma); break;
+        default: mmqs_run_nt<QT, 4>(c, g, tma); break;
         }
-        if (nt == 1) mmq_staged_launch<QT, 1, false>(c, g);
-        else if (nt == 2) mmq_staged_launch<QT, 2, false>(c, g);
-        else if (nt == 3) mmq_staged_launch<QT, 3, false>(c, g);
-        else mmq_staged_launch<QT, 4, false>(c, g);
     });
 }
 
