@@ -321,8 +321,10 @@ __device__ __forceinline__ void unit_q6_k_s(float (&acc)[NT][4], const uint8_t *
                                           const uint8_t *pB, const uint8_t *buf, int g, int t) {
     typedef stage_layout<QT_Q6_K, NT> L;
     constexpr int LD = qt_xq_ld(QT_Q6_K);
-    const uint32_t *bA = (const uint32_t *)((uintptr_t)pA & ~(uintptr_t)3);
-    const uint32_t *bB = (const uint32_t *)((uintptr_t)pB & ~(uintptr_t)3);
+    // (pointer arithmetic on pA / pB, not an integer round trip: the compiler then still knows
+    // the words are in shared memory and loads them with LDS, not generic 64-bit loads)
+    const uint32_t *bA = (const uint32_t *)(pA - ((uintptr_t)pA & 3));
+    const uint32_t *bB = (const uint32_t *)(pB - ((uintptr_t)pB & 3));
     const uint32_t shA = (uint32_t)((uintptr_t)pA & 2) * 8, shB = (uint32_t)((uintptr_t)pB & 2) * 8;
     auto wA = [&](int off) { return __funnelshift_r(bA[off / 4], bA[off / 4 + 1], shA); };
     auto wB = [&](int off) { return __funnelshift_r(bB[off / 4], bB[off / 4 + 1], shB); };
