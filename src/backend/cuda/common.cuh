@@ -138,6 +138,7 @@ typedef struct ds_cuda_ctx {
     // ds_cuda_set_prep_fuse, for tests and A/B timing).
     bool prep_fuse;
     uint64_t n_part_takes; // (ds_cuda_part_takes)
+    uint64_t n_part_reduces; // (ds_cuda_part_reduces)
 } ds_cuda_ctx;
 
 enum { DS_CU_NORM_UNIT_ROWS = 8, DS_CU_NORM_SUM_ROWS = 64 };

@@ -56,9 +56,11 @@ bool ds_cuda_mmqs_tma_on(ds_backend *be);
 uint64_t ds_cuda_mmqs_tma_launches(ds_backend *be);
 // matmul.cu: whether a staged matmul's split-K reduce may be held back for the next op to add
 // the partials itself (the default) or always runs as its own launch (for tests and A/B timing;
-// bitwise the same). Returns the held-back reduces taken by an op so far.
+// bitwise the same). Returns the held-back reduces taken by an op so far, and the reduce launches
+// so far (a matmul_multi's two staged kernels share one).
 void ds_cuda_set_part_defer(ds_backend *be, bool on);
 uint64_t ds_cuda_part_takes(ds_backend *be);
+uint64_t ds_cuda_part_reduces(ds_backend *be);
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

@@ -716,8 +716,8 @@ static void test_matmul_multi(void **state) {
 // matmul_multi's followers (a later K-quant weight type of the same prepared input runs while the
 // first type's kernel drains, and waits for that kernel only before it exits: matmul_vec.cu's
 // GEMV at N = 1, matmul.cu's staged kernel at N >= 2, whose first type's split-K reduce then
-// comes after the follower): the op launched right after the call must see all of the first
-// type's output, and the follower its own input. A large Q6_K matrix, then a small Q4_K one;
+// comes with the follower's, in one launch): the op launched right after the call must see all
+// of the first type's output, and the follower its own input. A large Q6_K matrix, then a small Q4_K one;
 // both outputs poisoned with NaN before each call, then add(out, y, y) = 2y, bitwise against 2 x
 // the same matmul run alone.
 static void test_matmul_multi_follow(void **state) {
@@ -754,8 +754,11 @@ static void test_matmul_multi_follow(void **state) {
             for (int64_t i = 0; i < big * n; i++) ref[i] += ref[i];
             e->gpu->ops.write(e->gpu, yd[0], nan_row, (size_t)(big * n) * 4);
             e->gpu->ops.write(e->gpu, yd[1], nan_row, (size_t)(small * n) * 4);
+            const uint64_t r0 = ds_cuda_part_reduces(e->gpu);
             e->gpu->ops.matmul_multi(e->gpu, 2, py, pw, &xg);
             e->gpu->ops.add(e->gpu, &og, &yg[0], &yg[0]);
+            // (N = 16: both kernels have K splits, reduced in one launch)
+            assert_int_equal(ds_cuda_part_reduces(e->gpu) - r0, n > 1 ? 1 : 0);
             down(e, got, od, (size_t)(big * n) * 4);
             snprintf(what, sizeof(what), "matmul_multi follower N=%lld: the op after it",
                      (long long)n);
