@@ -12,6 +12,7 @@
 //   bytes: per row and kv head: n_vis*hd*2*sizeof(KV) + partials n_head*chunks*(hd+2)*8
 //   flops: 4*n*n_head*n_vis*hd
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/quant.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -139,8 +140,13 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
     }
 }
 
-// out[t, h] = sum_c acc_c * e^(m_c - M) / sum_c l_c * e^(m_c - M), chunks c in order.
-static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
+// out[t, h] = sum_c acc_c * e^(m_c - M) / sum_c l_c * e^(m_c - M), chunks c in order. GATE (the
+// sigmoid gate op after a held-back combine: ds_cuda_attn_take_gate): out = that * sigmoid(g[t,
+// h]) (elem.cu's formula), and, qo set, the head's 256 outputs quantized as unit h of row t of
+// the next matmul's input (elem.cu ew_kernel's bytes: blockDim is the head dim, 256).
+template <bool GATE>
+static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a, ds_cu_rows g,
+                                                                  q8k_out qo) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     const int h = blockIdx.x, d = threadIdx.x;
     const int64_t tl = blockIdx.y, t = a.t0 + tl;
@@ -174,7 +180,12 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a) {
             O = __fmaf_rn(o8[i], w, O);
         }
     }
-    a.out[t * a.out_nb1 + (int64_t)h * a.hd + d] = __fdiv_rn(O, L);
+    float o = __fdiv_rn(O, L);
+    if constexpr (GATE) {
+        o = ew_one<EW_MUL_SIGMOID>(o, ds_cu_row(g, t * a.n_head + h)[d], 0.0f, 0.0f);
+        if (qo.xq) q8k_group_out(qo, o, t, h, (int64_t)a.hd * a.n_head); // (uniform)
+    }
+    a.out[t * a.out_nb1 + (int64_t)h * a.hd + d] = o;
 }
 
 template <typename KV, int KB, int VB>
@@ -230,8 +241,15 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
     // rows per launch: bound the partials to ~256 MiB (same chunking either way)
     const size_t per_row = (size_t)a.n_head * (size_t)a.s_max * (size_t)(a.hd + 2) * 4;
     const int64_t rows = DS_MAX((int64_t)1, DS_MIN(n, (int64_t)((256u << 20) / per_row)));
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, (size_t)rows * per_row + 1024);
+    // The combine of a one-launch call of head dim 256 is held back for a sigmoid gate to take
+    // (ds_cuda_attn_take_gate; the Qwen3.5 attention's gate, whose op then launches nothing of
+    // its own): the partials sit above room for that op's preparation of the output.
+    const bool hold = c->part_defer && !c->prof && a.hd == UNIT && rows == n && n <= 64 &&
+                      c->att_buf != NULL;
+    const size_t room = hold ? ds_cuda_prep_bytes((int64_t)a.hd * a.n_head, n) : 0;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, room + (size_t)rows * per_row + 1024);
     if (!s) return;
+    s += room;
     // (a multiple of 4 floats: the partial outputs stay 16-byte aligned)
     const size_t n_p = ((size_t)rows * (size_t)a.n_head * (size_t)a.s_max + 3) & ~(size_t)3;
     a.pm = (float *)s;
@@ -249,10 +267,67 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
         } else {
             attn_chunks<float>(c, a, n_kv, nr, gm);
         }
-        dim3 cg((unsigned)a.n_head, (unsigned)nr);
-        ds_cu_launch(c, attn_combine_kernel, cg, a.hd, 0, a);
+        if (hold) {
+            *c->att_buf = a;
+            c->att_pend = true;
+        } else {
+            dim3 cg((unsigned)a.n_head, (unsigned)nr);
+            ds_cu_launch(c, attn_combine_kernel<false>, cg, a.hd, 0, a, ds_cu_rows{}, q8k_out{});
+        }
     }
     ds_cuda_launched(c, op);
+}
+
+void ds_cuda_attn_flush(ds_cuda_ctx *c) {
+    if (!c->att_pend) return;
+    c->att_pend = false;
+    if (c->dead) return;
+    const attn_args &a = *c->att_buf;
+    dim3 cg((unsigned)a.n_head, (unsigned)a.n_rows);
+    ds_cu_launch(c, attn_combine_kernel<false>, cg, a.hd, 0, a, ds_cu_rows{}, q8k_out{});
+    ds_cuda_launched(c, "attention");
+}
+
+void ds_cuda_attn_free(ds_cuda_ctx *c) {
+    free(c->att_buf);
+    c->att_buf = NULL;
+    c->att_pend = false;
+}
+
+bool ds_cuda_attn_take_gate(ds_cuda_ctx *c, const ds_tensor *y, const ds_tensor *x,
+                            const ds_tensor *g) {
+    if (!c->att_pend || !g || c->dead) return false;
+    const attn_args a = *c->att_buf;
+    const int64_t hd = a.hd, nh = a.n_head, n = a.n_rows;
+    auto is_out = [&](const ds_tensor *t) {
+        return t->data == a.out && t->type == DS_TYPE_F32 && t->ne[0] == hd && t->ne[1] == nh &&
+               t->ne[2] == n && t->ne[3] == 1 && t->nb[0] == 4 && t->nb[1] == (size_t)hd * 4 &&
+               t->nb[2] == (size_t)a.out_nb1 * 4;
+    };
+    if (!is_out(y) || !is_out(x) || g->type != DS_TYPE_F32 || g->nb[0] != 4 ||
+        g->ne[0] != hd || g->ne[1] != nh || g->ne[2] != n || g->ne[3] != 1) {
+        return false;
+    }
+    c->att_pend = false;
+    if (!ds_cuda_alive(c, "mul_sigmoid")) return true;
+    // y as the next matmul's input {hd x n_head, n} (rows packed), prepared below the partials
+    q8k_out qo = {};
+    if (a.out_nb1 == hd * nh) {
+        ds_tensor y2 = ds_tensor_2d(a.out, DS_TYPE_F32, hd * nh, n);
+        c->part_held = true;
+        c->part_lo = (const uint8_t *)a.pm;
+        if (!ds_cuda_prep_fused(c, &y2, &qo)) qo = q8k_out{};
+    }
+    dim3 cg((unsigned)nh, (unsigned)n);
+    ds_cu_launch(c, attn_combine_kernel<true>, cg, a.hd, 0, a, ds_cu_rows_of(g), qo);
+    ds_cuda_part_done(c);
+    c->n_att_takes++;
+    ds_cuda_launched(c, "mul_sigmoid");
+    return true;
+}
+
+extern "C" uint64_t ds_cuda_attn_takes(ds_backend *be) {
+    return ds_cuda_of(be)->n_att_takes;
 }
 
 static attn_args attn_common(const ds_tensor *out, const ds_tensor *q, const ds_tensor *k,

@@ -139,6 +139,11 @@ typedef struct ds_cuda_ctx {
     bool prep_fuse;
     uint64_t n_part_takes; // (ds_cuda_part_takes)
     uint64_t n_part_reduces; // (ds_cuda_part_reduces)
+    // attention.cu's chunk combine held back for the sigmoid gate after it (held under
+    // part_defer, like a reduce; att_pend: att_buf holds its arguments); ds_cuda_attn_takes
+    struct attn_args *att_buf;
+    bool att_pend;
+    uint64_t n_att_takes;
 } ds_cuda_ctx;
 
 enum { DS_CU_NORM_UNIT_ROWS = 8, DS_CU_NORM_SUM_ROWS = 64 };
@@ -149,9 +154,12 @@ static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
     return (ds_cuda_ctx *)be->ctx;
 }
 
-// Launches a held-back split-K reduce (matmul.cu), if any; frees its storage at destroy.
+// Launches a held-back split-K reduce (matmul.cu) or attention combine (attention.cu), if any;
+// frees their storage at destroy.
 void ds_cuda_part_flush(ds_cuda_ctx *c);
 void ds_cuda_part_free(ds_cuda_ctx *c);
+void ds_cuda_attn_flush(ds_cuda_ctx *c);
+void ds_cuda_attn_free(ds_cuda_ctx *c);
 
 // Records a failed CUDA call (logs it with file/line/name, marks the backend dead). Returns
 // true when `e` is cudaSuccess.
@@ -379,6 +387,24 @@ __device__ __forceinline__ float ds_cu_silu(float x) {
 }
 __device__ __forceinline__ float ds_cu_sigmoid(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// One element of an elementwise op (elem.cu; attention.cu's combine applies the sigmoid gate).
+enum { EW_ADD = 0, EW_SWIGLU = 1, EW_MUL_SIGMOID = 2, EW_SOFTCAP = 3 };
+template <int OP>
+__device__ __forceinline__ float ew_one(float av, float bv, float p0, float p1) {
+    float v;
+    if (OP == EW_ADD) {
+        v = __fadd_rn(av, bv);
+    } else if (OP == EW_SWIGLU) {
+        v = __fmul_rn(ds_cu_silu(av), bv);
+    } else if (OP == EW_MUL_SIGMOID) {
+        v = __fmul_rn(av, ds_cu_sigmoid(bv));
+    } else {
+        v = __fmul_rn(av, p0);
+        if (p1 > 0.0f) v = __fmul_rn(tanhf(__fdiv_rn(v, p1)), p1);
+    }
+    return v;
 }
 
 // cp.async (sm_80+), global -> shared: 16 bytes through L2 only, 4 bytes through L1. n < size (0

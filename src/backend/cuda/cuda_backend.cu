@@ -3,7 +3,7 @@
 // per-op scratch buffer, error handling (sticky "dead" state) and the op table.
 // Calls the CUDA runtime and cuda_ops.h. Called through backend/backend.h (ds_backend_cuda_new).
 // Spec: DESIGN.md §7, STYLE.md §2.4 and §2.9, docs/cuda.md.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/attention.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -398,6 +398,7 @@ static void cuda_destroy(ds_backend *be) {
     prof_free(c);
     ds_cuda_gemm_free(c);
     ds_cuda_part_free(c);
+    ds_cuda_attn_free(c);
     ds_cuda_graphs_free(c);
     if (c->scratch_d) cudaFree(c->scratch_d);
     if (c->norm_cnt) cudaFree(c->norm_cnt);
@@ -509,6 +510,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->mmv_staged = true;
     c->part_defer = true;
+    c->att_buf = (attn_args *)calloc(1, sizeof(attn_args)); // (NULL: combines never held back)
     c->prep_fuse = true;
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {

@@ -61,6 +61,9 @@ uint64_t ds_cuda_mmqs_tma_launches(ds_backend *be);
 void ds_cuda_set_part_defer(ds_backend *be, bool on);
 uint64_t ds_cuda_part_takes(ds_backend *be);
 uint64_t ds_cuda_part_reduces(ds_backend *be);
+// attention.cu: attention chunk combines held back and taken by the sigmoid gate after them
+// (under the same switch, ds_cuda_set_part_defer).
+uint64_t ds_cuda_attn_takes(ds_backend *be);
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

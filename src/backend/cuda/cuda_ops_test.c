@@ -2022,6 +2022,65 @@ static void test_attention(void **state) {
     }
 }
 
+// The Qwen3.5 attention's sigmoid gate taken by a held-back chunk combine (attention.cu
+// ds_cuda_attn_take_gate: one launch for the combine, the gate and the output projection's
+// preparation): attention, mul_sigmoid in place with the gate half of q, then a Q4_K matmul of
+// the gated output, bitwise the same sequence with nothing held back (ds_cuda_set_part_defer off),
+// and the take counted. Head dim 256, 24 heads on 4 K/V heads (the 27B), F16 and F32 caches,
+// 1 / 5 / 16 rows after 7 and 300 cached keys.
+static void test_attention_gate(void **state) {
+    ENV(state);
+    const int64_t hd = 256, nh = 24, nkv = 4, n_out = 512;
+    ds_tensor wt;
+    void *wd = up_weights(e, DS_TYPE_Q4_K, hd * nh, n_out, &wt);
+    float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * 16) * 4);
+    static const int64_t pasts[] = {7, 300}, ns[] = {1, 5, 16};
+    static const ds_type kvts[] = {DS_TYPE_F16, DS_TYPE_F32};
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(kvts); ti++) {
+        for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
+            for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
+                const int64_t n = ns[ni];
+                att_case ac = {hd, nh, nkv, pasts[pi], n, kvts[ti], NULL};
+                att_setup as;
+                att_setup_new(e, &ac, 1.0f, &as);
+                ds_tensor o3 = ds_tensor_3d(as.od, DS_TYPE_F32, hd, nh, n);
+                ds_tensor gate = qview((float *)as.qd + hd, hd, nh, n);
+                ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, n_out, n);
+                float *got[2][2];
+                for (int defer = 0; defer < 2; defer++) {
+                    ds_cuda_set_part_defer(e->gpu, defer != 0);
+                    e->gpu->ops.matmul(e->gpu, &yg, &wt, &as.og); // (the kind to prepare)
+                    const uint64_t t0 = ds_cuda_attn_takes(e->gpu);
+                    e->gpu->ops.attention(e->gpu, &as.og, &as.qg, &as.kg, &as.vg, (int)nkv,
+                                          &as.p);
+                    e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
+                    e->gpu->ops.matmul(e->gpu, &yg, &wt, &as.og);
+                    got[defer][0] = xmalloc(as.ob), got[defer][1] = xmalloc((size_t)(n_out * n) * 4);
+                    down(e, got[defer][0], as.od, as.ob);
+                    down(e, got[defer][1], yd, (size_t)(n_out * n) * 4);
+                    const uint64_t takes = ds_cuda_attn_takes(e->gpu) - t0;
+                    if (takes != (uint64_t)defer) {
+                        fail_msg("attention gate %s n_past=%lld n=%lld defer=%d: %llu takes",
+                                 ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n,
+                                 defer, (unsigned long long)takes);
+                    }
+                }
+                char what[96];
+                snprintf(what, sizeof(what), "attention gate %s n_past=%lld n=%lld: output",
+                         ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n);
+                expect_bitwise(what, got[1][0], got[0][0], hd * nh * n);
+                snprintf(what, sizeof(what), "attention gate %s n_past=%lld n=%lld: matmul",
+                         ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n);
+                expect_bitwise(what, got[1][1], got[0][1], n_out * n);
+                for (int d = 0; d < 2; d++) free(got[d][0]), free(got[d][1]);
+                att_setup_free(e, &as);
+            }
+        }
+    }
+    ds_cuda_set_part_defer(e->gpu, true);
+    dfree(e, wd), dfree(e, yd);
+}
+
 // Flash-attention prefill (attention_prefill.cu): a chain of >= 65 rows in prefill mode, Q, K, V
 // and P in f16 with f32 accumulation, against the CPU's f32 attention: f16 rounding (2^-11) of
 // the scores' factors and of P gives ~1e-3 relative; 64 rows, a tree or prefill mode off keep
@@ -2722,6 +2781,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_argmax),         cmocka_unit_test(test_topk),
         cmocka_unit_test(test_logsumexp),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_rows),
+        cmocka_unit_test(test_attention_gate),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_conv_silu_gates), cmocka_unit_test(test_gdn_gates),
         cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_deltanet_replay),

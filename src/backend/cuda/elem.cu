@@ -18,25 +18,6 @@ extern "C" {
 #include "backend/cuda/cuda_ops.h"
 }
 
-enum { EW_ADD = 0, EW_SWIGLU = 1, EW_MUL_SIGMOID = 2, EW_SOFTCAP = 3 };
-
-// One element of the op.
-template <int OP>
-__device__ __forceinline__ float ew_one(float av, float bv, float p0, float p1) {
-    float v;
-    if (OP == EW_ADD) {
-        v = __fadd_rn(av, bv);
-    } else if (OP == EW_SWIGLU) {
-        v = __fmul_rn(ds_cu_silu(av), bv);
-    } else if (OP == EW_MUL_SIGMOID) {
-        v = __fmul_rn(av, ds_cu_sigmoid(bv));
-    } else {
-        v = __fmul_rn(av, p0);
-        if (p1 > 0.0f) v = __fmul_rn(tanhf(__fdiv_rn(v, p1)), p1);
-    }
-    return v;
-}
-
 // Q: the row is a matmul input: the block's 256 outputs are also quantized as one unit of its
 // prepared activations (quant.cuh q8k_group; every thread of the grid is in range then), EPT 1;
 // rpc rows of y make one matmul column (a packed {ne0, rpc, n} y seen as {ne0 rpc, n}: the
@@ -151,6 +132,8 @@ template <int OP>
 static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_tensor *a,
                       const ds_tensor *b, float p0, float p1) {
     ds_cuda_ctx *c = ds_cuda_of(be);
+    // (the gate of a held-back attention output: its combine's launch applies it)
+    if (OP == EW_MUL_SIGMOID && ds_cuda_attn_take_gate(c, y, a, b)) return;
     ds_cu_part pa = {}, pb = {};
     bool took = false;
     if constexpr (OP == EW_SWIGLU) { // (before alive, which would launch their reduce)

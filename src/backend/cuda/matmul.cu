@@ -986,6 +986,7 @@ static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
 // part_n), so the taking op's fused preparation cannot overwrite them.
 
 void ds_cuda_part_flush(ds_cuda_ctx *c) {
+    ds_cuda_attn_flush(c);
     if (!c->part_pend) return;
     mmqs_group *g = c->part_pend;
     c->part_pend = NULL;
@@ -1307,6 +1308,12 @@ bool ds_cuda_prep_reuse(ds_cuda_ctx *c, const void *s, const xsrc &xs, int64_t n
 static void prep_layout(int64_t n_in, int64_t ncx, size_t *sz_q, size_t *sz_d) {
     *sz_q = ds_cuda_align((size_t)ncx * (size_t)n_in, 256);
     *sz_d = ds_cuda_align((size_t)ncx * (size_t)(n_in / 32) * 4, 256);
+}
+
+size_t ds_cuda_prep_bytes(int64_t n_in, int64_t ncx) {
+    size_t sz_q, sz_d;
+    prep_layout(n_in, ncx, &sz_q, &sz_d);
+    return sz_q + 2 * sz_d;
 }
 
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o) {

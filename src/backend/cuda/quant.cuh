@@ -371,6 +371,15 @@ void ds_cuda_mmv_launch(ds_cuda_ctx *c, int qt, const mmv_group &g);
 // op's kernel writes them (q8k_group_out), and the next matmul of y reuses them (a wrong guess
 // only costs that matmul its own preparation). False: no fusion (the op runs alone).
 bool ds_cuda_prep_fused(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
+// Scratch bytes a preparation of ncx columns of n_in elements takes (at the scratch's start): a
+// held-back producer keeps its own data above them.
+size_t ds_cuda_prep_bytes(int64_t n_in, int64_t ncx);
+// Before its ds_cuda_alive: mul_sigmoid(y, x, g) of an attention output whose chunk combine is
+// held back (attention.cu): x and y are that output, in place, {hd, n_head, rows}, head dim 256:
+// the combine runs now with the gate applied and y's preparation for the next matmul (the same
+// bits as the combine, then the gate op). True: done (the op returns); false: nothing taken.
+bool ds_cuda_attn_take_gate(ds_cuda_ctx *c, const ds_tensor *y, const ds_tensor *x,
+                            const ds_tensor *g);
 // The same for a prompt chunk's matmul input y (rows the prefill GEMM takes): true: o->bf is where
 // the op's kernel writes y's bf16 copy, which the next GEMM of y reuses instead of converting y
 // (a next matmul that is not a GEMM, F32 weights say, only wastes those writes).
