@@ -71,8 +71,8 @@ typedef struct dspec_engine_params {
     int n_threads;           // CPU threads (0 = all online CPUs)
     const char *device;      // "cpu" (NULL), "cuda" or "cuda:N": where the model runs
     int64_t n_ctx;           // context per session in tokens (0 = 4096)
-    int64_t n_batch;         // prefill chunk (0 = 256 on the CPU; CUDA: 4096, 2048 or 1024
-                             // rows, the widest whose activation buffers for n_sessions
+    int64_t n_batch;         // prefill chunk (0 = 256 on the CPU; CUDA: 8192, 4096, 2048 or
+                             // 1024 rows, the widest whose activation buffers for n_sessions
                              // sessions take at most 1/8 of the device memory free after the
                              // weights)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32

@@ -3,7 +3,8 @@
 // the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
 // Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys
 // (attention.cuh); each chunk writes its max, sum and unnormalised output, and attn_combine merges
-// the chunks in order. F16 caches of head dim 64 / 128 / 256 run attention_tc.cu's tensor-core
+// the chunks in order (held back for the sigmoid gate after it, which its launch then applies:
+// ds_cuda_attn_take_gate). F16 caches of head dim 64 / 128 / 256 run attention_tc.cu's tensor-core
 // kernel (64-key chunks); the rest run attn_chunk_kernel here (f32 arithmetic; 16-key chunks up
 // to 2048 visible keys, so short contexts spread over many blocks). Chunk boundaries depend only
 // on the row's own visible count and the model's shape, so a row's output is bitwise the same in
