@@ -74,7 +74,7 @@ typedef struct dspec_engine_params {
     int64_t n_batch;         // prefill chunk (0 = 256 on the CPU; CUDA: 8192, 4096, 2048 or
                              // 1024 rows, the widest whose activation buffers for n_sessions
                              // sessions take at most 1/8 of the device memory free after the
-                             // weights)
+                             // weights, below 2 n_ctx)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
     int kv_q8_0;             // 1: Q8_0 KV cache instead (K / V rows in 32-element blocks with an
                              // fp16 scale, as llama.cpp's -ctk / -ctv q8_0: ~53% of F16's

@@ -717,9 +717,9 @@ static void test_matmul_multi(void **state) {
 // first type's kernel drains, and waits for that kernel only before it exits: matmul_vec.cu's
 // GEMV at N = 1, matmul.cu's staged kernel at N >= 2, whose first type's split-K reduce then
 // comes with the follower's, in one launch): the op launched right after the call must see all
-// of the first type's output, and the follower its own input. A large Q6_K matrix, then a small Q4_K one;
-// both outputs poisoned with NaN before each call, then add(out, y, y) = 2y, bitwise against 2 x
-// the same matmul run alone.
+// of the first type's output, and the follower its own input. A large Q6_K matrix, then a small
+// Q4_K one; both outputs poisoned with NaN before each call, then add(out, y, y) = 2y, bitwise
+// against 2 x the same matmul run alone.
 static void test_matmul_multi_follow(void **state) {
     ENV(state);
     const int64_t n_in = 5120, big = 16384, small = 64, NMAX = 16;
@@ -812,12 +812,14 @@ static void hb_run(env *e, const hb_case *k, const float *xres0, float *const ou
     for (int i = 0; i < 8; i++) down(e, out[i], src[i], (size_t)(len[i] * n) * 4);
 }
 
-// tg, td, tp: the gate / up, down and next matmuls' weight types (IQ4_XS: the SwiGLU's and the
-// norm's prepared activations in that type's order)
-static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td, ds_type tp) {
+// tg, tu, td, tp: the gate, up, down and next matmuls' weight types (IQ4_XS: the SwiGLU's and
+// the norm's prepared activations in that type's order; gate and up of two K-quant types: two
+// staged kernels whose partials are held back as one group)
+static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type tu, ds_type td,
+                           ds_type tp) {
     ds_tensor wg, wu, wd, wp;
     void *wgd = up_weights(e, tg, E, F, &wg);
-    void *wud = up_weights(e, tg, E, F, &wu);
+    void *wud = up_weights(e, tu, E, F, &wu);
     void *wdd = up_weights(e, td, F, E, &wd);
     void *wpd = up_weights(e, tp, E, 300, &wp);
     static const int64_t ns[] = {2, 5, 9, 16, 33};
@@ -888,10 +890,11 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type td,
 static void test_held_back_reduce(void **state) {
     ENV(state);
     const ds_type q4 = DS_TYPE_Q4_K, q6 = DS_TYPE_Q6_K, iq4 = DS_TYPE_IQ4_XS, q8 = DS_TYPE_Q8_0;
-    held_back_case(e, 1280, 2304, q4, q6, q4); // 5 and 9 units: 2 and 3 K splits
-    held_back_case(e, 5120, 2048, q4, q6, q4); // 20 units: 5 splits
-    held_back_case(e, 5120, 2048, iq4, iq4, iq4);
-    held_back_case(e, 5120, 2048, q8, q8, q8);
+    held_back_case(e, 1280, 2304, q4, q4, q6, q4); // 5 and 9 units: 2 and 3 K splits
+    held_back_case(e, 5120, 2048, q4, q4, q6, q4); // 20 units: 5 splits
+    held_back_case(e, 5120, 2048, q4, q6, q6, q4); // (up follows gate: one held group)
+    held_back_case(e, 5120, 2048, iq4, iq4, iq4, iq4);
+    held_back_case(e, 5120, 2048, q8, q8, q8, q8);
 }
 
 static void test_matmul_id(void **state) {
@@ -2034,6 +2037,12 @@ static void test_attention_gate(void **state) {
     ds_tensor wt;
     void *wd = up_weights(e, DS_TYPE_Q4_K, hd * nh, n_out, &wt);
     float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * 16) * 4);
+    // (the matmul that sets the prepared kind reads its own input; the output is poisoned with
+    // NaN before each pass, so a path that wrote nothing fails)
+    const size_t xb = (size_t)(hd * nh * 16) * 4;
+    float *nan_x = xmalloc(xb), *zero_x = xmalloc(xb);
+    for (int64_t i = 0; i < hd * nh * 16; i++) nan_x[i] = NAN, zero_x[i] = 0.0f;
+    void *wxd = up(e, zero_x, xb);
     static const int64_t pasts[] = {7, 300}, ns[] = {1, 5, 16};
     static const ds_type kvts[] = {DS_TYPE_F16, DS_TYPE_F32};
     for (size_t ti = 0; ti < DS_ARRAY_LEN(kvts); ti++) {
@@ -2049,7 +2058,9 @@ static void test_attention_gate(void **state) {
                 float *got[2][2];
                 for (int defer = 0; defer < 2; defer++) {
                     ds_cuda_set_part_defer(e->gpu, defer != 0);
-                    e->gpu->ops.matmul(e->gpu, &yg, &wt, &as.og); // (the kind to prepare)
+                    ds_tensor wx = ds_tensor_2d(wxd, DS_TYPE_F32, hd * nh, n);
+                    e->gpu->ops.matmul(e->gpu, &yg, &wt, &wx); // (the kind to prepare)
+                    e->gpu->ops.write(e->gpu, as.od, nan_x, as.ob);
                     const uint64_t t0 = ds_cuda_attn_takes(e->gpu);
                     e->gpu->ops.attention(e->gpu, &as.og, &as.qg, &as.kg, &as.vg, (int)nkv,
                                           &as.p);
@@ -2078,7 +2089,8 @@ static void test_attention_gate(void **state) {
         }
     }
     ds_cuda_set_part_defer(e->gpu, true);
-    dfree(e, wd), dfree(e, yd);
+    dfree(e, wd), dfree(e, yd), dfree(e, wxd);
+    free(nan_x), free(zero_x);
 }
 
 // Flash-attention prefill (attention_prefill.cu): a chain of >= 65 rows in prefill mode, Q, K, V
