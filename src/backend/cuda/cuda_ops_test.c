@@ -2030,12 +2030,16 @@ static void test_attention(void **state) {
 // preparation): attention, mul_sigmoid in place with the gate half of q, then a Q4_K matmul of
 // the gated output, bitwise the same sequence with nothing held back (ds_cuda_set_part_defer off),
 // and the take counted. Head dim 256, 24 heads on 4 K/V heads (the 27B), F16 and F32 caches,
-// 1 / 5 / 16 rows after 7 and 300 cached keys.
+// 1 / 5 / 16 rows after 7 and 300 cached keys, Q4_K, IQ4_XS and Q8_0 output projections.
 static void test_attention_gate(void **state) {
     ENV(state);
     const int64_t hd = 256, nh = 24, nkv = 4, n_out = 512;
-    ds_tensor wt;
-    void *wd = up_weights(e, DS_TYPE_Q4_K, hd * nh, n_out, &wt);
+    // (the output projection's type sets the preparation the gate writes: q8_K, IQ4_XS order,
+    // q8_0)
+    static const ds_type wts[3] = {DS_TYPE_Q4_K, DS_TYPE_IQ4_XS, DS_TYPE_Q8_0};
+    ds_tensor wtt[3];
+    void *wd[3];
+    for (int i = 0; i < 3; i++) wd[i] = up_weights(e, wts[i], hd * nh, n_out, &wtt[i]);
     float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * 16) * 4);
     // (the matmul that sets the prepared kind reads its own input; the output is poisoned with
     // NaN before each pass, so a path that wrote nothing fails)
@@ -2049,6 +2053,8 @@ static void test_attention_gate(void **state) {
         for (size_t pi = 0; pi < DS_ARRAY_LEN(pasts); pi++) {
             for (size_t ni = 0; ni < DS_ARRAY_LEN(ns); ni++) {
                 const int64_t n = ns[ni];
+                const int wi = (int)((ti * 2 + pi) % 3);
+                const ds_tensor wt = wtt[wi];
                 att_case ac = {hd, nh, nkv, pasts[pi], n, kvts[ti], NULL};
                 att_setup as;
                 att_setup_new(e, &ac, 1.0f, &as);
@@ -2080,8 +2086,9 @@ static void test_attention_gate(void **state) {
                 snprintf(what, sizeof(what), "attention gate %s n_past=%lld n=%lld: output",
                          ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n);
                 expect_bitwise(what, got[1][0], got[0][0], hd * nh * n);
-                snprintf(what, sizeof(what), "attention gate %s n_past=%lld n=%lld: matmul",
-                         ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n);
+                snprintf(what, sizeof(what), "attention gate %s n_past=%lld n=%lld: %s matmul",
+                         ds_type_name(kvts[ti]), (long long)pasts[pi], (long long)n,
+                         ds_type_name(wts[wi]));
                 expect_bitwise(what, got[1][1], got[0][1], n_out * n);
                 for (int d = 0; d < 2; d++) free(got[d][0]), free(got[d][1]);
                 att_setup_free(e, &as);
@@ -2089,7 +2096,8 @@ static void test_attention_gate(void **state) {
         }
     }
     ds_cuda_set_part_defer(e->gpu, true);
-    dfree(e, wd), dfree(e, yd), dfree(e, wxd);
+    for (int i = 0; i < 3; i++) dfree(e, wd[i]);
+    dfree(e, yd), dfree(e, wxd);
     free(nan_x), free(zero_x);
 }
 
