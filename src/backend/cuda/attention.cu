@@ -189,6 +189,12 @@ static __global__ __launch_bounds__(256) void attn_combine_kernel(attn_args a, d
     a.out[t * a.out_nb1 + (int64_t)h * a.hd + d] = o;
 }
 
+// The plain combine of a call's rows [a.t0, a.t0 + a.n_rows).
+static void combine_launch(ds_cuda_ctx *c, const attn_args &a) {
+    dim3 cg((unsigned)a.n_head, (unsigned)a.n_rows);
+    ds_cu_launch(c, attn_combine_kernel<false>, cg, a.hd, 0, a, ds_cu_rows{}, q8k_out{});
+}
+
 template <typename KV, int KB, int VB>
 static void attn_chunks_kb(ds_cuda_ctx *c, const attn_args &a, dim3 grid, size_t smem, int gm) {
     switch (gm) {
@@ -272,8 +278,7 @@ static void attn_run(ds_cuda_ctx *c, const char *op, attn_args a, ds_type kvt, i
             *c->att_buf = a;
             c->att_pend = true;
         } else {
-            dim3 cg((unsigned)a.n_head, (unsigned)nr);
-            ds_cu_launch(c, attn_combine_kernel<false>, cg, a.hd, 0, a, ds_cu_rows{}, q8k_out{});
+            combine_launch(c, a);
         }
     }
     ds_cuda_launched(c, op);
@@ -283,9 +288,7 @@ void ds_cuda_attn_flush(ds_cuda_ctx *c) {
     if (!c->att_pend) return;
     c->att_pend = false;
     if (c->dead) return;
-    const attn_args &a = *c->att_buf;
-    dim3 cg((unsigned)a.n_head, (unsigned)a.n_rows);
-    ds_cu_launch(c, attn_combine_kernel<false>, cg, a.hd, 0, a, ds_cu_rows{}, q8k_out{});
+    combine_launch(c, *c->att_buf);
     ds_cuda_launched(c, "attention");
 }
 
