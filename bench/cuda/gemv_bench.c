@@ -2,13 +2,15 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
-// Usage: gemv_bench [iters] [small|mmv|mmqs|all] [TYPE]   (TYPE, e.g. q6_K: only that weight type;
+// Usage: gemv_bench [iters] [small|mmv|mmqs|sweep|all] [TYPE]   (TYPE, e.g. q6_K: only that weight type;
 // "all": every mode's N = 1..32 table, the default; "small": only the small-op table: launch floor,
 // fused residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types
 // at N = 1, the decode GEMV with its activations staged in shared memory and read from global
 // memory, side by side; "mmqs": the quantized types at N = 16 and 32 on the staged mma kernel,
 // with its default pipeline depth, then forced to 2 and to 3 stages, then its weights staged by
-// every thread's cp.async instead of the tensor copies).
+// every thread's cp.async instead of the tensor copies; "sweep": the staged kernel at N = 16 for
+// K = 5120 and output widths of 32..288 row blocks of 128, Q4_K and Q6_K (or TYPE): how the
+// time follows the work items, 5 K splits per row block, against the resident blocks).
 //
 // Method: 4 copies of each weight matrix are rotated so that no call finds its weights in L2;
 // each configuration runs 3 warm-up calls then `iters` back-to-back calls between two stream
@@ -173,6 +175,70 @@ static void bench_small(ds_backend *be, int iters) {
     be->ops.free(be, xb), be->ops.free(be, wb);
 }
 
+// One matmul's mean time over `iters` back-to-back calls: n_in x n_out weights of type t (4
+// copies rotated, so that no call finds them in L2), N activation rows.
+static double time_matmul(ds_backend *be, ds_type t, int64_t n_in, int64_t n_out, int n, int iters) {
+    enum { COPIES = 4 };
+    const size_t bytes = ds_type_row_size(t, n_in) * (size_t)n_out;
+    uint8_t *h = malloc(bytes);
+    fill(t, h, bytes);
+    void *w[COPIES];
+    for (int c = 0; c < COPIES; c++) {
+        w[c] = be->ops.alloc(be, bytes);
+        be->ops.write(be, w[c], h, bytes);
+    }
+    free(h);
+    float *xh = malloc((size_t)(n_in * n) * 4);
+    for (int64_t i = 0; i < n_in * n; i++) xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
+    void *x = be->ops.alloc(be, (size_t)(n_in * n) * 4), *y = be->ops.alloc(be, (size_t)(n_out * n) * 4);
+    be->ops.write(be, x, xh, (size_t)(n_in * n) * 4);
+    free(xh);
+    ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, n_in, n), yt = ds_tensor_2d(y, DS_TYPE_F32, n_out, n);
+    for (int i = 0; i < 3 + iters; i++) {
+        if (i == 3) be->ops.sync(be);
+        ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, n_in, n_out);
+        be->ops.matmul(be, &yt, &wt, &xt);
+    }
+    be->ops.sync(be);
+    const double t0 = ds_time_now();
+    for (int i = 0; i < iters; i++) {
+        ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, n_in, n_out);
+        be->ops.matmul(be, &yt, &wt, &xt);
+    }
+    be->ops.sync(be);
+    const double dt = (ds_time_now() - t0) / iters;
+    for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);
+    be->ops.free(be, x);
+    be->ops.free(be, y);
+    return dt;
+}
+
+// The staged kernel's time against its work items at N = 16 (Q4_K and Q6_K, or only):
+// K = 5120 (5 splits of 4 units per 128-row block) for n_out = 128 * rb, rb = 32, 96, ..., 288;
+// then shapes of 1,320 items (5 rounds of 264 resident blocks) of different item sizes and split
+// counts: 5 splits (33792 x 5120), one split of 4 units (168960 x 1024: no partials), 20 splits
+// (8448 x 20480), one split of 20 units (135168 x 5120, 1,056 items: the LM head's form), and 2
+// and 3 splits (84480 x 2048, 56320 x 3072).
+static void bench_sweep(ds_backend *be, int iters, const char *only) {
+    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q6_K};
+    static const int64_t shapes[][2] = {{5120, 33792}, {1024, 168960}, {20480, 8448},
+                                        {5120, 135168}, {2048, 84480}, {3072, 56320}};
+    printf("sweep: %-6s %6s %6s %10s %9s\n", "type", "n_in", "n_out", "us/call", "GB/s");
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
+        const ds_type t = types[ti];
+        if (only && strcmp(only, ds_type_name(t)) != 0) continue;
+        for (int rb = 32; rb <= 288 + (int)DS_ARRAY_LEN(shapes) * 8; rb += rb < 288 ? 64 : 8) {
+            const int si = rb > 288 ? (rb - 296) / 8 : -1;
+            const int64_t k = si < 0 ? 5120 : shapes[si][0], n_out = si < 0 ? 128 * rb : shapes[si][1];
+            const double dt = time_matmul(be, t, k, n_out, 16, iters);
+            const double bytes = (double)ds_type_row_size(t, k) * (double)n_out;
+            printf("sweep: %-6s %6lld %6lld %10.2f %9.0f\n", ds_type_name(t), (long long)k,
+                   (long long)n_out, dt * 1e6, bytes / dt / 1e9);
+        }
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 30;
     dspec_err err = {0};
@@ -185,6 +251,11 @@ int main(int argc, char **argv) {
     printf("device-to-device copy (1 GiB, read+write): %.0f GB/s\n\n", copy);
     if (argc > 2 && strcmp(argv[2], "small") == 0) { // small ops only
         bench_small(be, iters);
+        ds_backend_free(be);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "sweep") == 0) {
+        bench_sweep(be, iters, argc > 3 ? argv[3] : NULL);
         ds_backend_free(be);
         return 0;
     }

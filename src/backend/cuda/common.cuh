@@ -104,6 +104,7 @@ typedef struct ds_cuda_ctx {
     size_t smem_per_sm, smem_optin;
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged GEMV kernels (bit: type) allowed their
                                            // shared memory on this device, or refused it
+    size_t l2_bytes;     // the device's L2 (how many split partials the staged kernel keeps)
     int mmqs_stages;     // matmul.cu's staged kernel depth forced to 2 or 3 (0: its choice)
     uint64_t mmqs_opted; // matmul.cu's staged kernels (bit 8*type + 2*(NT-1) + stages - 2) given
                          // their shared memory; mmqs_opted_tma: the same for its TMA kernels

@@ -507,6 +507,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     }
     c->n_sm = prop.multiProcessorCount;
     c->smem_per_sm = prop.sharedMemPerMultiprocessor;
+    c->l2_bytes = (size_t)prop.l2CacheSize;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->mmv_staged = true;
     c->part_defer = true;

@@ -514,6 +514,10 @@ struct mmqs_group {
     // kernel (its partials elsewhere in the scratch): it runs while that kernel drains and waits
     // for it only before it exits (as matmul_vec.cu's followers; mmq_staged_go)
     int follow;
+    // 1: the split partials are stored with an L2 evict_last hint, so that the weights streaming
+    // through L2 do not push them out to memory before the reduce or a taker reads them (set
+    // where they are at most a third of L2: mmqs_run)
+    int keep;
 };
 // Where local row r (0..127) of a staged unit sits: its own row, or for Q6_K staged by the tensor
 // copies the even rows first.
@@ -684,6 +688,11 @@ __device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const 
         tma_load2(dst, &M.tm, ((p.u * UB) & ~15) / qt_tma_esize(QT), p.row0, bar);
     }
 }
+// A split partial's store with an L2 evict_last policy (mmqs_group keep).
+__device__ __forceinline__ void st_evict_last(float *p, float v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol)
+                 : "memory");
+}
 template <int QT, int NT, int ST, bool TMA>
 static __global__ __launch_bounds__(MMQS_THREADS, (mmqs_min_blocks<QT, NT, ST, TMA>())) void
 mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
@@ -796,6 +805,10 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
             }
         }
         if (cc.u + UPS >= cc.uend) { // the item's split sum is complete
+            uint64_t pol = 0;
+            if (g.keep) {
+                asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+            }
             float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
             const int64_t ocs = M.ks == 1 ? M.y_nb1 : M.n_out;
 #pragma unroll
@@ -804,7 +817,10 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
                 for (int e = 0; e < 4; e++) {
                     const int row = cc.row0 + lA + (e >> 1) * 8;
                     const int cl = nt * 8 + 2 * t + (e & 1);
-                    if (row < M.n_out && cl < cc.nvalid) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                    if (row < M.n_out && cl < cc.nvalid) {
+                        if (M.ks == 1 || !g.keep) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                        else st_evict_last(o + (cc.c0 + cl) * ocs + row, acc[nt][e], pol);
+                    }
                     acc[nt][e] = 0.0f;
                 }
             }
@@ -1261,6 +1277,9 @@ static void mmqs_run_nt(ds_cuda_ctx *c, const mmqs_group &g, bool tma) {
 
 static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
+    size_t part = 0;
+    for (int i = 0; i < g.n; i++) part += mmqs_part_bytes(c, g.a, g.m[i].n_out);
+    g.keep = part > 0 && part <= c->l2_bytes / 3;
     bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_memo(c, qt, g.m[i]);
     qt_switch(qt, [&](auto q) {
