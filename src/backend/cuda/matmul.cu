@@ -516,7 +516,9 @@ struct mmqs_group {
     int follow;
     // 1: the split partials are stored with an L2 evict_last hint, so that the weights streaming
     // through L2 do not push them out to memory before the reduce or a taker reads them (set
-    // where they are at most a third of L2: mmqs_run)
+    // where they are at most a third of L2 and the columns at most 24: mmqs_run; the 32-column
+    // kernels, at 128 registers, are built without it); the readers' loads (ds_cu_ld_part) mark
+    // them evict_first, so that they do not linger in L2
     int keep;
 };
 // Where local row r (0..127) of a staged unit sits: its own row, or for Q6_K staged by the tensor
@@ -806,7 +808,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
         }
         if (cc.u + UPS >= cc.uend) { // the item's split sum is complete
             uint64_t pol = 0;
-            if (g.keep) {
+            if (NT <= 3 && g.keep) {
                 asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
             }
             float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
@@ -818,7 +820,9 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
                     const int row = cc.row0 + lA + (e >> 1) * 8;
                     const int cl = nt * 8 + 2 * t + (e & 1);
                     if (row < M.n_out && cl < cc.nvalid) {
-                        if (M.ks == 1 || !g.keep) o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                        if (NT > 3 || M.ks == 1 || !g.keep) {
+                            o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
+                        }
                         else st_evict_last(o + (cc.c0 + cl) * ocs + row, acc[nt][e], pol);
                     }
                     acc[nt][e] = 0.0f;
@@ -847,9 +851,9 @@ static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(
     if (row >= M.n_out) return;
     const int ncols = g.a.ncols;
     for (int c = blockIdx.y; c < ncols; c += gridDim.y) {
-        float s = M.part[(size_t)c * M.n_out + row];
+        float s = ds_cu_ld_part(M.part + (size_t)c * M.n_out + row);
         for (int sp = 1; sp < M.ks; sp++) {
-            s = __fadd_rn(s, M.part[((size_t)sp * ncols + c) * M.n_out + row]);
+            s = __fadd_rn(s, ds_cu_ld_part(M.part + ((size_t)sp * ncols + c) * M.n_out + row));
         }
         M.y[c * M.y_nb1 + row] = s;
     }
@@ -1279,7 +1283,7 @@ static void mmqs_run(ds_cuda_ctx *c, int qt, const mmqs_group &g0) {
     mmqs_group g = g0;
     size_t part = 0;
     for (int i = 0; i < g.n; i++) part += mmqs_part_bytes(c, g.a, g.m[i].n_out);
-    g.keep = part > 0 && part <= c->l2_bytes / 3;
+    g.keep = part > 0 && part <= c->l2_bytes / 3 && g.a.ncols <= 24;
     bool tma = qt_tma(qt) && c->mmqs_tma;
     for (int i = 0; tma && i < g.n; i++) tma = mmqs_tma_memo(c, qt, g.m[i]);
     qt_switch(qt, [&](auto q) {

@@ -394,11 +394,20 @@ struct ds_cu_part {
     int64_t n_out, stride;
     int ks;
 };
+// A split partial's load, its L2 line then marked evict_first: the staged kernel may have stored
+// it with evict_last (matmul.cu mmqs_group keep), and once read it is dead.
+__device__ __forceinline__ float ds_cu_ld_part(const float *p) {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    float v;
+    asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(pol));
+    return v;
+}
 __device__ __forceinline__ float ds_cu_part_at(const ds_cu_part &q, int64_t c, int64_t i) {
     const float *p = q.p + c * q.n_out + i;
-    float s = p[0];
+    float s = ds_cu_ld_part(p);
 #pragma unroll 4
-    for (int k = 1; k < q.ks; k++) s = __fadd_rn(s, p[k * q.stride]);
+    for (int k = 1; k < q.ks; k++) s = __fadd_rn(s, ds_cu_ld_part(p + k * q.stride));
     return s;
 }
 // Before its ds_cuda_alive: an op about to read y (f32 rows) takes y's held-back partials if y is
