@@ -2,7 +2,7 @@
 // activation rows, per weight type, against the device's copy bandwidth measured in the same run
 // (cudaMemcpy device-to-device of 1 GiB; bytes read + written). Built and run by bench/cuda/run.sh
 // (not part of the CMake build). Calls backend.h (CUDA backend) and the CUDA runtime.
-// Usage: gemv_bench [iters] [small|mmv|mmqs|sweep|all] [TYPE]   (TYPE, e.g. q6_K: only that weight type;
+// Usage: gemv_bench [iters] [small|mmv|mmqs|sweep|all] [TYPE]   (TYPE, e.g. q6_K: only that type;
 // "all": every mode's N = 1..32 table, the default; "small": only the small-op table: launch floor,
 // fused residual + RMSNorm, attention at 512 / 8K / 32K context; "mmv": only the quantized types
 // at N = 1, the decode GEMV with its activations staged in shared memory and read from global
@@ -177,7 +177,8 @@ static void bench_small(ds_backend *be, int iters) {
 
 // One matmul's mean time over `iters` back-to-back calls: n_in x n_out weights of type t (4
 // copies rotated, so that no call finds them in L2), N activation rows.
-static double time_matmul(ds_backend *be, ds_type t, int64_t n_in, int64_t n_out, int n, int iters) {
+static double time_matmul(ds_backend *be, ds_type t, int64_t n_in, int64_t n_out, int n,
+                          int iters) {
     enum { COPIES = 4 };
     const size_t bytes = ds_type_row_size(t, n_in) * (size_t)n_out;
     uint8_t *h = malloc(bytes);
@@ -189,13 +190,16 @@ static double time_matmul(ds_backend *be, ds_type t, int64_t n_in, int64_t n_out
     }
     free(h);
     float *xh = malloc((size_t)(n_in * n) * 4);
-    for (int64_t i = 0; i < n_in * n; i++) xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
-    void *x = be->ops.alloc(be, (size_t)(n_in * n) * 4), *y = be->ops.alloc(be, (size_t)(n_out * n) * 4);
+    for (int64_t i = 0; i < n_in * n; i++) {
+        xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
+    }
+    void *x = be->ops.alloc(be, (size_t)(n_in * n) * 4);
+    void *y = be->ops.alloc(be, (size_t)(n_out * n) * 4);
     be->ops.write(be, x, xh, (size_t)(n_in * n) * 4);
     free(xh);
-    ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, n_in, n), yt = ds_tensor_2d(y, DS_TYPE_F32, n_out, n);
-    for (int i = 0; i < 3 + iters; i++) {
-        if (i == 3) be->ops.sync(be);
+    ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, n_in, n);
+    ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, n_out, n);
+    for (int i = 0; i < 3; i++) { // (warm-up)
         ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, n_in, n_out);
         be->ops.matmul(be, &yt, &wt, &xt);
     }
@@ -229,7 +233,8 @@ static void bench_sweep(ds_backend *be, int iters, const char *only) {
         if (only && strcmp(only, ds_type_name(t)) != 0) continue;
         for (int rb = 32; rb <= 288 + (int)DS_ARRAY_LEN(shapes) * 8; rb += rb < 288 ? 64 : 8) {
             const int si = rb > 288 ? (rb - 296) / 8 : -1;
-            const int64_t k = si < 0 ? 5120 : shapes[si][0], n_out = si < 0 ? 128 * rb : shapes[si][1];
+            const int64_t k = si < 0 ? 5120 : shapes[si][0];
+            const int64_t n_out = si < 0 ? 128 * rb : shapes[si][1];
             const double dt = time_matmul(be, t, k, n_out, 16, iters);
             const double bytes = (double)ds_type_row_size(t, k) * (double)n_out;
             printf("sweep: %-6s %6lld %6lld %10.2f %9.0f\n", ds_type_name(t), (long long)k,
