@@ -820,10 +820,9 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
                     const int row = cc.row0 + lA + (e >> 1) * 8;
                     const int cl = nt * 8 + 2 * t + (e & 1);
                     if (row < M.n_out && cl < cc.nvalid) {
-                        if (NT > 3 || M.ks == 1 || !g.keep) {
-                            o[(cc.c0 + cl) * ocs + row] = acc[nt][e];
-                        }
-                        else st_evict_last(o + (cc.c0 + cl) * ocs + row, acc[nt][e], pol);
+                        float *op = o + (cc.c0 + cl) * ocs + row;
+                        if (NT > 3 || M.ks == 1 || !g.keep) *op = acc[nt][e];
+                        else st_evict_last(op, acc[nt][e], pol);
                     }
                     acc[nt][e] = 0.0f;
                 }
