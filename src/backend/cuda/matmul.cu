@@ -834,6 +834,11 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
     if (g.follow) ds_cu_grid_join();
 }
 
+// Matrix M's split partials as the ops that read them see them (quant.cuh ds_cu_part).
+__host__ __device__ inline ds_cu_part mmqs_part_of(const mmqs_group &g, const mmqs_mat &M) {
+    return {M.part, M.n_out, (int64_t)g.a.ncols * M.n_out, M.ks};
+}
+
 // y = sum over splits of the partials, in split order (blockIdx.x: the group's 256-row blocks of
 // matrices with ks > 1).
 static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(
@@ -848,13 +853,9 @@ static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(
     const mmqs_mat &M = g.m[m];
     const int64_t row = (int64_t)(bx - M.red0) * 256 + threadIdx.x;
     if (row >= M.n_out) return;
-    const int ncols = g.a.ncols;
-    for (int c = blockIdx.y; c < ncols; c += gridDim.y) {
-        float s = ds_cu_ld_part(M.part + (size_t)c * M.n_out + row);
-        for (int sp = 1; sp < M.ks; sp++) {
-            s = __fadd_rn(s, ds_cu_ld_part(M.part + ((size_t)sp * ncols + c) * M.n_out + row));
-        }
-        M.y[c * M.y_nb1 + row] = s;
+    const ds_cu_part q = mmqs_part_of(g, M);
+    for (int c = blockIdx.y; c < g.a.ncols; c += gridDim.y) {
+        M.y[c * M.y_nb1 + row] = ds_cu_part_at(q, c, row);
     }
 }
 
@@ -1032,8 +1033,7 @@ bool ds_cuda_part_take(ds_cuda_ctx *c, const ds_tensor *y, ds_cu_part *o) {
             (size_t)M.y_nb1 * 4 != y->nb[1]) {
             continue;
         }
-        o->p = M.part, o->n_out = M.n_out, o->ks = M.ks;
-        o->stride = (int64_t)g->a.ncols * M.n_out;
+        *o = mmqs_part_of(*g, M);
         const uint8_t *lo = (const uint8_t *)M.part;
         c->part_lo = c->part_held && c->part_lo < lo ? c->part_lo : lo;
         c->part_held = true;

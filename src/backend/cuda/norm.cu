@@ -329,10 +329,7 @@ static __global__ __launch_bounds__(32 * PS_SLOTS) void part_sums_kernel(ds_cu_r
     const int lane = threadIdx.x & 31, k = threadIdx.x >> 5, vw = blockIdx.x;
     const int64_t r = blockIdx.y, n = x.ne0, i = vw * 32 + lane + (int64_t)k * nt;
     if (i < n) {
-        const float *q = bp.p + r * bp.n_out + i;
-        float z = ds_cu_ld_part(q);
-#pragma unroll 4
-        for (int sp = 1; sp < bp.ks; sp++) z = __fadd_rn(z, ds_cu_ld_part(q + sp * bp.stride));
+        const float z = ds_cu_part_at(bp, r, i);
         const float v = __fadd_rn(ds_cu_row(x, r)[i], z);
         ds_cu_row(b, r)[i] = z;
         ds_cu_row(xo, r)[i] = v;
