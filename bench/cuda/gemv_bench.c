@@ -175,46 +175,72 @@ static void bench_small(ds_backend *be, int iters) {
     be->ops.free(be, xb), be->ops.free(be, wb);
 }
 
-// One matmul's mean time over `iters` back-to-back calls: n_in x n_out weights of type t (4
-// copies rotated, so that no call finds them in L2), N activation rows.
-static double time_matmul(ds_backend *be, ds_type t, int64_t n_in, int64_t n_out, int n,
-                          int iters) {
-    enum { COPIES = 4 };
+// A matmul's device operands: 4 copies of the n_in x n_out weights of type t (rotated, so that
+// no call finds them in L2) and activations / outputs of up to nmax rows. False when out of
+// device memory (said on stderr).
+enum { COPIES = 4 };
+typedef struct mm_ops {
+    void *w[COPIES], *x, *y;
+    ds_type t;
+    int64_t n_in, n_out;
+} mm_ops;
+
+static void mm_ops_free(ds_backend *be, mm_ops *o) {
+    for (int c = 0; c < COPIES; c++) be->ops.free(be, o->w[c]);
+    be->ops.free(be, o->x);
+    be->ops.free(be, o->y);
+}
+
+static bool mm_ops_new(ds_backend *be, mm_ops *o, ds_type t, int64_t n_in, int64_t n_out,
+                       int64_t nmax) {
+    memset(o, 0, sizeof(*o));
+    o->t = t, o->n_in = n_in, o->n_out = n_out;
     const size_t bytes = ds_type_row_size(t, n_in) * (size_t)n_out;
     uint8_t *h = malloc(bytes);
-    fill(t, h, bytes);
-    void *w[COPIES];
-    for (int c = 0; c < COPIES; c++) {
-        w[c] = be->ops.alloc(be, bytes);
-        be->ops.write(be, w[c], h, bytes);
+    float *xh = malloc((size_t)(n_in * nmax) * 4);
+    bool ok = h && xh;
+    if (ok) {
+        fill(t, h, bytes);
+        for (int64_t i = 0; i < n_in * nmax; i++) {
+            xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
+        }
     }
+    for (int c = 0; ok && c < COPIES; c++) {
+        o->w[c] = be->ops.alloc(be, bytes);
+        ok = o->w[c] != NULL;
+        if (ok) be->ops.write(be, o->w[c], h, bytes);
+    }
+    if (ok) {
+        o->x = be->ops.alloc(be, (size_t)(n_in * nmax) * 4);
+        o->y = be->ops.alloc(be, (size_t)(n_out * nmax) * 4);
+        ok = o->x && o->y;
+    }
+    if (ok) be->ops.write(be, o->x, xh, (size_t)(n_in * nmax) * 4);
     free(h);
-    float *xh = malloc((size_t)(n_in * n) * 4);
-    for (int64_t i = 0; i < n_in * n; i++) {
-        xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
-    }
-    void *x = be->ops.alloc(be, (size_t)(n_in * n) * 4);
-    void *y = be->ops.alloc(be, (size_t)(n_out * n) * 4);
-    be->ops.write(be, x, xh, (size_t)(n_in * n) * 4);
     free(xh);
-    ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, n_in, n);
-    ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, n_out, n);
-    for (int i = 0; i < 3; i++) { // (warm-up)
-        ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, n_in, n_out);
+    if (!ok) {
+        fprintf(stderr, "gemv_bench: out of memory\n");
+        mm_ops_free(be, o);
+    }
+    return ok;
+}
+
+// Mean time of `iters` back-to-back matmuls of n activation rows after 3 warm-up calls, timed on
+// the host between two syncs (launch overhead included, as a real step has it), in seconds.
+static double mm_time(ds_backend *be, const mm_ops *o, int n, int iters) {
+    ds_tensor xt = ds_tensor_2d(o->x, DS_TYPE_F32, o->n_in, n);
+    ds_tensor yt = ds_tensor_2d(o->y, DS_TYPE_F32, o->n_out, n);
+    double t0 = 0.0;
+    for (int i = 0; i < 3 + iters; i++) {
+        if (i == 3) {
+            be->ops.sync(be);
+            t0 = ds_time_now();
+        }
+        ds_tensor wt = ds_tensor_2d(o->w[i % COPIES], o->t, o->n_in, o->n_out);
         be->ops.matmul(be, &yt, &wt, &xt);
     }
     be->ops.sync(be);
-    const double t0 = ds_time_now();
-    for (int i = 0; i < iters; i++) {
-        ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, n_in, n_out);
-        be->ops.matmul(be, &yt, &wt, &xt);
-    }
-    be->ops.sync(be);
-    const double dt = (ds_time_now() - t0) / iters;
-    for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);
-    be->ops.free(be, x);
-    be->ops.free(be, y);
-    return dt;
+    return (ds_time_now() - t0) / iters;
 }
 
 // The staged kernel's time against its work items at N = 16 (Q4_K and Q6_K, or only):
@@ -235,7 +261,10 @@ static void bench_sweep(ds_backend *be, int iters, const char *only) {
             const int si = rb > 288 ? (rb - 296) / 8 : -1;
             const int64_t k = si < 0 ? 5120 : shapes[si][0];
             const int64_t n_out = si < 0 ? 128 * rb : shapes[si][1];
-            const double dt = time_matmul(be, t, k, n_out, 16, iters);
+            mm_ops o;
+            if (!mm_ops_new(be, &o, t, k, n_out, 16)) return;
+            const double dt = mm_time(be, &o, 16, iters);
+            mm_ops_free(be, &o);
             const double bytes = (double)ds_type_row_size(t, k) * (double)n_out;
             printf("sweep: %-6s %6lld %6lld %10.2f %9.0f\n", ds_type_name(t), (long long)k,
                    (long long)n_out, dt * 1e6, bytes / dt / 1e9);
@@ -279,7 +308,7 @@ int main(int argc, char **argv) {
                         : mmqs ? DS_ARRAY_LEN(ns_mmqs)
                                : DS_ARRAY_LEN(ns_all);
     const int reps = mmv ? 2 : mmqs ? 4 : 1; // variants per N
-    enum { COPIES = 4, NMAX = 32 };
+    enum { NMAX = 32 };
     printf("%-8s %-9s %5s %10s %9s %7s %9s\n", "type", "matrix", "N", "us/call", "GB/s", "%copy",
            "t(N)/t(1)");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
@@ -289,25 +318,9 @@ int main(int argc, char **argv) {
             if ((mmv || mmqs) && !ds_type_traits_get(t)->is_quantized) continue; // (no dp4a GEMV)
             if (argc > 3 && strcmp(argv[3], ds_type_name(t)) != 0) continue;
             if (si == 3 && (t == DS_TYPE_F32 || t == DS_TYPE_F16)) continue; // 5 GB: skip
-            size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
-            uint8_t *h = malloc(bytes);
-            fill(t, h, bytes);
-            void *w[COPIES];
-            for (int c = 0; c < COPIES; c++) {
-                w[c] = be->ops.alloc(be, bytes);
-                if (!w[c]) {
-                    fprintf(stderr, "gemv_bench: out of device memory\n");
-                    return 1;
-                }
-                be->ops.write(be, w[c], h, bytes);
-            }
-            free(h);
-            float *xh = malloc((size_t)(s->n_in * NMAX) * 4);
-            for (int64_t i = 0; i < s->n_in * NMAX; i++) xh[i] = (float)((int)(rnd() >> 41) - (1 << 22)) * 2e-7f;
-            void *x = be->ops.alloc(be, (size_t)(s->n_in * NMAX) * 4);
-            void *y = be->ops.alloc(be, (size_t)(s->n_out * NMAX) * 4);
-            be->ops.write(be, x, xh, (size_t)(s->n_in * NMAX) * 4);
-            free(xh);
+            const size_t bytes = ds_type_row_size(t, s->n_in) * (size_t)s->n_out;
+            mm_ops o;
+            if (!mm_ops_new(be, &o, t, s->n_in, s->n_out, NMAX)) return 1;
             double t1 = 0.0;
             for (size_t ni = 0; ni < n_ns * (size_t)reps; ni++) {
                 int n = ns[ni / (size_t)reps];
@@ -319,20 +332,7 @@ int main(int argc, char **argv) {
                 const int stages = var == 1 ? 2 : var == 2 ? 3 : 0;
                 ds_cuda_set_mmqs_stages(be, stages);
                 ds_cuda_set_mmqs_tma(be, var != 3);
-                ds_tensor xt = ds_tensor_2d(x, DS_TYPE_F32, s->n_in, n);
-                ds_tensor yt = ds_tensor_2d(y, DS_TYPE_F32, s->n_out, n);
-                for (int i = 0; i < 3; i++) {
-                    ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, s->n_in, s->n_out);
-                    be->ops.matmul(be, &yt, &wt, &xt);
-                }
-                be->ops.sync(be);
-                double t0 = ds_time_now();
-                for (int i = 0; i < iters; i++) {
-                    ds_tensor wt = ds_tensor_2d(w[i % COPIES], t, s->n_in, s->n_out);
-                    be->ops.matmul(be, &yt, &wt, &xt);
-                }
-                be->ops.sync(be);
-                double dt = (ds_time_now() - t0) / iters;
+                const double dt = mm_time(be, &o, n, iters);
                 if (t1 == 0.0) t1 = dt;
                 double gbs = (double)bytes / dt / 1e9;
                 printf("%-8s %-9s %5d %10.1f %9.0f %6.1f%% %9.2f%s%s\n", ds_type_name(t), s->name,
@@ -344,9 +344,7 @@ int main(int argc, char **argv) {
                                      : "");
             }
             fflush(stdout);
-            for (int c = 0; c < COPIES; c++) be->ops.free(be, w[c]);
-            be->ops.free(be, x);
-            be->ops.free(be, y);
+            mm_ops_free(be, &o);
         }
     }
     ds_backend_free(be);
