@@ -29,23 +29,28 @@ void ds_engine_unlock(dspec_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-// Prompt chunk rows when the caller set none: 256 on the CPU; on a device, whose prefill GEMM
-// dequantizes every weight once per chunk, the widest of 8,192 / 4,096 / 2,048 / 1,024 rows
-// whose activation buffers, one set per expected session, take at most an eighth of the memory
-// left after the weights, and not twice the context or more (27B Q4_K_M on an H200, 8K prompt,
-// session 12: 6,697 tok/s in 1,024-row chunks, 7,449 in 2,048, 7,978 in 4,096, 8,245 in one
-// 8,192-row chunk; H100, session 43: 9,340 in 4,096-row chunks, 9,680 in one; 8,192 rows of its
-// activations are ~3.4 GB).
+int64_t ds_engine_device_batch(size_t free_b, size_t sessions, int64_t n_ctx,
+                               size_t (*act_bytes)(const void *ctx, int64_t n_batch),
+                               const void *ctx) {
+    for (int64_t n = 8192; n > 1024; n /= 2) {
+        if (n / 2 >= n_ctx) continue; // (a chunk no prompt of the context fills)
+        if (act_bytes(ctx, n) * sessions <= free_b / 8) return n;
+    }
+    return 1024;
+}
+
+// What a session's state adds for prompt chunks of n_batch rows (ds_engine_device_batch).
+static size_t model_act_bytes(const void *m, int64_t n_batch) {
+    const ds_state_params sp = {.n_batch = n_batch};
+    return ds_state_act_bytes((const ds_model *)m, &sp);
+}
+
+// Prompt chunk rows when the caller set none: 256 on the CPU, ds_engine_device_batch on a device.
 static int64_t default_batch(const dspec_engine *e) {
     size_t free_b = 0;
     if (!ds_engine_backend_free_memory(e->be, &free_b)) return 256;
-    const size_t sessions = (size_t)DS_MAX(e->p.n_sessions, 1);
-    for (int64_t n = 8192; n > 1024; n /= 2) {
-        if (n / 2 >= ds_engine_n_ctx(e)) continue; // (a chunk no prompt of the context fills)
-        const ds_state_params sp = {.n_batch = n}; // (what a session's state adds to n_batch)
-        if (ds_state_act_bytes(e->m, &sp) * sessions <= free_b / 8) return n;
-    }
-    return 1024;
+    return ds_engine_device_batch(free_b, (size_t)DS_MAX(e->p.n_sessions, 1), ds_engine_n_ctx(e),
+                                  model_act_bytes, e->m);
 }
 
 dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err) {

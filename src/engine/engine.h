@@ -44,6 +44,16 @@ const ds_drafter *ds_engine_drafter(const dspec_engine *e);
 const dspec_engine_params *ds_engine_params(const dspec_engine *e);
 // Context size of the engine's sessions in tokens (after defaults).
 int64_t ds_engine_n_ctx(const dspec_engine *e);
+// The prompt chunk on a device when the caller set none (--batch 0): its prefill GEMM
+// dequantizes every weight once per chunk, so the widest of 8,192 / 4,096 / 2,048 rows whose
+// activation buffers for `sessions` sessions (act_bytes(ctx, rows) each) take at most an eighth
+// of the free_b bytes free after the weights, and below twice the context (a wider chunk no
+// prompt fills); else 1,024. 27B Q4_K_M, 8K prompt: H200 (session 12) 6,697 tok/s in 1,024-row
+// chunks, 7,449 in 2,048, 7,978 in 4,096, 8,245 in one of 8,192; H100 (session 43) 9,340 in
+// 4,096-row chunks, 9,680 in one. 8,192 rows of the 27B's activations are ~3.4 GB.
+int64_t ds_engine_device_batch(size_t free_b, size_t sessions, int64_t n_ctx,
+                               size_t (*act_bytes)(const void *ctx, int64_t n_batch),
+                               const void *ctx);
 
 // ---- prefix snapshots ------------------------------------------------------------------------------
 
