@@ -2072,7 +2072,8 @@ static void test_attention_gate(void **state) {
                                           &as.p);
                     e->gpu->ops.mul_sigmoid(e->gpu, &o3, &o3, &gate);
                     e->gpu->ops.matmul(e->gpu, &yg, &wt, &as.og);
-                    got[defer][0] = xmalloc(as.ob), got[defer][1] = xmalloc((size_t)(n_out * n) * 4);
+                    got[defer][0] = xmalloc(as.ob);
+                    got[defer][1] = xmalloc((size_t)(n_out * n) * 4);
                     down(e, got[defer][0], as.od, as.ob);
                     down(e, got[defer][1], yd, (size_t)(n_out * n) * 4);
                     const uint64_t takes = ds_cuda_attn_takes(e->gpu) - t0;
