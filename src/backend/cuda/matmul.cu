@@ -807,25 +807,57 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
             }
         }
         if (cc.u + UPS >= cc.uend) { // the item's split sum is complete
-            uint64_t pol = 0;
-            if (NT <= 3 && g.keep) {
-                asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+            const bool part = M.ks != 1;
+            float *o = part ? M.part + (size_t)cc.split * a.ncols * M.n_out : M.y;
+            const int64_t ocs = part ? M.n_out : M.y_nb1;
+            // this thread's outputs: rows lA, lA + 8 (e >> 1), columns nt 8 + 2t + (e & 1); a
+            // whole item (every row and column in range, the common case) stores through two
+            // column pointers at fixed offsets, with one branch for the L2 policy (uniform)
+            const bool keep = NT <= 3 && part && g.keep;
+            if (cc.row0 + MMQ_ROWS <= M.n_out && cc.nvalid == NC) {
+                float *p0 = o + (int64_t)(cc.c0 + 2 * t) * ocs + (cc.row0 + lA), *p1 = p0 + ocs;
+                const int64_t o8 = 8 * ocs;
+                if (keep) {
+                    uint64_t pol;
+                    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        st_evict_last(p0 + nt * o8, acc[nt][0], pol);
+                        st_evict_last(p1 + nt * o8, acc[nt][1], pol);
+                        st_evict_last(p0 + nt * o8 + 8, acc[nt][2], pol);
+                        st_evict_last(p1 + nt * o8 + 8, acc[nt][3], pol);
+                    }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        p0[nt * o8] = acc[nt][0];
+                        p1[nt * o8] = acc[nt][1];
+                        p0[nt * o8 + 8] = acc[nt][2];
+                        p1[nt * o8 + 8] = acc[nt][3];
+                    }
+                }
+            } else {
+                uint64_t pol = 0;
+                if (keep) {
+                    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = cc.row0 + lA + (e >> 1) * 8;
+                        const int cl = nt * 8 + 2 * t + (e & 1);
+                        if (row < M.n_out && cl < cc.nvalid) {
+                            float *op = o + (cc.c0 + cl) * ocs + row;
+                            if (keep) st_evict_last(op, acc[nt][e], pol);
+                            else *op = acc[nt][e];
+                        }
+                    }
+                }
             }
-            float *o = M.ks == 1 ? M.y : M.part + (size_t)cc.split * a.ncols * M.n_out;
-            const int64_t ocs = M.ks == 1 ? M.y_nb1 : M.n_out;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = cc.row0 + lA + (e >> 1) * 8;
-                    const int cl = nt * 8 + 2 * t + (e & 1);
-                    if (row < M.n_out && cl < cc.nvalid) {
-                        float *op = o + (cc.c0 + cl) * ocs + row;
-                        if (NT > 3 || M.ks == 1 || !g.keep) *op = acc[nt][e];
-                        else st_evict_last(op, acc[nt][e], pol);
-                    }
-                    acc[nt][e] = 0.0f;
-                }
+                acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
             }
         }
         mmqs_next<NC, UPS>(cc, g);
