@@ -147,7 +147,7 @@ void ds_cli_engine_help(FILE *f) {
     fprintf(f,
             "  --batch N                 prefill chunk (default 256; CUDA: 8192, 4096, 2048\n"
             "                            or 1024 rows, the widest whose activations fit 1/8\n"
-            "                            of the free device memory, at most the context's)\n"
+            "                            of the free device memory, below twice the context)\n"
             "  --kv-type f16|f32|q8_0    KV cache type (default f16; q8_0: ~53%% of f16's\n"
             "                            memory, slower attention on CUDA at long contexts)\n"
             "  -t, --threads N           CPU threads (default: all)\n"

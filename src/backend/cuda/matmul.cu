@@ -690,7 +690,12 @@ __device__ __forceinline__ void mmqs_issue_tma(uint8_t *st, uint32_t bar, const 
         tma_load2(dst, &M.tm, ((p.u * UB) & ~15) / qt_tma_esize(QT), p.row0, bar);
     }
 }
-// A split partial's store with an L2 evict_last policy (mmqs_group keep).
+// The L2 evict_last policy of the split partials' stores (mmqs_group keep), and such a store.
+__device__ __forceinline__ uint64_t l2_evict_last() {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
 __device__ __forceinline__ void st_evict_last(float *p, float v, uint64_t pol) {
     asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol)
                  : "memory");
@@ -818,8 +823,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
                 float *p0 = o + (int64_t)(cc.c0 + 2 * t) * ocs + (cc.row0 + lA), *p1 = p0 + ocs;
                 const int64_t o8 = 8 * ocs;
                 if (keep) {
-                    uint64_t pol;
-                    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+                    const uint64_t pol = l2_evict_last();
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         st_evict_last(p0 + nt * o8, acc[nt][0], pol);
@@ -837,10 +841,7 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
                     }
                 }
             } else {
-                uint64_t pol = 0;
-                if (keep) {
-                    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-                }
+                const uint64_t pol = keep ? l2_evict_last() : 0;
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
