@@ -1,14 +1,14 @@
 // tma_probe.cu: how fast the tensor memory accelerator streams a weight matrix in boxes of a given
-// shape -- the staged verify GEMM's access pattern (matmul.cu mmq_staged_kernel: a box of 128 rows
-// x one 144-byte Q4_K unit per pipeline stage) against boxes of fewer rows and more contiguous
-// bytes per row, and against contiguous bulk copies of the same stage size.
+// shape -- the staged verify GEMM's access pattern (matmul_staged.cu mmq_staged_kernel: a box of
+// 128 rows x one 144-byte Q4_K unit per pipeline stage) against boxes of fewer rows and more
+// contiguous bytes per row, and against contiguous bulk copies of the same stage size.
 // Not part of the engine (no project headers); built and run by hand on the GPU machine:
 //   nvcc -O3 -arch=sm_90a -o tma_probe bench/cuda/tma_probe.cu && ./tma_probe [iters] [BPS]
 // The matrix: ~100 MB (the 27B's FFN gate + up in Q4_K), rows of 5 K splits of P boxes of B
 // bytes, 4 copies rotated so that L2 never holds one. Persistent blocks (BPS per SM, the
 // argument) walk items of R rows x one K split -- numbered split fastest (ORDER = 0, as
-// matmul.cu's since session 42) or row block fastest (ORDER = 1) -- box after box, through an
-// S-stage pipeline (thread 0 issues a box of R rows x B bytes, every thread waits on the stage's
+// matmul_staged.cu's since session 42) or row block fastest (ORDER = 1) -- box after box, through
+// an S-stage pipeline (thread 0 issues a box of R rows x B bytes, every thread waits on the stage's
 // mbarrier, a block barrier frees the oldest stage, as the GEMM does); each stage is then
 // "computed" by a dependent FMA chain of W steps per thread (W = 0: no compute). Shapes: the
 // staged kernel's Q4_K boxes of one unit (128 x 144) and of two (128 x 288), Q6_K-sized rows of

@@ -26,7 +26,7 @@ extern "C" {
 
 typedef struct ds_cuda_ctx {
     int device;
-    int n_sm;                 // multiprocessors (fixes the K-split of the GEMV: see matmul.cu)
+    int n_sm;                 // multiprocessors
     cudaStream_t stream;      // the backend's one stream
     // Host arrays of op arguments (ids, positions, parents, ranges) travel through a pinned ring
     // buffer and an equal device ring, in stream order (ds_cuda_stage).
@@ -105,19 +105,20 @@ typedef struct ds_cuda_ctx {
     uint32_t mmv_sx_opted, mmv_sx_refused; // staged GEMV kernels (bit: type) allowed their
                                            // shared memory on this device, or refused it
     size_t l2_bytes;     // the device's L2 (how many split partials the staged kernel keeps)
-    int mmqs_stages;     // matmul.cu's staged kernel depth forced to 2 or 3 (0: its choice)
-    uint64_t mmqs_opted; // matmul.cu's staged kernels (bit 8*type + 2*(NT-1) + stages - 2) given
+    int mmqs_stages;     // matmul_staged.cu's staged kernel depth forced to 2 or 3 (0: its choice)
+    uint64_t mmqs_opted; // matmul_staged.cu's kernels (bit 8*type + 2*(NT-1) + stages - 2) given
                          // their shared memory; mmqs_opted_tma: the same for its TMA kernels
     uint64_t mmqs_opted_tma;
-    // Staged kernel weights through the tensor memory accelerator (matmul.cu; sm_90 and the kernels
-    // built for it): mmqs_tma on (ds_cuda_set_mmqs_tma; only where tma_encode, the driver's
-    // cuTensorMapEncodeTiled, was found: tma_probed once).
+    // Staged kernel weights through the tensor memory accelerator (matmul_staged.cu; sm_90 and
+    // the kernels built for it): mmqs_tma on (ds_cuda_set_mmqs_tma; only where tma_encode, the
+    // driver's cuTensorMapEncodeTiled, was found: tma_probed once).
     bool mmqs_tma, tma_probed;
     bool tma_warned; // a slower staging for lack of a tensor map was logged (once per backend)
     uint64_t n_mmqs_tma; // staged launches that took the tensor copies (ds_cuda_mmqs_tma_launches)
     void *tma_encode;
-    // The weights' tensor maps, encoded once (matmul.cu tma_memo: a replayed step's host pass
-    // runs every launch's host code, and encoding a map is a driver call); freed with the ctx.
+    // The weights' tensor maps, encoded once (matmul_staged.cu tma_memo: a replayed step's host
+    // pass runs every launch's host code, and encoding a map is a driver call); freed with the
+    // ctx.
     struct tma_memo_entry *tma_memo;
     // Arrival counters of norm.cu's unit-block add_rmsnorm, one per row (DS_CU_NORM_UNIT_ROWS),
     // zeroed at creation and left at 0 by every launch; allocated once (step graphs keep the
@@ -126,7 +127,7 @@ typedef struct ds_cuda_ctx {
     // norm.cu's add_rmsnorm of an addend with held-back split partials: the rows' warp sums of
     // squares between its two kernels, DS_CU_NORM_SUM_ROWS x 32 doubles (NULL: not that path).
     double *norm_sums;
-    // A staged matmul's split-K reduce held back for the next op (matmul.cu "held-back
+    // A staged matmul's split-K reduce held back for the next op (matmul_staged.cu "held-back
     // reduce"): part_pend points at part_buf while one is pending. The op that reads the outputs
     // may take them (ds_cuda_part_take) and add the partials itself; any other op, a copy, a read,
     // a sync, a scratch growth or step_end launches the reduce first (ds_cuda_part_flush).
@@ -155,8 +156,8 @@ static inline ds_cuda_ctx *ds_cuda_of(ds_backend *be) {
     return (ds_cuda_ctx *)be->ctx;
 }
 
-// Launches a held-back split-K reduce (matmul.cu) or attention combine (attention.cu), if any;
-// frees their storage at destroy.
+// Launches a held-back split-K reduce (matmul_staged.cu) or attention combine (attention.cu), if
+// any; frees their storage at destroy.
 void ds_cuda_part_flush(ds_cuda_ctx *c);
 void ds_cuda_part_free(ds_cuda_ctx *c);
 void ds_cuda_attn_flush(ds_cuda_ctx *c);

@@ -28,7 +28,7 @@ bool ds_cuda_check(ds_cuda_ctx *c, cudaError_t e, const char *expr, const char *
 
 bool ds_cuda_alive(ds_cuda_ctx *c, const char *op) {
     if (strcmp(op, "matmul") != 0) c->op_gen++; // may overwrite scratch or matmul inputs
-    ds_cuda_part_flush(c); // (what the op did not take: matmul.cu "held-back reduce")
+    ds_cuda_part_flush(c); // (what the op did not take: matmul_staged.cu "held-back reduce")
     if (c->dead) {
         ds_log(DS_LOG_ERROR, "cuda: %s skipped: an earlier CUDA call failed", op);
         return false;
@@ -448,7 +448,7 @@ extern "C" int ds_cuda_device_count(void) {
     return n;
 }
 
-// Shapes the kernels are instantiated for (matmul.cu, gated_delta.cu, attention.cu asserts).
+// Shapes the kernels are instantiated for (matmul*.cu, gated_delta.cu, attention.cu asserts).
 static bool cuda_supports(ds_backend *be, int kind, int64_t a, int64_t b) {
     (void)be;
     switch (kind) {

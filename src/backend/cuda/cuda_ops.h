@@ -43,10 +43,11 @@ bool ds_cuda_gemm_dequant(ds_backend *be, const ds_tensor *w, int64_t r0, int64_
 // matmul_vec.cu: whether the decode GEMV reads its activations from a shared-memory copy (the
 // default) or from global memory (for tests and A/B timing; the results are bitwise the same).
 void ds_cuda_set_mmv_staged(ds_backend *be, bool on);
-// matmul.cu: the staged mma kernel's pipeline depth, 2 or 3 stages where it fits (0: the default
-// choice; for A/B timing, gemv_bench mmqs: fewer stages fit more blocks per SM; bitwise the same).
+// matmul_staged.cu: the staged mma kernel's pipeline depth, 2 or 3 stages where it fits (0: the
+// default choice; for A/B timing, gemv_bench mmqs: fewer stages fit more blocks per SM; bitwise the
+// same).
 void ds_cuda_set_mmqs_stages(ds_backend *be, int stages);
-// matmul.cu: whether the staged kernel stages its quantized weights with the tensor
+// matmul_staged.cu: whether the staged kernel stages its quantized weights with the tensor
 // memory accelerator (the default where the device and the build have it) or with every thread's
 // cp.async (for tests and A/B timing; bitwise the same).
 void ds_cuda_set_mmqs_tma(ds_backend *be, bool on);
@@ -54,10 +55,10 @@ void ds_cuda_set_mmqs_tma(ds_backend *be, bool on);
 // and how many staged launches did (tests: a shape that allows them must take them).
 bool ds_cuda_mmqs_tma_on(ds_backend *be);
 uint64_t ds_cuda_mmqs_tma_launches(ds_backend *be);
-// matmul.cu: whether a staged matmul's split-K reduce may be held back for the next op to add
-// the partials itself (the default) or always runs as its own launch (for tests and A/B timing;
-// bitwise the same). Returns the held-back reduces taken by an op so far, and the reduce launches
-// so far (a matmul_multi's two staged kernels share one).
+// matmul_staged.cu: whether a staged matmul's split-K reduce may be held back for the next op to
+// add the partials itself (the default) or always runs as its own launch (for tests and A/B
+// timing; bitwise the same). Returns the held-back reduces taken by an op so far, and the reduce
+// launches so far (a matmul_multi's two staged kernels share one).
 void ds_cuda_set_part_defer(ds_backend *be, bool on);
 uint64_t ds_cuda_part_takes(ds_backend *be);
 uint64_t ds_cuda_part_reduces(ds_backend *be);

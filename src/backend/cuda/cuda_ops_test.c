@@ -383,10 +383,10 @@ static void test_matmul_27b(void **state) {
 }
 
 // The staged kernel (N >= MMQS_MIN_COLS) writes K-split partials that mmq_staged_reduce_kernel
-// adds in split order (matmul.cu): the same matmul called again, interleaved with other shapes,
-// plain and as a captured and replayed step graph, gives the same bits each time (y poisoned with
-// NaN before every call), equal to the rows computed alone (the dp4a GEMV); the last case has
-// 4,224 tiles.
+// adds in split order (matmul_staged.cu): the same matmul called again, interleaved with other
+// shapes, plain and as a captured and replayed step graph, gives the same bits each time (y
+// poisoned with NaN before every call), equal to the rows computed alone (the dp4a GEMV); the last
+// case has 4,224 tiles.
 static void test_matmul_split_repeat(void **state) {
     ENV(state);
     static const struct {
@@ -715,7 +715,7 @@ static void test_matmul_multi(void **state) {
 
 // matmul_multi's followers (a later K-quant weight type of the same prepared input runs while the
 // first type's kernel drains, and waits for that kernel only before it exits: matmul_vec.cu's
-// GEMV at N = 1, matmul.cu's staged kernel at N >= 2, whose first type's split-K reduce then
+// GEMV at N = 1, matmul_staged.cu's kernel at N >= 2, whose first type's split-K reduce then
 // comes with the follower's, in one launch): the op launched right after the call must see all
 // of the first type's output, and the follower its own input. A large Q6_K matrix, then a small
 // Q4_K one; both outputs poisoned with NaN before each call, then add(out, y, y) = 2y, bitwise
@@ -877,9 +877,9 @@ static void held_back_case(env *e, int64_t E, int64_t F, ds_type tg, ds_type tu,
     free(xh), free(rh), free(wn);
 }
 
-// The held-back split-K reduce (matmul.cu): the outputs of staged matmuls with K splits, read by
-// the ops that add their partials themselves (SwiGLU of gate and up; add_rmsnorm of the down
-// output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
+// The held-back split-K reduce (matmul_staged.cu): the outputs of staged matmuls with K splits,
+// read by the ops that add their partials themselves (SwiGLU of gate and up; add_rmsnorm of the
+// down output, norm.cu part_sums_kernel), by an op that does not (add), and by reads, are bitwise
 // those of the same sequence with every reduce launched at once (ds_cuda_set_part_defer off),
 // and the takes happen where expected; at 5 and 16 rows the held-back add_rmsnorm writes x + b
 // into another buffer (against the in-place reference). Rows of 1280 (norm rows of 256

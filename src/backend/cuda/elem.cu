@@ -6,8 +6,8 @@
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
 // matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused; in a prompt chunk the prefill GEMM
 // takes, its bf16 copy: ds_cuda_prep_fused_bf16); SwiGLU adds the split partials of
-// gate and up itself when their reduce was held back (matmul.cu). Argmax: 64 slices per row, then
-// their winners; top-k: the same with k rounds per slice; logsumexp: per slice its max and its
+// gate and up itself when their reduce was held back (matmul_staged.cu). Argmax: 64 slices per row,
+// then their winners; top-k: the same with k rounds per slice; logsumexp: per slice its max and its
 // sum of exponentials, then per row their combination. Calls common.cuh, quant.cuh. Called
 // through the op table. Spec: backend.h.
 //   bytes: rows*ne0*12 (binary ops), rows*ne0*4 + rows*4 (argmax, logsumexp: read twice, the
@@ -106,7 +106,7 @@ static __global__ __launch_bounds__(256) void ew_flat_kernel(ds_cu_rows y, ds_cu
     }
 }
 
-// SwiGLU of the FFN gate and up when their matmul's split-K reduce was held back (matmul.cu
+// SwiGLU of the FFN gate and up when their matmul's split-K reduce was held back (matmul_staged.cu
 // "held-back reduce"): an input with partials (pa.p / pb.p set) is read as their sum in split
 // order and stored back (the y the reduce would have written); the other is read as ew_kernel
 // reads it. Then ew_kernel's arithmetic; Q: and the output's preparation (one unit per block,

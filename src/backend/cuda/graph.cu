@@ -219,7 +219,7 @@ extern "C" void ds_cuda_step_begin(ds_backend *be, uint64_t key, int64_t kv_len)
 
 extern "C" bool ds_cuda_step_end(ds_backend *be) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    ds_cuda_part_flush(c); // (a held-back reduce belongs to the step: matmul.cu)
+    ds_cuda_part_flush(c); // (a held-back reduce belongs to the step: matmul_staged.cu)
     const int mode = c->gmode;
     c->gmode = DS_CU_EAGER;
     if (mode == DS_CU_EAGER) return true;

@@ -1,18 +1,18 @@
 // matmul_vec.cu: the decode GEMV, y{n_out} = W · x for one dense column (N = 1; wider N runs
-// matmul.cu's staged mma kernel) and quantized W (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), with dp4a on
+// matmul_staged.cu's mma kernel) and quantized W (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), with dp4a on
 // the activations that matmul.cu's prep kernels quantized exactly as the CPU does. Calls
 // quant.cuh. Called by matmul.cu (mm_run).
 // Spec: backend.h (matmul), DESIGN.md §4.2 and §7, docs/cuda.md "matmul".
 //
 // (Rows of one or two units over a vocabulary-sized output run mmv_short_kernel below: a warp per
 // 32 rows.) A block is up to 8 warps over 8 rows; each warp runs a contiguous run of the K splits
-// that matmul.cu's mmq_splits fixes for the shape, its 4-lane group g = lane/4 one row, lane t =
-// lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8 groups of
-// a warp read 8 rows' units with 16-byte loads while the activation words they need are the same
-// (broadcast) for all groups. The first weight units are loaded first, before the wait for the
-// previous kernel (programmatic launch); then the activations of the warp's units are copied into
-// shared memory (mmv_stage; not IQ4_XS: mmv_stages), as activation loads inside the loop waited
-// behind the weight loads of later units. Each lane keeps 3-4 units of weights in flight in
+// that mmq_splits (matmul_staged.cuh) fixes for the shape, its 4-lane group g = lane/4 one row,
+// lane t = lane%4 a quarter of each 256-element unit (Q8_0: two of its eight 32-blocks), so the 8
+// groups of a warp read 8 rows' units with 16-byte loads while the activation words they need are
+// the same (broadcast) for all groups. The first weight units are loaded first, before the wait for
+// the previous kernel (programmatic launch); then the activations of the warp's units are copied
+// into shared memory (mmv_stage; not IQ4_XS: mmv_stages), as activation loads inside the loop
+// waited behind the weight loads of later units. Each lane keeps 3-4 units of weights in flight in
 // registers (mmv_pf); the 2-byte-aligned types (Q6_K, Q8_0) load aligned words and shift them into
 // place only when computing. The warps per block follow the kernel's real residency (mmv_warps), as
 // the kernel is bound by memory latency at 16-20 resident warps per SM. A unit's integer sums are
@@ -466,7 +466,7 @@ __device__ __forceinline__ xview<true> mmv_stage(const mm_args &a, uint8_t *sm, 
 
 // Block: W warps over MMV_ROWS rows of one matrix of the group (blocks [blk0, next blk0) belong to
 // matrix m; numerics do not depend on W, PF or on the grouping); warp w runs K splits
-// [w*ks/W, (w+1)*ks/W) one after the other (matmul.cu mmq_splits: split s is units
+// [w*ks/W, (w+1)*ks/W) one after the other (matmul_staged.cuh mmq_splits: split s is units
 // [s*U/ks, (s+1)*U/ks)), its lane group g = lane/4 one row. Each split's partial goes to shared
 // memory; warp 0 adds them in split order.
 // Weights in flight: PF units in registers per lane (slot i holds unit u0 + i, is computed, then

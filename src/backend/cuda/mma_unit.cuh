@@ -2,8 +2,9 @@
 // the tensor cores (mma.sync m16n8k32 / m16n8k16 .s8), as the dense GEMM kernels share it: the raw
 // weight words a quad lane needs (load_raw), the B-fragment activation pointers (xcols) and the
 // per-unit float term added to the accumulators (unit_k, unit_q8_0) exactly as the CPU computes
-// it. Included by matmul.cu (its mma kernels); every kernel adds these terms in the same order, so
-// a row's result never depends on which one ran it. Spec: docs/cuda.md "matmul".
+// it. Included by matmul.cu and matmul_staged.cu (their mma kernels); every kernel adds these
+// terms in the same order, so a row's result never depends on which one ran it. Spec: docs/cuda.md
+// "matmul".
 #pragma once
 
 #include "backend/cuda/quant.cuh"

@@ -8,7 +8,7 @@
 // also write their output's prepared (q8_K) activations for the next matmul (quant.cuh q8k_group,
 // matmul.cu ds_cuda_prep_fused): per unit block, or per row from 64 rows; in a prompt chunk the
 // prefill GEMM takes, its bf16 copy instead (ds_cuda_prep_fused_bf16). add_rmsnorm of a
-// matmul output whose split-K reduce was held back (matmul.cu) adds its partials itself:
+// matmul output whose split-K reduce was held back (matmul_staged.cu) adds its partials itself:
 // part_sums_kernel, then sums_unit_kernel. The gated norm of narrow rows (d <= 511) runs one warp
 // per row (gated_warp_kernel), bitwise the row kernel; where it prepares the next matmul's input,
 // one block per unit (gated_unit_kernel), from 2 rows one warp per unit (gated_uwarp_kernel).
@@ -303,13 +303,13 @@ static __global__ __launch_bounds__(256) void rmsnorm_unit_kernel(ds_cu_rows y, 
     }
 }
 
-// add_rmsnorm of an addend b whose split-K reduce was held back (matmul.cu "held-back reduce"), in
-// two launches instead of three (reduce, norm, preparation), for rows of whole units and NT =
-// norm_threads(n) a multiple of 256. First part_sums_kernel: block (j, r) runs rmsnorm_kernel's
-// virtual warp j of row r: b's partials added in split order for the warp's elements vt, vt +
-// NT, ... (stored into b, as the reduce would have), xo = x + b stored, the squares added in that
-// order per virtual thread, and the warp's butterfly sum put in sums[r][j]. Then
-// sums_unit_kernel: one warp per (unit, row) adds the row's NT / 32 warp sums in warp order --
+// add_rmsnorm of an addend b whose split-K reduce was held back (matmul_staged.cu "held-back
+// reduce"), in two launches instead of three (reduce, norm, preparation), for rows of whole units
+// and NT = norm_threads(n) a multiple of 256. First part_sums_kernel: block (j, r) runs
+// rmsnorm_kernel's virtual warp j of row r: b's partials added in split order for the warp's
+// elements vt, vt + NT, ... (stored into b, as the reduce would have), xo = x + b stored, the
+// squares added in that order per virtual thread, and the warp's butterfly sum put in sums[r][j].
+// Then sums_unit_kernel: one warp per (unit, row) adds the row's NT / 32 warp sums in warp order --
 // rmsnorm_kernel's (and rmsnorm_unit_kernel's) sum, bitwise -- and normalizes its unit as
 // rmsnorm_unit_kernel does, lane l holding elements 8l .. 8l + 7, and quantizes it (q8k_warp:
 // q8k_group's bytes, without the block barriers of a 256-thread unit: 27B 16-row verify graph,

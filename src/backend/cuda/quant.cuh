@@ -17,7 +17,7 @@
 enum { QT_Q8_0 = 0, QT_Q4_K = 1, QT_Q5_K = 2, QT_Q6_K = 3, QT_IQ4_XS = 4 };
 // MMQ_ROWS: rows per block of the staged kernel; MMQ_MAX_WARPS: most warps per 16-row tile block;
 // MMQ_SPLIT_UNITS, MMQ_SPLIT_ROWS: units per K split, and the bound on splits x output rows
-// (matmul.cu mmq_splits; they fix the numerics).
+// (matmul_staged.cuh mmq_splits; they fix the numerics).
 enum { MMQ_ROWS = 128, MMQ_MAX_WARPS = 8, MMQS_THREADS = 256, UNIT = 256, MMF_ROWS = 32,
        MMQ_SPLIT_UNITS = 4, MMQ_SPLIT_ROWS = 1 << 18 };
 
@@ -339,10 +339,10 @@ __device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
 // MMV_MAX_MATS weight matrices of one type and one input (the prepared activations in `a`), in
 // one launch. Matrix i: its own weights, rows, output, K splits (mmq_splits of its shape) and
 // first block blk0 (blocks of 8 rows, matrices in order).
-// Dense calls of MMQS_MIN_COLS columns or more run the staged mma kernel (matmul.cu: 8-, 16-, 24-
-// or 32-column chunks). 27B Q4_K_M verify on the H200, session 11: N = 2 10.48 / 10.58 ms on the
-// GEMV against 10.05 / 10.05 staged; N = 3 12.09 (GEMV) -> 10.30, N = 4 13.72 (mmq_kernel) ->
-// 10.58, N = 8 12.47 (16-column chunks) -> 11.13 on 8-column chunks.
+// Dense calls of MMQS_MIN_COLS columns or more run the staged mma kernel (matmul_staged.cu: 8-,
+// 16-, 24- or 32-column chunks). 27B Q4_K_M verify on the H200, session 11: N = 2 10.48 / 10.58 ms
+// on the GEMV against 10.05 / 10.05 staged; N = 3 12.09 (GEMV) -> 10.30, N = 4 13.72 (mmq_kernel)
+// -> 10.58, N = 8 12.47 (16-column chunks) -> 11.13 on 8-column chunks.
 enum { MMV_MAX_COLS = 1, MMV_MAX_MATS = 4 };
 enum { MMQS_MIN_COLS = 2 };
 struct mmv_mat {
@@ -385,7 +385,7 @@ bool ds_cuda_attn_take_gate(ds_cuda_ctx *c, const ds_tensor *y, const ds_tensor 
 // (a next matmul that is not a GEMM, F32 weights say, only wastes those writes).
 bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
 
-// A staged matmul output whose split-K reduce was held back (matmul.cu "held-back reduce"):
+// A staged matmul output whose split-K reduce was held back (matmul_staged.cu "held-back reduce"):
 // element i of row c (the matmul's column c) is the sum over splits s = 0 .. ks - 1 of
 // p[s * stride + c * n_out + i]. An op that adds them itself with __fadd_rn in split order (s
 // = 0 first) reads bitwise the y that mmq_staged_reduce_kernel would have written.
@@ -395,7 +395,7 @@ struct ds_cu_part {
     int ks;
 };
 // A split partial's load, its L2 line then marked evict_first: the staged kernel may have stored
-// it with evict_last (matmul.cu mmqs_group keep), and once read it is dead.
+// it with evict_last (matmul_staged.cuh mmqs_group keep), and once read it is dead.
 __device__ __forceinline__ float ds_cu_ld_part(const float *p) {
     uint64_t pol;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
