@@ -19,7 +19,8 @@
 // already). Keys past a row's visible count are masked to p = 0 (a tile's keys past every row's
 // count are zero-filled, never read), and an mma's output row depends only on its own A row, so a
 // row's partials do not depend on the other rows of its block: bitwise the same in a verify batch,
-// a tree, or alone.
+// a tree, or alone. A launch of one row (decode) runs attn_tc1_kernel: the same tiles and bits, its
+// warps splitting each tile's keys for S and the head dimension for P V.
 //   bytes: per (kv head, chunk, block) ch*hd*2*2 (the cache tiles once for up to W R rows)
 //          + partials;  flops: 4*2*n*n_head*n_vis*hd on the tensor cores (two f16 parts each)
 #include "backend/cuda/attention.cuh"
@@ -58,7 +59,7 @@ __device__ __forceinline__ void tc_copy_kv(__half *sk, __half *sv, const attn_ar
 
 // Rows [0, TC_BN) of the K and V tiles for a chunk's keys k0.. (of pcnt; past it: zero-filled),
 // key j at cache row key_row(a, np, pt, i0 + j).
-template <int D, int W>
+template <int D, int W, bool WAIT = true>
 __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn_args &a,
                                               int kvh, int64_t np, int64_t pt, int64_t i0,
                                               int k0, int pcnt) {
@@ -69,7 +70,7 @@ __device__ __forceinline__ void tc_load_tiles(__half *sk, __half *sv, const attn
         const bool ok = k0 + r < pcnt;
         tc_copy_kv<LD>(sk, sv, a, r, cc, ok ? key_row(a, np, pt, i0 + k0 + r) : 0, ok, hoff);
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    if (WAIT) asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // A union tile (tc_union_rows): rows j < TC_BN hold the keys at list positions i0 + k0 + j below
@@ -384,6 +385,181 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     }
 }
 
+// Decode attention: a launch of one row (no tree), the row's G query heads on the 16 mma rows of
+// every warp (Q staged once per block). Per 64-key tile each of the TC_WARPS warps computes the
+// S = Q K^T n-tiles of its 16 keys into shared memory; then every warp runs the online softmax of
+// the whole tile and O += P V for its quarter of the head dimension. An S n-tile depends only on
+// Q and its own 8 keys, through attn_tc_kernel's mma sequence; the softmax is its operation for
+// operation; an output element depends only on P and its own V column: every bit is
+// attn_tc_kernel's (test_attention: rows alone against the batch). attn_tc_kernel runs a single
+// row on one computing warp (the other three only load) with 255 registers and 93 KB of shared
+// memory, 2 blocks per SM; here 97 registers and 76 KB, 3 blocks per SM, the first tile's
+// loads in flight while Q stages. 27B attention of one row (H100, gemv_bench small): 512 / 8K /
+// 32K keys 17.0 / 36.7 / 91.6 -> 14.0 / 30.8 / 82.3 us; decode step at 32K 9.17 -> 9.00 ms.
+template <int D>
+static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc1_kernel(attn_args a) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int W = TC_WARPS, LD = D + TC_PAD, NT = D / 8, NQ = NT / W, SLD = TC_BN + 4;
+    static_assert(W == 4 && NQ % 2 == 0, "attn_tc1_kernel: 16 keys per warp");
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    __shared__ int s_cnt[1];
+    const int G = a.group;
+    __half *sk = (__half *)tc_smem, *sv = sk + TC_BN * LD, *zr = sv + TC_BN * LD;
+    __half *qh = zr + LD, *ql = qh + G * LD;
+    float *ss = (float *)(ql + G * LD); // the tile's raw scores [G rows][SLD]
+    const int kvh = blockIdx.x, s = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, c4 = lane % 4;
+    const int64_t nv = a.nvis[a.t0], i0 = (int64_t)s * att_chunk(a, nv);
+    if (i0 >= nv) return; // (uniform)
+    const int cnt = (int)min((int64_t)att_chunk(a, nv), nv - i0);
+    tc_load_tiles<D, W, false>(sk, sv, a, kvh, 0, a.t0, i0, 0, cnt); // (in flight while Q stages)
+    for (int i = threadIdx.x; i < LD; i += W * 32) zr[i] = __float2half_rn(0.0f);
+    if (threadIdx.x == 0) s_cnt[0] = cnt;
+    __syncthreads();
+    if (warp == 0) tc_stage_q<D, 1>(qh, ql, a, kvh, 0, s_cnt, lane);
+    const int pc0 = g < G ? cnt : 0, pc1 = g + 8 < G ? cnt : 0; // accumulator rows g, g + 8
+
+    float o[NQ][4];
+#pragma unroll
+    for (int j = 0; j < NQ; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int qr = (lane % 8) + 8 * ((lane / 8) % 2), qc = 8 * (lane / 16);
+    const bool qv = qr < G;
+    const uint32_t qh_a = (uint32_t)__cvta_generic_to_shared(qv ? qh + qr * LD + qc : zr + qc);
+    const uint32_t ql_a = (uint32_t)__cvta_generic_to_shared(qv ? ql + qr * LD + qc : zr + qc);
+    // this warp's keys 16 warp .. 16 warp + 15: two n-tiles (ldmatrix.x4: 16 keys x 16 dims)
+    const uint32_t k_a = (uint32_t)__cvta_generic_to_shared(
+        sk + (size_t)(16 * warp + (lane % 8) + 8 * (lane / 16)) * LD + 8 * ((lane / 8) % 2));
+    // (this warp's columns: n-tiles warp NQ ..)
+    const uint32_t v_a = (uint32_t)__cvta_generic_to_shared(
+        sv + (size_t)((lane % 8) + 8 * ((lane / 8) % 2)) * LD + 8 * (lane / 16) + warp * NQ * 8);
+    for (int k0 = 0; k0 < cnt; k0 += TC_BN) {
+        if (k0 > 0) {
+            __syncthreads(); // the previous tile's readers are done
+            tc_load_tiles<D, W, false>(sk, sv, a, kvh, 0, a.t0, i0, k0, cnt);
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+        // this warp's S n-tiles into ss (rows past G: masked anyway, not kept)
+        float *w0 = ss + g * SLD + warp * (TC_BN / W) + 2 * c4;
+        float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t h[4], lo[4], b0, b1, b2, b3;
+            fa_ldsm_x4(qh_a + kk * 32, h[0], h[1], h[2], h[3]);
+            fa_ldsm_x4(ql_a + kk * 32, lo[0], lo[1], lo[2], lo[3]);
+            fa_ldsm_x4(k_a + (uint32_t)(kk * 16) * 2, b0, b1, b2, b3);
+            tc_mma_split(c0, h, lo, b0, b1);
+            tc_mma_split(c1, h, lo, b2, b3);
+        }
+        if (g < G) {
+            *(float2 *)w0 = make_float2(c0[0], c0[1]);
+            *(float2 *)(w0 + 8) = make_float2(c1[0], c1[1]);
+        }
+        if (g + 8 < G) {
+            *(float2 *)(w0 + 8 * SLD) = make_float2(c0[2], c0[3]);
+            *(float2 *)(w0 + 8 * SLD + 8) = make_float2(c1[2], c1[3]);
+        }
+        __syncthreads();
+        float sc[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            if (g < G) {
+                const float2 u = *(const float2 *)(ss + g * SLD + j * 8 + 2 * c4);
+                sc[j][0] = u.x, sc[j][1] = u.y;
+            }
+            if (g + 8 < G) {
+                const float2 u = *(const float2 *)(ss + (g + 8) * SLD + j * 8 + 2 * c4);
+                sc[j][2] = u.x, sc[j][3] = u.y;
+            }
+        }
+        // (attn_tc_kernel's scale, mask and online softmax, operation for operation)
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + j * 8 + 2 * c4 + (e & 1);
+                const float x =
+                    key < (e < 2 ? pc0 : pc1) ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
+                sc[j][e] = x;
+                mx[e / 2] = fmaxf(mx[e / 2], x);
+            }
+        }
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            alpha[i] = mx[i] == -INFINITY ? 1.0f : expf(__fsub_rn(m[i], mx[i]));
+            m[i] = mx[i];
+            l[i] = __fmul_rn(l[i], alpha[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            o[j][0] = __fmul_rn(o[j][0], alpha[0]), o[j][1] = __fmul_rn(o[j][1], alpha[0]);
+            o[j][2] = __fmul_rn(o[j][2], alpha[1]), o[j][3] = __fmul_rn(o[j][3], alpha[1]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float mi = m[e / 2];
+                const float p = mi == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][e], mi));
+                sc[j][e] = p;
+                l[e / 2] = __fadd_rn(l[e / 2], p);
+            }
+        }
+        // O += (P_hi + P_lo) V over this warp's NQ n-tiles
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t h[4], lo[4];
+            tc_split2(sc[2 * ks][0], sc[2 * ks][1], h[0], lo[0]);
+            tc_split2(sc[2 * ks][2], sc[2 * ks][3], h[1], lo[1]);
+            tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h[2], lo[2]);
+            tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h[3], lo[3]);
+#pragma unroll
+            for (int dp = 0; dp < NQ / 2; dp++) {
+                uint32_t b0, b1, b2, b3;
+                fa_ldsm_x4_t(v_a + (uint32_t)(ks * 16 * LD + dp * 16) * 2, b0, b1, b2, b3);
+                tc_mma_split(o[2 * dp], h, lo, b0, b1);
+                tc_mma_split(o[2 * dp + 1], h, lo, b2, b3);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int gq = g + 8 * i;
+        if (gq >= G) continue;
+        const int64_t pi = ((int64_t)kvh * G + gq) * a.s_max + s; // (launch row 0)
+        if (c4 == 0 && warp == 0) a.pm[pi] = m[i], a.pl[pi] = l[i];
+        float *acc = a.pacc + pi * D + warp * NQ * 8;
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            *(float2 *)(acc + j * 8 + 2 * c4) = make_float2(o[j][2 * i], o[j][2 * i + 1]);
+        }
+    }
+}
+
+template <int D> static bool tc1_launch(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
+    const size_t smem = (size_t)(2 * TC_BN + 1 + 2 * a.group) * (D + TC_PAD) * 2 +
+                        (size_t)a.group * (TC_BN + 4) * 4;
+    if (!DS_CUDA_TRY(c, cudaFuncSetAttribute(attn_tc1_kernel<D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem))) {
+        return false;
+    }
+    dim3 grid((unsigned)n_kv, 1u, (unsigned)a.s_max);
+    ds_cu_launch(c, attn_tc1_kernel<D>, grid, TC_WARPS * 32, smem, a);
+    return true;
+}
+
 bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16) {
     const bool cp16 = f16 && a.k_nb1 % 16 == 0 && a.v_nb1 % 16 == 0 &&
                       (uintptr_t)a.k % 16 == 0 && (uintptr_t)a.v % 16 == 0; // (the tile copies)
@@ -421,6 +597,13 @@ template <int D> static bool tc_pick(ds_cuda_ctx *c, const attn_args &a, int n_k
 
 bool ds_cuda_attn_tc(ds_cuda_ctx *c, const attn_args &a, int n_kv) {
     DS_ASSERT(a.pacc && (uintptr_t)a.pacc % 8 == 0 && a.s_max <= 65535);
+    if (a.n_rows == 1 && !a.vis) { // (decode, and any launch of one row)
+        switch (a.hd) {
+        case 64: return tc1_launch<64>(c, a, n_kv);
+        case 128: return tc1_launch<128>(c, a, n_kv);
+        default: return tc1_launch<256>(c, a, n_kv);
+        }
+    }
     switch (a.hd) {
     case 64: return tc_pick<64>(c, a, n_kv);
     case 128: return tc_pick<128>(c, a, n_kv);
