@@ -173,6 +173,74 @@ __device__ __forceinline__ void tc_mma_split(float c[4], const uint32_t (&h)[4],
     fa_mma(c, l[0], l[1], l[2], l[3], b0, b1);
 }
 
+// The online softmax of one 64-key tile for this thread's accumulator rows g and g + 8 (S in sc,
+// mma layout): scale, mask the keys past each row's count (pc0, pc1), the new row maxima, l and
+// the NO output n-tiles rescaled, and P = e^(S - m) into sc (a row that has seen no key yet keeps
+// m = -inf, l = 0, o = 0: alpha 1, p 0). Both kernels run it, so their rows' bits agree.
+template <int NO>
+__device__ __forceinline__ void tc_softmax(float (&sc)[8][4], float (&o)[NO][4], float (&m)[2],
+                                           float (&l)[2], int k0, int pc0, int pc1, int c4,
+                                           float scale) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + j * 8 + 2 * c4 + (e & 1);
+            const float x = key < (e < 2 ? pc0 : pc1) ? __fmul_rn(sc[j][e], scale) : -INFINITY;
+            sc[j][e] = x;
+            mx[e / 2] = fmaxf(mx[e / 2], x);
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        // first tile: e^-inf = 0
+        alpha[i] = mx[i] == -INFINITY ? 1.0f : expf(__fsub_rn(m[i], mx[i]));
+        m[i] = mx[i];
+        l[i] = __fmul_rn(l[i], alpha[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < NO; j++) {
+        o[j][0] = __fmul_rn(o[j][0], alpha[0]), o[j][1] = __fmul_rn(o[j][1], alpha[0]);
+        o[j][2] = __fmul_rn(o[j][2], alpha[1]), o[j][3] = __fmul_rn(o[j][3], alpha[1]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { // masked: 0
+            const float mi = m[e / 2];
+            const float p = mi == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][e], mi));
+            sc[j][e] = p;
+            l[e / 2] = __fadd_rn(l[e / 2], p);
+        }
+    }
+}
+
+// O += (P_hi + P_lo) V for the NO output n-tiles whose V columns start at va[ks] (ldmatrix.trans
+// addresses of key step ks, 16 keys each): keys in 4 steps of 16, two n-tiles per ldmatrix.x4.
+template <int NO>
+__device__ __forceinline__ void tc_pv(float (&o)[NO][4], const float (&sc)[8][4],
+                                      const uint32_t (&va)[4]) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        uint32_t h[4], l[4];
+        tc_split2(sc[2 * ks][0], sc[2 * ks][1], h[0], l[0]);
+        tc_split2(sc[2 * ks][2], sc[2 * ks][3], h[1], l[1]);
+        tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h[2], l[2]);
+        tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h[3], l[3]);
+#pragma unroll
+        for (int dp = 0; dp < NO / 2; dp++) {
+            uint32_t b0, b1, b2, b3;
+            fa_ldsm_x4_t(va[ks] + (uint32_t)(dp * 16) * 2, b0, b1, b2, b3);
+            tc_mma_split(o[2 * dp], h, l, b0, b1);
+            tc_mma_split(o[2 * dp + 1], h, l, b2, b3);
+        }
+    }
+}
+
 // W warps of R rows each: mma row r of warp w is head r % G of the block's row slot w R + r / G
 // (rows r >= R G read the zero row). R = 1: TC_WARPS warps (decode rows, short contexts, trees,
 // windows); R = 2: 8 warps (long-context chain verifies, tc_pick): a 64-key tile then serves 16
@@ -307,61 +375,8 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
                     tc_mma_split(sc[2 * jp + 1], h, l, b2, b3);
                 }
             }
-            // scale, mask the keys past each row's count, online softmax (a row that has seen
-            // no key yet keeps m = -inf, l = 0, o = 0: alpha 1, p 0)
-            float mx[2] = {m[0], m[1]};
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + j * 8 + 2 * c4 + (e & 1);
-                    const float x =
-                        key < (e < 2 ? pc0 : pc1) ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
-                    sc[j][e] = x;
-                    mx[e / 2] = fmaxf(mx[e / 2], x);
-                }
-            }
-            float alpha[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                // first tile: e^-inf = 0
-                alpha[i] = mx[i] == -INFINITY ? 1.0f : expf(__fsub_rn(m[i], mx[i]));
-                m[i] = mx[i];
-                l[i] = __fmul_rn(l[i], alpha[i]);
-            }
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                o[j][0] = __fmul_rn(o[j][0], alpha[0]), o[j][1] = __fmul_rn(o[j][1], alpha[0]);
-                o[j][2] = __fmul_rn(o[j][2], alpha[1]), o[j][3] = __fmul_rn(o[j][3], alpha[1]);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) { // masked: 0
-                    const float mi = m[e / 2];
-                    const float p = mi == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][e], mi));
-                    sc[j][e] = p;
-                    l[e / 2] = __fadd_rn(l[e / 2], p);
-                }
-            }
-            // O += (P_hi + P_lo) V: 16 query heads x D, keys in 4 steps of 16
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                uint32_t h[4], l[4];
-                tc_split2(sc[2 * ks][0], sc[2 * ks][1], h[0], l[0]);
-                tc_split2(sc[2 * ks][2], sc[2 * ks][3], h[1], l[1]);
-                tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h[2], l[2]);
-                tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h[3], l[3]);
-#pragma unroll
-                for (int dp = 0; dp < NT / 2; dp++) { // two 8-dim n-tiles per ldmatrix.x4.trans
-                    uint32_t b0, b1, b2, b3;
-                    fa_ldsm_x4_t(va[ks] + (uint32_t)(dp * 16) * 2, b0, b1, b2, b3);
-                    tc_mma_split(o[2 * dp], h, l, b0, b1);
-                    tc_mma_split(o[2 * dp + 1], h, l, b2, b3);
-                }
-            }
+            tc_softmax<NT>(sc, o, m, l, k0, pc0, pc1, c4, a.scale);
+            tc_pv<NT>(o, sc, va); // (16 query heads x D)
         }
     }
     if (!any) return;
@@ -474,59 +489,11 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc1_kernel(attn_arg
                 sc[j][2] = u.x, sc[j][3] = u.y;
             }
         }
-        // (attn_tc_kernel's scale, mask and online softmax, operation for operation)
-        float mx[2] = {m[0], m[1]};
+        tc_softmax<NQ>(sc, o, m, l, k0, pc0, pc1, c4, a.scale);
+        uint32_t va[4]; // (this warp's NQ n-tiles of the head dimension)
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + j * 8 + 2 * c4 + (e & 1);
-                const float x =
-                    key < (e < 2 ? pc0 : pc1) ? __fmul_rn(sc[j][e], a.scale) : -INFINITY;
-                sc[j][e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
-        }
-        float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            alpha[i] = mx[i] == -INFINITY ? 1.0f : expf(__fsub_rn(m[i], mx[i]));
-            m[i] = mx[i];
-            l[i] = __fmul_rn(l[i], alpha[i]);
-        }
-#pragma unroll
-        for (int j = 0; j < NQ; j++) {
-            o[j][0] = __fmul_rn(o[j][0], alpha[0]), o[j][1] = __fmul_rn(o[j][1], alpha[0]);
-            o[j][2] = __fmul_rn(o[j][2], alpha[1]), o[j][3] = __fmul_rn(o[j][3], alpha[1]);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float mi = m[e / 2];
-                const float p = mi == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][e], mi));
-                sc[j][e] = p;
-                l[e / 2] = __fadd_rn(l[e / 2], p);
-            }
-        }
-        // O += (P_hi + P_lo) V over this warp's NQ n-tiles
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            uint32_t h[4], lo[4];
-            tc_split2(sc[2 * ks][0], sc[2 * ks][1], h[0], lo[0]);
-            tc_split2(sc[2 * ks][2], sc[2 * ks][3], h[1], lo[1]);
-            tc_split2(sc[2 * ks + 1][0], sc[2 * ks + 1][1], h[2], lo[2]);
-            tc_split2(sc[2 * ks + 1][2], sc[2 * ks + 1][3], h[3], lo[3]);
-#pragma unroll
-            for (int dp = 0; dp < NQ / 2; dp++) {
-                uint32_t b0, b1, b2, b3;
-                fa_ldsm_x4_t(v_a + (uint32_t)(ks * 16 * LD + dp * 16) * 2, b0, b1, b2, b3);
-                tc_mma_split(o[2 * dp], h, lo, b0, b1);
-                tc_mma_split(o[2 * dp + 1], h, lo, b2, b3);
-            }
-        }
+        for (int ks = 0; ks < 4; ks++) va[ks] = v_a + (uint32_t)(ks * 16 * LD) * 2;
+        tc_pv<NQ>(o, sc, va);
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
