@@ -143,13 +143,14 @@ static __global__ __launch_bounds__(ATT_THREADS) void attn_chunk_kernel(attn_arg
 
 enum { CMB_FEW = 16 }; // attn_combine_kernel: see combine_many
 
-// attn_combine_kernel past CMB_FEW chunks (8K keys and more: 128 chunks): the same M, L and O
-// (a max is exact in any order; the fused multiply-adds run over the chunks in order, each
-// chunk's weight e^(m_c - M) the same value), with the loads issued together: the chunks' m
-// strided over the block, the weights and sums staged in shared memory (cmb: 2 s_max floats, the
-// launch's dynamic shared memory), the outputs loaded 16 at a time. (Loading 8 at a time in
-// order took 16 round trips each for M and the sums: 27B attention of one row at 8K / 32K keys,
-// H100, 30.7 / 81.8 -> 28.2 / 79.1 us.)
+// attn_combine_kernel past CMB_FEW chunks (rows of more than 1,024 keys: up to ~128 chunks): the
+// same M, L and O (a max is exact in any order; the fused multiply-adds run over the chunks in
+// order, each chunk's weight e^(m_c - M) the same value), with the loads issued together: the
+// chunks' m strided over the block, the weights and sums staged in shared memory (cmb: 2 s_max
+// floats, the launch's dynamic shared memory), the outputs loaded 16 at a time. (The in-order
+// loop loads 8 chunks per round trip, for M and again for the sums. 27B attention, H100,
+// gemv_bench small: one row at 8K / 32K keys 31.6 / 83.0 -> 29.2 / 80.0 us, 16 rows 88.4 / 188
+// -> 84.1 / 185; at 512 keys, 8 chunks, the loop was the faster: 16 rows 21.9 -> 23.0 us.)
 __device__ __forceinline__ void combine_many(const attn_args &a, int64_t base, int S, int d,
                                              float *cmb, float &M, float &L, float &O) {
     __shared__ float s_mx[8]; // (per warp: blockDim is the head dim, at most 256)
