@@ -28,6 +28,15 @@
 
 enum { TC_WARPS = 4, TC_BN = 64, TC_PAD = 8, TC_UNI_MAX = 64 };
 
+// tc_early: a block whose chunk no row of it sees exits before the programmatic-launch wait. The
+// grid's z is the call's s_max, which past 8,192 keys stays 128 while rows have 65-128 chunks,
+// so up to half the blocks are such; waiting first, they held their SM slots (a 16-row block:
+// the whole SM) until the previous kernel was done. They read only the visible counts, which
+// ds_cuda_stage copied before the step's graph (or, eagerly, right before this launch: a copy,
+// not a kernel, so no programmatic overlap), never what a kernel of the step wrote; chunk 0's
+// blocks always wait, so the grid's completion still implies the previous kernel's. (27B, H100,
+// gemv_bench small: 16 rows at 8K / 32K keys 83.1 / 184 -> 75.1 / 180 us; one row unchanged.)
+
 // Rows of a tree call's union tiles past the TC_BN key rows: every batch row's K / V (a row's
 // keys past n_past are its ancestors, batch rows), so the block's rows share one tile per step
 // and each warp reads its own keys through per-lane row addresses. 0: no union tiles.
@@ -248,7 +257,6 @@ __device__ __forceinline__ void tc_pv(float (&o)[NO][4], const float (&sc)[8][4]
 // row's, so the layout changes no row's bits (test_attention: rows alone against the batch).
 template <int D, int W, int R>
 static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int LD = D + TC_PAD, NT = D / 8, S = W * R; // S: row slots per block
     extern __shared__ __align__(16) unsigned char tc_smem[];
     __shared__ int s_cnt[S], s_ch[S];
@@ -273,6 +281,10 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     }
     for (int i = threadIdx.x; i < LD; i += W * 32) zr[i] = __float2half_rn(0.0f);
     __syncthreads();
+    bool seen = false;
+    for (int j = 0; j < S; j++) seen = seen || s_cnt[j] != 0;
+    if (!seen) return; // (uniform: no row of the block sees this chunk; before the wait: tc_early)
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     __half *qh = sq + (size_t)warp * 2 * R * G * LD, *ql = qh + (size_t)R * G * LD;
     tc_stage_q<D, R>(qh, ql, a, kvh, slot0 + warp * R, s_cnt + warp * R, lane);
     __syncthreads();
@@ -284,7 +296,6 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
         same_ch = same_ch && s_ch[j] == ch0;
         cnt_max = max(cnt_max, s_cnt[j]);
     }
-    if (first < 0) return; // (uniform: no row of the block sees this chunk)
     const bool shared = same_ch && !a.lo && (!a.vis || (int64_t)s * ch0 + cnt_max <= np);
     // a tree's rows whose keys in this chunk reach past np: one pass over union tiles
     const bool uni = R == 1 && !shared && same_ch && U > 0;
@@ -413,7 +424,6 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
 // 32K keys 17.0 / 36.7 / 91.6 -> 14.0 / 30.8 / 82.3 us; decode step at 32K 9.17 -> 9.00 ms.
 template <int D>
 static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc1_kernel(attn_args a) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int W = TC_WARPS, LD = D + TC_PAD, NT = D / 8, NQ = NT / W, SLD = TC_BN + 4;
     static_assert(W == 4 && NQ % 2 == 0, "attn_tc1_kernel: 16 keys per warp");
     extern __shared__ __align__(16) unsigned char tc_smem[];
@@ -425,7 +435,8 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc1_kernel(attn_arg
     const int kvh = blockIdx.x, s = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, c4 = lane % 4;
     const int64_t nv = a.nvis[a.t0], i0 = (int64_t)s * att_chunk(a, nv);
-    if (i0 >= nv) return; // (uniform)
+    if (i0 >= nv) return; // (uniform; before the wait: tc_early)
+    ds_cu_grid_wait();    // (programmatic dependent launch: see common.cuh)
     const int cnt = (int)min((int64_t)att_chunk(a, nv), nv - i0);
     tc_load_tiles<D, W, false>(sk, sv, a, kvh, 0, a.t0, i0, 0, cnt); // (in flight while Q stages)
     for (int i = threadIdx.x; i < LD; i += W * 32) zr[i] = __float2half_rn(0.0f);
