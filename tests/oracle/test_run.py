@@ -290,7 +290,8 @@ def main():
                 "--reps", "2", "--verify", "1,3", "--accept", "2", "-t", "1", ok=False)
         out = r.stdout.decode(errors="replace")
         ok = (r.returncode == 0 and "prefill 8 tokens" in out and "decode" in out and
-              "commit of min(N, 2) rows" in out and "N =   1:" in out and "N =   3:" in out)
+              "commit of min(N, 2) rows), median of 2 after one warm-up" in out and
+              "N =   1:" in out and "N =   3:" in out)
         R.check("bench --model: prefill, decode and verify rows", ok,
                 "" if ok else (out + r.stderr.decode(errors="replace"))[-300:])
         r = run(a.dspec, "bench", "--model", model, "--verify", "0", ok=False)
