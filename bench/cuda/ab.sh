@@ -85,3 +85,8 @@ if [ -n "${SPEC:-}" ]; then # per step = (draft + verify + commit) / 63
   rm -f /tmp/ab_draft.gguf
 fi
 rm -f /tmp/ab.gguf
+# the tests' verdicts again, last: a long run's output tail (the device's reply) keeps them
+if [ "${TESTS:-1}" = 1 ]; then
+  echo "== tests:"
+  grep -HE "PASSED|FAILED" "$OUT"/ab_*_test.log 2>/dev/null | sed "s|$OUT/||"
+fi
