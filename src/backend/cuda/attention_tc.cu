@@ -250,6 +250,16 @@ __device__ __forceinline__ void tc_pv(float (&o)[NO][4], const float (&sc)[8][4]
     }
 }
 
+// A row's l from its quad's four partial sums (lanes 4 g .. 4 g + 3), added in a fixed order:
+// both kernels run it, so their partials agree.
+__device__ __forceinline__ void tc_quad_sum(float (&l)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
+        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
+    }
+}
+
 // W warps of R rows each: mma row r of warp w is head r % G of the block's row slot w R + r / G
 // (rows r >= R G read the zero row). R = 1: TC_WARPS warps (decode rows, short contexts, trees,
 // windows); R = 2: 8 warps (long-context chain verifies, tc_pick): a 64-key tile then serves 16
@@ -281,13 +291,6 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     }
     for (int i = threadIdx.x; i < LD; i += W * 32) zr[i] = __float2half_rn(0.0f);
     __syncthreads();
-    bool seen = false;
-    for (int j = 0; j < S; j++) seen = seen || s_cnt[j] != 0;
-    if (!seen) return; // (uniform: no row of the block sees this chunk; before the wait: tc_early)
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    __half *qh = sq + (size_t)warp * 2 * R * G * LD, *ql = qh + (size_t)R * G * LD;
-    tc_stage_q<D, R>(qh, ql, a, kvh, slot0 + warp * R, s_cnt + warp * R, lane);
-    __syncthreads();
     int cnt_max = 0, ch0 = 0, first = -1;
     bool same_ch = true;
     for (int j = 0; j < S; j++) {
@@ -296,6 +299,11 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
         same_ch = same_ch && s_ch[j] == ch0;
         cnt_max = max(cnt_max, s_cnt[j]);
     }
+    if (first < 0) return; // (uniform: no row of the block sees it; before the wait: tc_early)
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __half *qh = sq + (size_t)warp * 2 * R * G * LD, *ql = qh + (size_t)R * G * LD;
+    tc_stage_q<D, R>(qh, ql, a, kvh, slot0 + warp * R, s_cnt + warp * R, lane);
+    __syncthreads();
     const bool shared = same_ch && !a.lo && (!a.vis || (int64_t)s * ch0 + cnt_max <= np);
     // a tree's rows whose keys in this chunk reach past np: one pass over union tiles
     const bool uni = R == 1 && !shared && same_ch && U > 0;
@@ -392,11 +400,7 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
     }
     if (!any) return;
     // the chunk's partials of this thread's rows (the quad's four sums added in a fixed order)
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
-        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
-    }
+    tc_quad_sum(l);
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         if (cnt[i] == 0) continue; // (no row, or a row that does not see this chunk)
@@ -419,7 +423,7 @@ static __global__ __launch_bounds__(W * 32) void attn_tc_kernel(attn_args a) {
 // operation; an output element depends only on P and its own V column: every bit is
 // attn_tc_kernel's (test_attention: rows alone against the batch). attn_tc_kernel runs a single
 // row on one computing warp (the other three only load) with 255 registers and 93 KB of shared
-// memory, 2 blocks per SM; here 97 registers and 76 KB, 3 blocks per SM, the first tile's
+// memory, 2 blocks per SM; here 116 registers and 76 KB, 3 blocks per SM, the first tile's
 // loads in flight while Q stages. 27B attention of one row (H100, gemv_bench small): 512 / 8K /
 // 32K keys 17.0 / 36.7 / 91.6 -> 14.0 / 30.8 / 82.3 us; decode step at 32K 9.17 -> 9.00 ms.
 template <int D>
@@ -506,11 +510,7 @@ static __global__ __launch_bounds__(TC_WARPS * 32) void attn_tc1_kernel(attn_arg
         for (int ks = 0; ks < 4; ks++) va[ks] = v_a + (uint32_t)(ks * 16 * LD) * 2;
         tc_pv<NQ>(o, sc, va);
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
-        l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
-    }
+    tc_quad_sum(l);
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int gq = g + 8 * i;
