@@ -87,3 +87,23 @@ bool ds_cuda_attn_tc_ok(const attn_args &a, bool f16);
 // The tensor-core split-KV kernel over rows [a.t0, a.t0 + a.n_rows) (partials, as
 // attn_chunk_kernel writes them); false when it could not be launched.
 bool ds_cuda_attn_tc(ds_cuda_ctx *c, const attn_args &a, int n_kv);
+
+// Prefill flash attention (attention_prefill.cu, attention_prefill_wg.cu): a chain of prompt rows
+// against the cache rows before them and their own.
+struct fa_args {
+    const char *q;
+    int64_t q_nb1, q_nb2;  // bytes: per head, per row
+    const char *k, *v;
+    int64_t k_nb1, v_nb1;  // bytes per cache row
+    int group;             // query heads per kv head
+    int64_t n, n_past;
+    float scale_log2;      // softmax scale * log2(e)
+    float *out;
+    int64_t out_nb1;       // floats
+};
+// The warpgroup-MMA form (attention_prefill_wg.cu): whether it serves a call with this head
+// dimension and cache type on this device (an sm_90a build on a compute 9.0 device, F16 cache,
+// head dim 128 or 256, and ds_cuda_set_fa_wg not turned it off), and its launch (false on a
+// CUDA error).
+bool ds_cuda_attn_prefill_wg_ok(const ds_cuda_ctx *c, int64_t hd, bool f16);
+bool ds_cuda_attn_prefill_wg(ds_cuda_ctx *c, const fa_args &a, int n_head, int64_t hd);

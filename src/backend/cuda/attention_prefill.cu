@@ -27,18 +27,6 @@ extern "C" {
 
 enum { FA_BM = 64, FA_BN = 64, FA_WARPS = 4, FA_PAD = 8 };
 
-struct fa_args {
-    const char *q;
-    int64_t q_nb1, q_nb2;  // bytes: per head, per row
-    const char *k, *v;
-    int64_t k_nb1, v_nb1;  // bytes per cache row
-    int group;             // query heads per kv head
-    int64_t n, n_past;
-    float scale_log2;      // softmax scale * log2(e)
-    float *out;
-    int64_t out_nb1;       // floats
-};
-
 // The cache element types: __half, float, or kv_q8 (Q8_0 blocks: quant.cuh kv_q8_chunk8 makes
 // the tile's halves).
 struct kv_q8 {
@@ -274,6 +262,10 @@ void ds_cuda_attn_prefill(ds_cuda_ctx *c, ds_tensor *out, const ds_tensor *q, co
     a.scale_log2 = p->scale * 1.4426950408889634f;
     a.out = (float *)out->data, a.out_nb1 = (int64_t)(out->nb[1] / 4);
     const int kc = kv_code(k->type), nh = (int)n_head;
+    if (ds_cuda_attn_prefill_wg_ok(c, hd, kc == 1)) { // (attention_prefill_wg.cu)
+        if (ds_cuda_attn_prefill_wg(c, a, nh, hd)) ds_cuda_launched(c, "attention");
+        return;
+    }
     auto go = [&](auto dv) {
         constexpr int D = decltype(dv)::value;
         return kc == 1 ? fa_launch<__half, D>(c, a, nh)

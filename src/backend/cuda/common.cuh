@@ -146,6 +146,10 @@ typedef struct ds_cuda_ctx {
     struct attn_args *att_buf;
     bool att_pend;
     uint64_t n_att_takes;
+    // Prefill attention on warpgroup MMA (attention_prefill_wg.cu) where it applies (the default;
+    // ds_cuda_set_fa_wg), and the device's compute capability (major * 10 + minor).
+    bool fa_wg;
+    int cc;
 } ds_cuda_ctx;
 
 enum { DS_CU_NORM_UNIT_ROWS = 8, DS_CU_NORM_SUM_ROWS = 64 };

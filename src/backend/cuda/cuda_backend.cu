@@ -432,6 +432,8 @@ extern "C" void ds_cuda_set_pdl(ds_backend *be, bool on) {
     c->pdl = on && able; // (in step graphs too while pdl_graphs: ds_cuda_set_graph_pdl)
 }
 
+extern "C" int ds_cuda_cc(ds_backend *be) { return ds_cuda_of(be)->cc; }
+
 extern "C" void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     *free_b = *total_b = 0;
@@ -509,6 +511,8 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->smem_per_sm = prop.sharedMemPerMultiprocessor;
     c->l2_bytes = (size_t)prop.l2CacheSize;
     c->smem_optin = prop.sharedMemPerBlockOptin;
+    c->cc = prop.major * 10 + prop.minor;
+    c->fa_wg = true;
     c->mmv_staged = true;
     c->part_defer = true;
     c->att_buf = (attn_args *)calloc(1, sizeof(attn_args)); // (NULL: combines never held back)

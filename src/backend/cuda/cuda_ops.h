@@ -33,6 +33,14 @@ uint64_t ds_cuda_prep_launches(ds_backend *be);
 void ds_cuda_set_prep_fuse(ds_backend *be, bool on);
 // gemm.cu (backend.h prefill_mode: prompt chunks of >= 65 rows on the bf16 tensor-core GEMM)
 void ds_cuda_prefill_mode(ds_backend *be, bool on);
+// attention_prefill_wg.cu: whether prompt chunks' attention may run the warpgroup-MMA kernel
+// where it applies (the default: an sm_90a build on a compute 9.0 device, F16 cache, head dim
+// 128 / 256) or always the mma.sync kernel (tests and A/B timing); ds_cuda_fa_wg_on: whether a
+// call of head dim hd with an F16 cache takes it now.
+void ds_cuda_set_fa_wg(ds_backend *be, bool on);
+bool ds_cuda_fa_wg_on(ds_backend *be, int64_t hd);
+// The device's compute capability, major * 10 + minor (cuda_backend.cu).
+int ds_cuda_cc(ds_backend *be);
 // For tests: weight elements per dequantized GEMM tile (0: the default, 96 Mi).
 void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems);
 // For tests: rows [r0, r0 + rows) of the quantized (or F16) weight matrix w dequantized into

@@ -2108,21 +2108,24 @@ static void test_attention_gate(void **state) {
 // the split-KV kernel (bitwise its own rows alone: test_attention). qmul sharpens the softmax.
 #define TOL_FA_L2 3e-3
 #define TOL_FA_RMS 2e-2
-static void run_attention_prefill(env *e, const att_case *c, float qmul, bool fast) {
+static void run_attention_prefill(env *e, const att_case *c, float qmul, bool fast, bool wg) {
     att_setup a;
     att_setup_new(e, c, qmul, &a);
     float *ref = a.ref, *got = xmalloc(a.ob), *exact = xmalloc(a.ob);
     e->gpu->ops.attention(e->gpu, &a.og, &a.qg, &a.kg, &a.vg, (int)c->nkv, &a.p); // split-KV
     down(e, exact, a.od, a.ob);
+    ds_cuda_set_fa_wg(e->gpu, wg);
+    const bool wg_ran = c->kvt == DS_TYPE_F16 && ds_cuda_fa_wg_on(e->gpu, c->hd);
     ds_cuda_prefill_mode(e->gpu, true);
     e->gpu->ops.attention(e->gpu, &a.og, &a.qg, &a.kg, &a.vg, (int)c->nkv, &a.p);
     ds_cuda_prefill_mode(e->gpu, false);
+    ds_cuda_set_fa_wg(e->gpu, true);
     down(e, got, a.od, a.ob);
     char what[160];
     snprintf(what, sizeof(what), "prefill attention hd=%lld nh=%lld nkv=%lld n_past=%lld n=%lld "
-             "%s q x%.0f%s", (long long)c->hd, (long long)c->nh, (long long)c->nkv,
+             "%s q x%.0f%s%s", (long long)c->hd, (long long)c->nh, (long long)c->nkv,
              (long long)c->n_past, (long long)c->n, ds_type_name(c->kvt), qmul,
-             c->parent ? " tree" : "");
+             c->parent ? " tree" : "", wg_ran ? " (wgmma)" : "");
     const int64_t ne = c->hd * c->nh * c->n;
     if (fast) {
         double num = 0.0, den = 0.0;
@@ -2149,16 +2152,26 @@ static void test_attention_prefill(void **state) {
         {256, 24, 4, 0, 100, DS_TYPE_F16, NULL}, {256, 12, 2, 37, 200, DS_TYPE_F32, NULL},
         {128, 4, 4, 70, 130, DS_TYPE_F16, NULL}, {64, 6, 1, 5, 65, DS_TYPE_F16, NULL},
         {256, 24, 4, 300, 257, DS_TYPE_F16, NULL}, {256, 24, 4, 0, 100, DS_TYPE_Q8_0, NULL},
-        {128, 4, 4, 70, 130, DS_TYPE_Q8_0, NULL},
+        {128, 4, 4, 70, 130, DS_TYPE_Q8_0, NULL}, {256, 6, 1, 1000, 600, DS_TYPE_F16, NULL},
     };
-    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
-        run_attention_prefill(e, &cases[i], 1.0f, true);
-        run_attention_prefill(e, &cases[i], 8.0f, true);
+    // F16 caches of head dim 128 / 256 run the warpgroup-MMA kernel where the build and the
+    // device have it (attention_prefill_wg.cu), else and with it switched off the mma.sync one
+    for (int wg = 1; wg >= 0; wg--) {
+        for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+            run_attention_prefill(e, &cases[i], 1.0f, true, wg);
+            run_attention_prefill(e, &cases[i], 8.0f, true, wg);
+        }
     }
+#if defined(DSPEC_CUDA_SM90A)
+    if (ds_cuda_cc(e->gpu) == 90 && !ds_cuda_fa_wg_on(e->gpu, 256)) {
+        fail_msg("prefill attention: an sm_90a build on a compute 9.0 device without the "
+                 "warpgroup-MMA kernel");
+    }
+#endif
     const att_case narrow = {256, 24, 4, 10, 64, DS_TYPE_F16, NULL};
-    run_attention_prefill(e, &narrow, 1.0f, false);
+    run_attention_prefill(e, &narrow, 1.0f, false, true);
     const att_case treec = {128, 4, 2, 10, 70, DS_TYPE_F16, par};
-    run_attention_prefill(e, &treec, 1.0f, false);
+    run_attention_prefill(e, &treec, 1.0f, false, true);
 }
 
 static void test_attention_rows(void **state) {
