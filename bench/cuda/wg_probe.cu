@@ -60,7 +60,7 @@ __global__ void probe_kernel(const __half *q, const __half *k, const __half *p, 
         __half2 h3 = __halves2half2(pp[(ra + 8) * R + ca + 8], pp[(ra + 8) * R + ca + 9]);
         a[0] = *(uint32_t *)&h0, a[1] = *(uint32_t *)&h1, a[2] = *(uint32_t *)&h2;
         a[3] = *(uint32_t *)&h3;
-        wg_mma_rs_tb(o, a, wg_desc(base + 2 * TILE + ks * 2048, lbo, sbo));
+        wg_mma_rs_tb(o, a[0], a[1], a[2], a[3], wg_desc(base + 2 * TILE + ks * 2048, lbo, sbo));
     }
     wg_commit();
     wg_wait<0>();

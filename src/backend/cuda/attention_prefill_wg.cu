@@ -43,57 +43,61 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
     unsigned char *gq = fw_raw + (base - raw); // (generic pointer to the Q tiles)
     const uint32_t sq = base, sk = base + 2 * QW, sv = sk + 2 * TILE;
     const int h = blockIdx.x, kvh = h / a.group, tid = threadIdx.x;
-    const int wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
+    // (the warpgroup broadcast from lane 0, so that the compiler knows every branch on it uniform
+    // over a warp: wgmma in flight across a branch it could not prove uniform is serialized)
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
     // heads fastest, the last query blocks (the most keys) first (as attention_prefill.cu)
-    const int64_t r0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * FW_BM;
-    const int64_t lim = a.n_past + a.n;                       // cache rows written
-    const int64_t kend = DS_MIN(a.n_past + r0 + FW_BM, lim);  // keys any row here sees
+    // (positions in 32 bits: the launcher takes caches of fewer than 2^31 rows)
+    const int r0 = (gridDim.y - 1 - blockIdx.y) * FW_BM, n = (int)a.n, np = (int)a.n_past;
+    const int lim = np + n;                        // cache rows written
+    const int kend = DS_MIN(np + r0 + FW_BM, lim); // keys any row here sees
     const int ntiles = (int)((kend + FW_BN - 1) / FW_BN);
     const char *kb = a.k + (int64_t)kvh * D * 2, *vb = a.v + (int64_t)kvh * D * 2;
-    // rows [key0, key0 + 64) of K and V into buffer b (rows at or past lim: zeros)
-    auto load = [&](int b, int64_t key0) {
+    // rows [key0, key0 + 64) of K or V (row stride nb1) into the tile at dst (rows at or past
+    // lim: zeros)
+    auto load = [&](uint32_t dst, const char *src, int64_t nb1, int key0) {
         for (int i = tid; i < FW_BN * CPR; i += FW_THREADS) {
             const int r = i / CPR, c = i % CPR;
-            const int64_t key = key0 + r, row = key < lim ? key : 0;
-            const int sz = key < lim ? 16 : 0;
-            const uint32_t off = b * TILE + wg_sw128(r, c, FW_BN);
-            cp_async16(sk + off, kb + row * a.k_nb1 + c * 16, sz);
-            cp_async16(sv + off, vb + row * a.v_nb1 + c * 16, sz);
+            const int key = key0 + r;
+            const char *g = src + (int64_t)(key < lim ? key : 0) * nb1 + c * 16;
+            cp_async16(dst + wg_sw128(r, c, FW_BN), g, key < lim ? 16 : 0);
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    if (ntiles > 0) load(0, 0);
+    auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
+    // K(0), V(0) and K(1) first; step j copies K(j + 2) and V(j + 1) (tile t in buffer t & 1)
+    if (ntiles > 0) load(sk, kb, a.k_nb1, 0), load(sv, vb, a.v_nb1, 0);
+    if (ntiles > 1) load(sk + TILE, kb, a.k_nb1, FW_BN);
+    commit();
     // Q: the block's 128 rows in f16 (rows past the chunk: zeros), warpgroup w's at w * QW
     for (int i = tid; i < FW_BM * CPR; i += FW_THREADS) {
         const int r = i / CPR, c = i % CPR;
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if (r0 + r < a.n) {
-            const float4 *src = (const float4 *)(a.q + (r0 + r) * a.q_nb2 + h * a.q_nb1) + c * 2;
+        if (r0 + r < n) {
+            const char *qr = a.q + (int64_t)(r0 + r) * a.q_nb2 + (int64_t)h * a.q_nb1;
+            const float4 *src = (const float4 *)qr + c * 2;
             const float4 x = src[0], y = src[1];
             u = make_uint4(fa_pack(x.x, x.y), fa_pack(x.z, x.w), fa_pack(y.x, y.y),
                            fa_pack(y.z, y.w));
         }
         *(uint4 *)(gq + (r / 64) * QW + wg_sw128(r % 64, c, 64)) = u;
     }
-    const int64_t wrow0 = r0 + wg * 64, p0 = a.n_past + wrow0; // the warpgroup's first row
-    const int64_t pos0 = p0 + warp * 16 + g;                    // this thread's row g
-    const int64_t wkend = DS_MIN(p0 + 64, lim);                 // keys its rows see
-    const bool live = wrow0 < a.n;
-    float o[D / 2];
+    const int wrow0 = r0 + wg * 64, p0 = np + wrow0; // the warpgroup's first row
+    const int pos0 = p0 + warp * 16 + g;              // this thread's row g
+    const bool live = wrow0 < n;
+    // tiles the warpgroup's rows see (a prefix of the block's)
+    const int wtiles = live ? (int)((DS_MIN(p0 + 64, lim) + FW_BN - 1) / FW_BN) : 0;
+    float o[D / 2], s[32];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    for (int j = 0; j < ntiles; j++) {
-        const int64_t key0 = (int64_t)j * FW_BN;
-        const uint32_t kt = sk + (j & 1) * TILE, vt = sv + (j & 1) * TILE;
-        asm volatile("cp.async.wait_group 0;" ::: "memory"); // tile j (and Q, at j = 0)
-        wg_proxy_fence();
-        __syncthreads(); // (every warpgroup also done with tile j - 1's buffers)
-        if (j + 1 < ntiles) load((j + 1) & 1, key0 + FW_BN);
-        if (!live || key0 >= wkend) continue;
-        // S = Q K^T: 64 rows x 64 keys per warpgroup
-        float s[32];
-        wg_fence();
+    // P of two consecutive tiles (f16 pairs: the A operand of P V), used in turn: the next
+    // tile's is computed while this tile's P V reads the other (distinct registers: an MMA in
+    // flight must not have its inputs written)
+    uint32_t pa[16], pb[16];
+    // S = Q K(t)^T into s (issued, not waited for): 64 rows x 64 keys per warpgroup
+    auto qk = [&](int t) {
+        const uint32_t kt = sk + (t & 1) * TILE;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             const uint32_t step = (kk / 4) * CB + (kk % 4) * 32;
@@ -101,58 +105,91 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
                       kk > 0);
         }
         wg_commit();
-        wg_wait<0>();
-        wg_keep(s);
-        // scale, causal mask (diagonal tiles), online softmax (attention_prefill.cu's)
+    };
+    // tile t's scores in s: scale, causal mask (diagonal tiles), online softmax (as
+    // attention_prefill.cu); P into pn, m and l moved on, the factor O needs into al
+    auto softmax = [&](int t, float al[2], uint32_t (&pn)[16], bool use) {
+        const int key0 = t * FW_BN;
         const bool diag = key0 + FW_BN > p0;
+        // (s is only read: the scaled, masked score is recomputed where needed, so nothing but
+        // the MMAs writes a register of the MMAs in flight)
+        auto score = [&](int jn, int e) {
+            const float x = s[4 * jn + e] * a.scale_log2;
+            const int key = key0 + jn * 8 + 2 * c4 + (e & 1);
+            return diag && key > pos0 + 8 * (e / 2) ? -INFINITY : x;
+        };
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int jn = 0; jn < 8; jn++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[4 * jn + e] * a.scale_log2;
-                if (diag) {
-                    const int64_t key = key0 + jn * 8 + 2 * c4 + (e & 1);
-                    if (key > pos0 + 8 * (e / 2)) x = -INFINITY;
-                }
-                s[4 * jn + e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
+            for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], score(jn, e));
         }
-        float alpha[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            alpha[i] = exp2f(m[i] - mx[i]); // m = -inf at the first tile: 0
-            m[i] = mx[i];
-            l[i] *= alpha[i];
+            al[i] = use ? exp2f(m[i] - mx[i]) : 1.f; // m = -inf at the first tile: 0
+            m[i] = use ? mx[i] : m[i];
+            l[i] *= al[i];
         }
-#pragma unroll
-        for (int jn = 0; jn < D / 8; jn++) {
-            o[4 * jn] *= alpha[0], o[4 * jn + 1] *= alpha[0];
-            o[4 * jn + 2] *= alpha[1], o[4 * jn + 3] *= alpha[1];
-        }
-        uint32_t p[8][2]; // P in f16: the A operand of P V
 #pragma unroll
         for (int jn = 0; jn < 8; jn++) {
-            const float p0v = exp2f(s[4 * jn] - m[0]), p1v = exp2f(s[4 * jn + 1] - m[0]);
-            const float p2v = exp2f(s[4 * jn + 2] - m[1]), p3v = exp2f(s[4 * jn + 3] - m[1]);
-            l[0] += p0v + p1v, l[1] += p2v + p3v;
-            p[jn][0] = fa_pack(p0v, p1v), p[jn][1] = fa_pack(p2v, p3v);
+            const float e0 = exp2f(score(jn, 0) - m[0]), e1 = exp2f(score(jn, 1) - m[0]);
+            const float e2 = exp2f(score(jn, 2) - m[1]), e3 = exp2f(score(jn, 3) - m[1]);
+            l[0] += use ? e0 + e1 : 0.f, l[1] += use ? e2 + e3 : 0.f;
+            pn[2 * jn] = fa_pack(e0, e1), pn[2 * jn + 1] = fa_pack(e2, e3);
         }
-        // O += P V: keys in 4 steps of 16
-        wg_keep(o);
+    };
+    asm volatile("cp.async.wait_group 0;" ::: "memory"); // K(0), V(0), K(1), and Q
+    wg_proxy_fence();
+    __syncthreads();
+    if (wtiles > 0) {
+        float al[2];
         wg_fence();
+        qk(0);
+        wg_wait<0>();
+        softmax(0, al, pa, true); // (O is 0)
+    }
+    // Step j: S(j + 1) and O += P(j) V(j) issued together, the softmax of S(j + 1) while P V
+    // runs, then O rescaled. Every warpgroup has finished S(j) and P V(j - 1) at the barrier,
+    // which frees K(j)'s and V(j - 1)'s buffers for K(j + 2) and V(j + 1). (The MMAs are issued
+    // and waited for on every step of the warpgroup, S(j + 1) past its last tile too, where its
+    // scores are dropped: an MMA in flight across a branch the compiler cannot prove uniform is
+    // serialized.)
+    auto step = [&](int j, uint32_t (&pa)[16], uint32_t (&pb)[16]) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory"); // K(j + 1), V(j)
+        wg_proxy_fence();
+        __syncthreads();
+        if (j + 2 < ntiles) load(sk + (j & 1) * TILE, kb, a.k_nb1, (j + 2) * FW_BN);
+        if (j + 1 < ntiles) load(sv + ((j + 1) & 1) * TILE, vb, a.v_nb1, (j + 1) * FW_BN);
+        commit();
+        if (j >= wtiles) return;
+        wg_keep(o);
+        wg_keep(pa);
+        wg_fence();
+        qk(j + 1);
+        const uint32_t vt = sv + (j & 1) * TILE;
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
-            const uint32_t pa[4] = {p[2 * ks][0], p[2 * ks][1], p[2 * ks + 1][0],
-                                    p[2 * ks + 1][1]};
-            wg_mma_rs_tb(o, pa, wg_desc(vt + ks * 16 * 128, CB, 1024));
+            wg_mma_rs_tb(o, pa[4 * ks], pa[4 * ks + 1], pa[4 * ks + 2], pa[4 * ks + 3],
+                         wg_desc(vt + ks * 16 * 128, CB, 1024));
         }
         wg_commit();
-        wg_wait<0>();
+        float al[2] = {1.f, 1.f};
+        wg_wait<1>(); // S(j + 1)
+        softmax(j + 1, al, pb, j + 1 < wtiles);
+        wg_wait<0>(); // P V(j)
         wg_keep(o);
+        wg_keep(pa);
+#pragma unroll
+        for (int jn = 0; jn < D / 8; jn++) {
+            o[4 * jn] *= al[0], o[4 * jn + 1] *= al[0];
+            o[4 * jn + 2] *= al[1], o[4 * jn + 3] *= al[1];
+        }
+    };
+    for (int j = 0; j < ntiles; j += 2) { // (P's two arrays swap roles each step)
+        step(j, pa, pb);
+        if (j + 1 < ntiles) step(j + 1, pb, pa);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     if (!live) return;
@@ -164,9 +201,9 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int64_t t = wrow0 + warp * 16 + g + 8 * i;
-        if (t >= a.n) continue;
-        float *out = a.out + t * a.out_nb1 + (int64_t)h * D;
+        const int t = wrow0 + warp * 16 + g + 8 * i;
+        if (t >= n) continue;
+        float *out = a.out + (int64_t)t * a.out_nb1 + (int64_t)h * D;
         const float inv = 1.0f / l[i];
 #pragma unroll
         for (int jn = 0; jn < D / 8; jn++) {
@@ -201,6 +238,7 @@ template <int D> static bool fw_launch(ds_cuda_ctx *c, const fa_args &a, int n_h
 }
 
 bool ds_cuda_attn_prefill_wg(ds_cuda_ctx *c, const fa_args &a, int n_head, int64_t hd) {
+    DS_ASSERT(a.n_past + a.n < INT32_MAX); // (the kernel's positions)
     return hd == 128 ? fw_launch<128>(c, a, n_head) : fw_launch<256>(c, a, n_head);
 }
 

@@ -51,6 +51,10 @@ template <int N> __device__ __forceinline__ void wg_keep(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int N> __device__ __forceinline__ void wg_keep(uint32_t (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
 // Shared memory written by ordinary stores or cp.async, made visible to the MMAs' async proxy
 // (then a barrier).
 __device__ __forceinline__ void wg_proxy_fence() {
@@ -58,7 +62,7 @@ __device__ __forceinline__ void wg_proxy_fence() {
 }
 
 // D (+)= A B, m64nNk16, f16 x f16 -> f32. wg_mma_ss: A and B K-major in shared memory; acc = 0
-// overwrites D. wg_mma_rs_tb: A in registers (a[4], the m16n8k16 fragment), B N-major in
+// overwrites D. wg_mma_rs_tb: A in registers (a0..a3, the m16n8k16 fragment), B N-major in
 // shared memory, D accumulated.
 __device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t da, uint64_t db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -75,8 +79,8 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t da, uint64_t 
                  "+f"(d[30]), "+f"(d[31])
                : "l"(da), "l"(db), "r"(acc));
 }
-__device__ __forceinline__ void wg_mma_rs_tb(float (&d)[64], const uint32_t (&a)[4],
-                                             uint64_t db) {
+__device__ __forceinline__ void wg_mma_rs_tb(float (&d)[64], uint32_t a0, uint32_t a1,
+                                             uint32_t a2, uint32_t a3, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -96,10 +100,10 @@ __device__ __forceinline__ void wg_mma_rs_tb(float (&d)[64], const uint32_t (&a)
                  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
                  "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
                  "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
-__device__ __forceinline__ void wg_mma_rs_tb(float (&d)[128], const uint32_t (&a)[4],
-                                             uint64_t db) {
+__device__ __forceinline__ void wg_mma_rs_tb(float (&d)[128], uint32_t a0, uint32_t a1,
+                                             uint32_t a2, uint32_t a3, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -136,7 +140,7 @@ __device__ __forceinline__ void wg_mma_rs_tb(float (&d)[128], const uint32_t (&a
                  "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
                  "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
                  "+f"(d[127])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
