@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# model_bench.sh: target-model speed on the GPU machine in one device call: builds dspec (sm_90),
+# model_bench.sh: target-model speed on the GPU machine in one device call: builds dspec (sm_90a),
 # writes synthetic Qwen3.5 files with the real shapes and quant mixes (`dspec synth`), and runs
 # `dspec bench --model --device cuda` (decode tok/s and verify-step time for N = 1..32 against the
 # copy-bandwidth roofline measured in the same run; prefill tok/s). Also checks CUDA logits
@@ -17,7 +17,7 @@ log() { echo "[model_bench +$(( $(date +%s) - T0 ))s] $*"; }
 source bench/cuda/deps.sh || exit 1
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
-cmake -S . -B $B "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90 "${CMAKE_EXTRA[@]}" \
+cmake -S . -B $B "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90a "${CMAKE_EXTRA[@]}" \
   >"$OUT/build.log" 2>&1 && cmake --build $B -j"$(nproc)" --target dspec >>"$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; exit 1; }
 log "built"

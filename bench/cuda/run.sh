@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# run.sh: the whole CUDA check in one device call: configure + build (sm_90), ctest -L cuda, and
+# run.sh: the whole CUDA check in one device call: configure + build (sm_90a), ctest -L cuda, and
 # the GEMV micro-benchmark (GB/s per weight type at Qwen3.5-27B shapes, N = 1..32, against the
 # device-to-device copy bandwidth measured in the same run). Logs go to $OUT (build.log,
 # ctest.log, bench.txt); the tail of the output is a short summary. See bench/cuda/README.md.
-# Usage (repo root, on the GPU machine): bash bench/cuda/run.sh [arch]   (arch: 90 (default), 90a)
+# Usage (repo root, on the GPU machine): bash bench/cuda/run.sh [arch]   (arch: 90a (default), 90)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ARCH=${1:-90}
+ARCH=${1:-90a}
 OUT=${OUT:-/tmp/dspec-cuda-out}
 mkdir -p "$OUT"
 B=build-cudarun
