@@ -20,7 +20,8 @@ L=$OUT/log.txt
 {
   nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
   timeout 30 "$B/wg_probe"
-  (cd /tmp && timeout 240 "$B/cuda_ops_test" >"$OUT/ops_test.log" 2>&1; echo "cuda_ops_test exit $?")
+  (cd /tmp && timeout 240 "$B/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
+   echo "cuda_ops_test exit $?")
   grep -E "prefill attention.*(wgmma|FAIL)|FAILED|PASSED|ERROR" "$OUT/ops_test.log" | head -60
   timeout 200 "$B/cuda_model_test" >"$OUT/model_test.log" 2>&1
   echo "cuda_model_test exit $?"
@@ -35,7 +36,8 @@ L=$OUT/log.txt
   for D in "${DS[@]}"; do
     echo "== $(basename "$D") profile, 8K"
     DSPEC_CUDA_PROFILE=1 timeout 240 "$D/dspec" bench --model /tmp/fw.gguf --device cuda \
-      --decode 4 --reps 1 --verify 1 --prompt 8192 2>&1 | grep -iE "attention|gated_delta|total|prefill" | head -12
+      --decode 4 --reps 1 --verify 1 --prompt 8192 2>&1 |
+      grep -iE "attention|gated_delta|total|prefill" | head -12
   done
   rm -f /tmp/fw.gguf
 } >"$L" 2>&1

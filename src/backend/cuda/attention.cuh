@@ -107,3 +107,30 @@ struct fa_args {
 // CUDA error).
 bool ds_cuda_attn_prefill_wg_ok(const ds_cuda_ctx *c, int64_t hd, bool f16);
 bool ds_cuda_attn_prefill_wg(ds_cuda_ctx *c, const fa_args &a, int n_head, int64_t hd);
+
+// The end of a prefill flash-attention warp (both kernels): the quad's sums l added, and the
+// thread's two rows t0 (the warp's first row + lane / 4) and t0 + 8 of head h normalised and
+// stored where they are in the chunk; acc(j, e) is accumulator e of the row pair's 8-column
+// tile j (the mma C layout: e = 0, 1 row t0, e = 2, 3 row t0 + 8; columns 8 j + 2 (lane % 4)).
+template <int D, typename ACC>
+__device__ __forceinline__ void fa_store_rows(const fa_args &a, int h, int64_t t0, float l[2],
+                                              ACC acc) {
+    const int c4 = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t t = t0 + 8 * i;
+        if (t >= a.n) continue;
+        float *out = a.out + t * a.out_nb1 + (int64_t)h * D;
+        const float inv = 1.0f / l[i];
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            *(float2 *)(out + j * 8 + 2 * c4) =
+                make_float2(acc(j, 2 * i) * inv, acc(j, 2 * i + 1) * inv);
+        }
+    }
+}

@@ -207,23 +207,7 @@ static __global__ __launch_bounds__(FA_WARPS * 32) void fa_kernel(fa_args a) {
     }
     if (sizeof(KV) == 2) asm volatile("cp.async.wait_all;" ::: "memory"); // (empty groups)
     // normalise and write the chunk's rows
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int64_t t = r0 + warp * 16 + g + 8 * i;
-        if (t >= a.n) continue;
-        float *out = a.out + t * a.out_nb1 + (int64_t)h * D;
-        const float inv = 1.0f / l[i];
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            *(float2 *)(out + j * 8 + 2 * c4) =
-                make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
-        }
-    }
+    fa_store_rows<D>(a, h, r0 + warp * 16 + g, l, [&](int j, int e) { return o[j][e]; });
 }
 
 template <typename KV, int D>

@@ -9,8 +9,9 @@
 // tile's during this tile's products (two buffers each), and each warpgroup computes
 // S = Q K^T (m64n64k16, both operands from shared memory, 16 steps at D = 256), the causal mask on
 // its diagonal tiles, the online softmax in f32 (exp2 of scaled scores), P rounded to f16 in
-// registers, and O += P V (m64nDk16, P from registers, V N-major from shared memory). A
-// warpgroup whose rows see none of a tile's keys only copies. Why: the mma.sync kernel reloads
+// registers, and O += P V (m64nDk16, P from registers, V N-major from shared memory); the next
+// tile's S is issued with this tile's P V and its softmax runs under P V. A warpgroup whose rows
+// see none of a tile's keys only copies. Why: the mma.sync kernel reloads
 // every K / V fragment per 16 query rows through ldmatrix (shared-memory bound, its tensor pipe
 // 39% busy at 2 warps per scheduler: bench/RESULTS.md session 41); a wgmma reads each operand
 // once per 64 rows.
@@ -56,12 +57,17 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
     const char *kb = a.k + (int64_t)kvh * D * 2, *vb = a.v + (int64_t)kvh * D * 2;
     // rows [key0, key0 + 64) of K or V (row stride nb1) into the tile at dst (rows at or past
     // lim: zeros)
+    // (thread t copies chunk t % CPR of rows t / CPR + RP i: one swizzled offset, RP i rows on)
+    constexpr int RP = FW_THREADS / CPR;
+    static_assert(RP % 8 == 0 && FW_BN % RP == 0, "fw_kernel: copy rows");
+    const int cr = tid / CPR, cc = tid % CPR;
+    const uint32_t coff = wg_sw128(cr, cc, FW_BN);
     auto load = [&](uint32_t dst, const char *src, int64_t nb1, int key0) {
-        for (int i = tid; i < FW_BN * CPR; i += FW_THREADS) {
-            const int r = i / CPR, c = i % CPR;
-            const int key = key0 + r;
-            const char *g = src + (int64_t)(key < lim ? key : 0) * nb1 + c * 16;
-            cp_async16(dst + wg_sw128(r, c, FW_BN), g, key < lim ? 16 : 0);
+#pragma unroll
+        for (int i = 0; i < FW_BN / RP; i++) {
+            const int key = key0 + cr + RP * i;
+            const char *g = src + (int64_t)(key < lim ? key : 0) * nb1 + cc * 16;
+            cp_async16(dst + coff + RP * i * 128, g, key < lim ? 16 : 0);
         }
     };
     auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
@@ -194,23 +200,9 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
     asm volatile("cp.async.wait_all;" ::: "memory");
     if (!live) return;
     // normalise and write the rows
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int t = wrow0 + warp * 16 + g + 8 * i;
-        if (t >= n) continue;
-        float *out = a.out + (int64_t)t * a.out_nb1 + (int64_t)h * D;
-        const float inv = 1.0f / l[i];
-#pragma unroll
-        for (int jn = 0; jn < D / 8; jn++) {
-            *(float2 *)(out + jn * 8 + 2 * c4) =
-                make_float2(o[4 * jn + 2 * i] * inv, o[4 * jn + 2 * i + 1] * inv);
-        }
-    }
+    fa_store_rows<D>(a, h, wrow0 + warp * 16 + g, l, [&](int j, int e) { return o[4 * j + e]; });
+#elif defined(__CUDA_ARCH__)
+    __trap(); // (code for another architecture: the launcher never picks it; loud if it did)
 #endif
 }
 
