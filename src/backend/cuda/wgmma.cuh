@@ -1,8 +1,9 @@
 // wgmma.cuh: Hopper warpgroup MMA (wgmma.mma_async; sm_90a code only) for the kernels built for
 // it: shared-memory descriptors of 128-byte-swizzled tiles, the fences, and the f16 instructions
 // with f32 accumulators that the prefill attention uses (attention_prefill_wg.cu). Everything here
-// exists only where __CUDA_ARCH_FEAT_SM90_ALL is defined (DSPEC_CUDA_ARCH=90a); a kernel using it
-// guards its body the same way. Spec: PTX ISA "Asynchronous Warpgroup Level Matrix Multiply".
+// exists only where __CUDA_ARCH_FEAT_SM90_ALL is defined (the sm_90a code of DSPEC_CUDA_ARCH's
+// default); a kernel using it guards its body the same way. Spec: PTX ISA "Asynchronous
+// Warpgroup Level Matrix Multiply".
 //
 // Tiles: rows of 64 halves (128 bytes) in column blocks -- a tile of R rows x D halves is D / 64
 // blocks of R x 128 bytes, each 1024-byte aligned -- with 16-byte chunk c of row r stored at chunk
@@ -37,7 +38,9 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
 // Registers an asynchronous MMA accesses are ordered against the thread's own accesses by
 // wgmma.fence (before the first MMA that reads registers the thread wrote); commit closes a
 // group of MMAs, wait<N> returns once at most N groups are pending. wg_keep pins a register
-// array to the instruction order (no read of an accumulator moves above the wait).
+// array to the instruction order (no read of an accumulator moves above the wait); only where no
+// MMA that uses those registers is in flight: ptxas counts the empty asm as a write and then
+// serializes every wgmma of the kernel (info C7513).
 __device__ __forceinline__ void wg_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
