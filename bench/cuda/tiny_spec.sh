@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/dspec-cuda-out}
 mkdir -p "$OUT"
 B=build-cudarun
 source bench/cuda/deps.sh || exit 1
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90 "${CMAKE_EXTRA[@]}" \
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDSPEC_CUDA_ARCH=90a "${CMAKE_EXTRA[@]}" \
   >"$OUT/build.log" 2>&1 && cmake --build $B -j"$(nproc)" --target dspec >>"$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; exit 1; }
 D=$B/dspec

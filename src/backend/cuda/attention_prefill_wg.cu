@@ -55,9 +55,9 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
     const int kend = DS_MIN(np + r0 + FW_BM, lim); // keys any row here sees
     const int ntiles = (int)((kend + FW_BN - 1) / FW_BN);
     const char *kb = a.k + (int64_t)kvh * D * 2, *vb = a.v + (int64_t)kvh * D * 2;
-    // rows [key0, key0 + 64) of K or V (row stride nb1) into the tile at dst (rows at or past
-    // lim: zeros)
-    // (thread t copies chunk t % CPR of rows t / CPR + RP i: one swizzled offset, RP i rows on)
+    // load: rows [key0, key0 + 64) of K or V (row stride nb1) into the tile at dst (rows at or
+    // past lim: zeros); thread t copies chunk t % CPR of rows t / CPR + RP i (one swizzled
+    // offset: RP i rows on, the swizzle unchanged)
     constexpr int RP = FW_THREADS / CPR;
     static_assert(RP % 8 == 0 && FW_BN % RP == 0, "fw_kernel: copy rows");
     const int cr = tid / CPR, cc = tid % CPR;
