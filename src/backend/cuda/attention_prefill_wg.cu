@@ -29,6 +29,14 @@ extern "C" {
 
 enum { FW_BM = 128, FW_BN = 64, FW_THREADS = 256 };
 
+// 2^x by the MUFU alone (ex2.approx.ftz: results below 2^-126 flush to 0; exp2f adds a range
+// check and two multiplies around it); 2^-inf = 0.
+__device__ __forceinline__ float fw_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 static constexpr size_t fw_smem(int d) { return (size_t)(FW_BM + 4 * FW_BN) * d * 2 + 1024; }
 
 template <int D>
@@ -112,36 +120,40 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
         }
         wg_commit();
     };
-    // tile t's scores in s: scale, causal mask (diagonal tiles), online softmax (as
-    // attention_prefill.cu); P into pn, m and l moved on, the factor O needs into al
+    // tile t's scores in s: causal mask (diagonal tiles), online softmax in f32 of the scaled
+    // scores (the maximum of the raw scores scaled once: the scale is positive), P = 2^(scaled
+    // score - m) with one fma and one MUFU ex2 (flushing what would be denormal to 0) into pn,
+    // m and l moved on, the factor O needs into al. (s is only read: nothing but the MMAs may
+    // write a register of the MMAs in flight.)
     auto softmax = [&](int t, float al[2], uint32_t (&pn)[16], bool use) {
         const int key0 = t * FW_BN;
         const bool diag = key0 + FW_BN > p0;
-        // (s is only read: the scaled, masked score is recomputed where needed, so nothing but
-        // the MMAs writes a register of the MMAs in flight)
-        auto score = [&](int jn, int e) {
-            const float x = s[4 * jn + e] * a.scale_log2;
+        auto raw = [&](int jn, int e) {
             const int key = key0 + jn * 8 + 2 * c4 + (e & 1);
-            return diag && key > pos0 + 8 * (e / 2) ? -INFINITY : x;
+            return diag && key > pos0 + 8 * (e / 2) ? -INFINITY : s[4 * jn + e];
         };
-        float mx[2] = {m[0], m[1]};
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int jn = 0; jn < 8; jn++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], score(jn, e));
+            for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], raw(jn, e));
         }
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            al[i] = use ? exp2f(m[i] - mx[i]) : 1.f; // m = -inf at the first tile: 0
+            mx[i] = fmaxf(m[i], mx[i] * a.scale_log2);
+            al[i] = use ? fw_exp2(m[i] - mx[i]) : 1.f; // m = -inf at the first tile: 0
             m[i] = use ? mx[i] : m[i];
             l[i] *= al[i];
         }
+        const float nm0 = -m[0], nm1 = -m[1];
 #pragma unroll
         for (int jn = 0; jn < 8; jn++) {
-            const float e0 = exp2f(score(jn, 0) - m[0]), e1 = exp2f(score(jn, 1) - m[0]);
-            const float e2 = exp2f(score(jn, 2) - m[1]), e3 = exp2f(score(jn, 3) - m[1]);
+            const float e0 = fw_exp2(fmaf(raw(jn, 0), a.scale_log2, nm0));
+            const float e1 = fw_exp2(fmaf(raw(jn, 1), a.scale_log2, nm0));
+            const float e2 = fw_exp2(fmaf(raw(jn, 2), a.scale_log2, nm1));
+            const float e3 = fw_exp2(fmaf(raw(jn, 3), a.scale_log2, nm1));
             l[0] += use ? e0 + e1 : 0.f, l[1] += use ? e2 + e3 : 0.f;
             pn[2 * jn] = fa_pack(e0, e1), pn[2 * jn + 1] = fa_pack(e2, e3);
         }
@@ -187,10 +199,14 @@ static __global__ __launch_bounds__(FW_THREADS, 1) void fw_kernel(fa_args a) {
         wg_wait<0>(); // P V(j)
         wg_keep(o);
         wg_keep(pa);
+        // (past the first tiles a row's maximum rarely moves: most steps of a warp rescale
+        // nothing)
+        if (__any_sync(0xffffffffu, al[0] != 1.f || al[1] != 1.f)) {
 #pragma unroll
-        for (int jn = 0; jn < D / 8; jn++) {
-            o[4 * jn] *= al[0], o[4 * jn + 1] *= al[0];
-            o[4 * jn + 2] *= al[1], o[4 * jn + 3] *= al[1];
+            for (int jn = 0; jn < D / 8; jn++) {
+                o[4 * jn] *= al[0], o[4 * jn + 1] *= al[0];
+                o[4 * jn + 2] *= al[1], o[4 * jn + 3] *= al[1];
+            }
         }
     };
     for (int j = 0; j < ntiles; j += 2) { // (P's two arrays swap roles each step)
