@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# s50_branches.sh: session 50's two prepared branches measured in one device call, carried
+# builds only (nvcc on the development machine): A = main in build-carry/ (dspec), P =
+# wip/s50-prefill-cache in build-carry-b/ (dspec, cuda_ops_test, cuda_model_test), G =
+# wip/s50-gdc in build-carry-c/ (dspec, cuda_ops_test). P's GEMM op test (cached rows bitwise the
+# tiles') and model tests (a prompt's logits with the cache bitwise those without), G's gated
+# delta op tests; prefill of the 27B Q4_K_M shapes at 8K and 32K tokens (A, G, A, G) and at 512
+# / 2K (A, G); then P's bench at 512 / 2K / 8K, each prompt without and with `--prefill-cache 64`
+# in one process. Everything goes to $OUT/log.txt, printed at the end.
+# Usage (repo root, on the GPU machine): bash bench/cuda/s50_branches.sh
+set -u
+cd "$(dirname "$0")/../.."
+source bench/cuda/carried_env.sh s50_branches.sh || exit 1
+A=$PWD/build-carry
+P=$PWD/build-carry-b
+G=$PWD/build-carry-c
+need_bins "$A" dspec || exit 1
+need_bins "$P" dspec cuda_ops_test cuda_model_test || exit 1
+need_bins "$G" dspec cuda_ops_test || exit 1
+L=$OUT/log.txt
+{
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  (cd /tmp && timeout 120 "$P/cuda_ops_test" 'test_matmul_gemm' >"$OUT/p_ops.log" 2>&1
+   echo "P cuda_ops_test test_matmul_gemm exit $?")
+  grep -E "PASSED|FAILED" "$OUT/p_ops.log" | tail -4
+  timeout 240 "$P/cuda_model_test" >"$OUT/p_model.log" 2>&1
+  echo "P cuda_model_test exit $?"
+  grep -E "prefill gemm|PASSED|FAILED" "$OUT/p_model.log" | tail -6
+  (cd /tmp && timeout 120 "$G/cuda_ops_test" 'test_gated_delta*' >"$OUT/g_ops.log" 2>&1
+   echo "G cuda_ops_test test_gated_delta* exit $?")
+  grep -E "gated delta prefill|PASSED|FAILED" "$OUT/g_ops.log" | tail -10
+  "$A/dspec" synth --preset 27b --mix q4_k_m /tmp/s50.gguf 2>&1 | tail -1
+  pre() { # dir prompt
+    echo "$(basename "$1") $2: $(timeout 200 "$1/dspec" bench --model /tmp/s50.gguf \
+      --device cuda --prompt "$2" --decode 1 --reps 1 --verify 1 2>&1 | grep ^prefill)"
+  }
+  for N in 8192 32768; do
+    for round in 1 2; do pre "$A" $N; pre "$G" $N; done
+  done
+  for N in 512 2048; do pre "$A" $N; pre "$G" $N; done
+  for N in 512 2048 8192; do
+    timeout 240 "$P/dspec" bench --model /tmp/s50.gguf --device cuda --prompt "$N" --decode 1 \
+      --reps 1 --verify 1 --prefill-cache 64 2>&1 \
+      | grep -E "^prefill|memory in use|error" | sed "s/^/P $N: /"
+  done
+  rm -f /tmp/s50.gguf
+} >"$L" 2>&1
+cat "$L"
