@@ -6,8 +6,10 @@
 # tiles') and model tests (a prompt's logits with the cache bitwise those without), G's gated
 # delta op tests; prefill of the 27B Q4_K_M shapes at 8K and 32K tokens (A, G, A, G) and at 512
 # / 2K (A, G); then P's bench at 512 / 2K / 8K, each prompt without and with `--prefill-cache 64`
-# in one process. Everything goes to $OUT/log.txt, printed at the end.
-# Usage (repo root, on the GPU machine): bash bench/cuda/s50_branches.sh
+# in one process; `DSPEC_CUDA_PROFILE`'s per-op times of an 8K prompt of A and G; NCU=1 adds
+# Nsight Compute's full sections of one 8K-prompt launch of `gdc_state_kernel` of A and G
+# (gdc_A.txt / gdc_G.txt). Everything goes to $OUT/log.txt, printed at the end.
+# Usage (repo root, on the GPU machine): [NCU=1] bash bench/cuda/s50_branches.sh
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh s50_branches.sh || exit 1
@@ -38,6 +40,20 @@ L=$OUT/log.txt
     for round in 1 2; do pre "$A" $N; pre "$G" $N; done
   done
   for N in 512 2048; do pre "$A" $N; pre "$G" $N; done
+  for D in "$A" "$G"; do
+    echo "$(basename "$D"): DSPEC_CUDA_PROFILE, 8K prompt"
+    DSPEC_CUDA_PROFILE=1 timeout 200 "$D/dspec" bench --model /tmp/s50.gguf --device cuda \
+      --decode 1 --reps 1 --verify 1 --prompt 8192 2>&1 | grep -iE "gated_delta|total" | head -6
+    if [ -n "${NCU:-}" ]; then # (the bench's 256-row warm-up runs 48 launches first)
+      n=$([ "$D" = "$A" ] && echo A || echo G)
+      timeout 300 ncu -k regex:gdc_state_kernel --launch-skip 50 --launch-count 1 --set full \
+        -o "$OUT/gdc_$n" "$D/dspec" bench --model /tmp/s50.gguf --device cuda --prompt 8192 \
+        --decode 1 --reps 1 --verify 1 >"$OUT/ncu_$n.log" 2>&1
+      ncu -i "$OUT/gdc_$n.ncu-rep" --page details >"$OUT/gdc_$n.txt" 2>&1
+      grep -E "Duration|Executed Ipc|Issue Slots Busy|Eligible|Registers|Executed Instructions" \
+        "$OUT/gdc_$n.txt" | head -12 | sed "s/^/$n /"
+    fi
+  done
   for N in 512 2048 8192; do
     timeout 240 "$P/dspec" bench --model /tmp/s50.gguf --device cuda --prompt "$N" --decode 1 \
       --reps 1 --verify 1 --prefill-cache 64 2>&1 \
