@@ -4,7 +4,8 @@
 # wip/s50-prefill-cache in build-carry-b/ (dspec, cuda_ops_test, cuda_model_test), G =
 # wip/s50-gdc in build-carry-c/ (dspec, cuda_ops_test). P's GEMM op test (cached rows bitwise the
 # tiles') and model tests (a prompt's logits with the cache bitwise those without), G's gated
-# delta op tests; prefill of the 27B Q4_K_M shapes at 8K and 32K tokens (A, G, A, G) and at 512
+# delta and attention prologue op tests (G: the chunk state kernel's leaner copies and the
+# prologue's row blocks); prefill of the 27B Q4_K_M shapes at 8K and 32K tokens (A, G, A, G) and at 512
 # / 2K (A, G); then P's bench at 512 / 2K / 8K, each prompt without and with `--prefill-cache 64`
 # in one process; `DSPEC_CUDA_PROFILE`'s per-op times of an 8K prompt of A and G; NCU=1 adds
 # Nsight Compute's full sections of one 8K-prompt launch of `gdc_state_kernel` of A and G
@@ -31,6 +32,9 @@ L=$OUT/log.txt
   (cd /tmp && timeout 120 "$G/cuda_ops_test" 'test_gated_delta*' >"$OUT/g_ops.log" 2>&1
    echo "G cuda_ops_test test_gated_delta* exit $?")
   grep -E "gated delta prefill|PASSED|FAILED" "$OUT/g_ops.log" | tail -10
+  (cd /tmp && timeout 120 "$G/cuda_ops_test" 'test_attn_prologue' >"$OUT/g_pro.log" 2>&1
+   echo "G cuda_ops_test test_attn_prologue exit $?")
+  grep -E "PASSED|FAILED" "$OUT/g_pro.log" | tail -4
   "$A/dspec" synth --preset 27b --mix q4_k_m /tmp/s50.gguf 2>&1 | tail -1
   pre() { # dir prompt
     echo "$(basename "$1") $2: $(timeout 200 "$1/dspec" bench --model /tmp/s50.gguf \
@@ -43,7 +47,8 @@ L=$OUT/log.txt
   for D in "$A" "$G"; do
     echo "$(basename "$D"): DSPEC_CUDA_PROFILE, 8K prompt"
     DSPEC_CUDA_PROFILE=1 timeout 200 "$D/dspec" bench --model /tmp/s50.gguf --device cuda \
-      --decode 1 --reps 1 --verify 1 --prompt 8192 2>&1 | grep -iE "gated_delta|total" | head -6
+      --decode 1 --reps 1 --verify 1 --prompt 8192 2>&1 |
+      grep -iE "gated_delta|attn_prologue|total" | head -8
     if [ -n "${NCU:-}" ]; then # (the bench's 256-row warm-up runs 48 launches first)
       n=$([ "$D" = "$A" ] && echo A || echo G)
       timeout 300 ncu -k regex:gdc_state_kernel --launch-skip 50 --launch-count 1 --set full \
