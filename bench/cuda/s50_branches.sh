@@ -10,7 +10,8 @@
 # in one process; `DSPEC_CUDA_PROFILE`'s per-op times of an 8K prompt of A and G; NCU=1 adds
 # Nsight Compute's full sections of one 8K-prompt launch of `gdc_state_kernel` of A and G
 # (gdc_A.txt / gdc_G.txt). Everything goes to $OUT/log.txt, printed at the end.
-# Usage (repo root, on the GPU machine): [NCU=1] bash bench/cuda/s50_branches.sh
+# QUICK=1 leaves out the 32K prompts and the profile.
+# Usage (repo root, on the GPU machine): [NCU=1] [QUICK=1] bash bench/cuda/s50_branches.sh
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh s50_branches.sh || exit 1
@@ -40,11 +41,13 @@ L=$OUT/log.txt
     echo "$(basename "$1") $2: $(timeout 200 "$1/dspec" bench --model /tmp/s50.gguf \
       --device cuda --prompt "$2" --decode 1 --reps 1 --verify 1 2>&1 | grep ^prefill)"
   }
-  for N in 8192 32768; do
+  for N in 8192 32768; do # (QUICK=1: 8K only, and no per-op profile)
+    [ -n "${QUICK:-}" ] && [ $N = 32768 ] && continue
     for round in 1 2; do pre "$A" $N; pre "$G" $N; done
   done
   for N in 512 2048; do pre "$A" $N; pre "$G" $N; done
   for D in "$A" "$G"; do
+    [ -n "${QUICK:-}" ] && break
     echo "$(basename "$D"): DSPEC_CUDA_PROFILE, 8K prompt"
     DSPEC_CUDA_PROFILE=1 timeout 200 "$D/dspec" bench --model /tmp/s50.gguf --device cuda \
       --decode 1 --reps 1 --verify 1 --prompt 8192 2>&1 |
