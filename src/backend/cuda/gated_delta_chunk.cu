@@ -173,10 +173,11 @@ static __global__ __launch_bounds__(GDC_THREADS) void gdc_prep_kernel(gd_args a,
 // Fragments (lane: g = lane / 4, q = lane % 4): A 16 x 8 row-major a0 (g, q), a1 (g + 8, q),
 // a2 (g, q + 4), a3 (g + 8, q + 4); B 8 x 8 b0 (k q, n g), b1 (k q + 4, n g); C 16 x 8 c0 (g, 2q),
 // c1 (g, 2q + 1), c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
+// (cvt.rna.tf32.f32 compiles to a finiteness test and this add: the mma reads the top 19 bits,
+// so adding half of the dropped 13 bits' range rounds to nearest, ties away from zero -- for
+// infinities and NaNs too, whose dropped bits it alone touches: one instruction, the same bits)
 __device__ __forceinline__ uint32_t gdc_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
+    return __float_as_uint(x) + 0x1000u;
 }
 // N operand registers rounded to tf32.
 template <int N> struct gdc_op {
@@ -253,8 +254,38 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     const int64_t voff = 2 * (int64_t)a.hk * DK + (int64_t)h * a.dv + j0;
     auto rows_of = [&](int cc) { return min(C, a.n - cc * C); };
     auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
+    // The copies' addresses. A thread copies the same slots of every chunk: k / q rows
+    // t0 + RP j at column chunk e (RJ per thread), T / M float4 i = tid + NT j (TJ), v rows
+    // tv0 + VR j at column ev (VJ). Their shared offsets and the chunk-0 sources are computed
+    // once; a full chunk's copies then add constants (a partial last chunk, whose rows past the
+    // launch read the last row and are zero-filled, takes the general form).
+    constexpr int RP = NT / C4, RJ = C / RP, TR = NT / (C / 4), TJ = C / TR, VR = NT / BV,
+                  VJ = C / VR;
+    static_assert(NT % C4 == 0 && C % RP == 0 && NT % (C / 4) == 0 && TR % 8 == 0 &&
+                      C % TR == 0 && NT % BV == 0 && C % VR == 0, "gdc_state_kernel: copy slots");
+    constexpr int SWP = RP % 8 == 0 ? 1 : 8 / RP; // period of the rows' swizzle over j
+    const int e_r = tid % C4, t_r = tid / C4;
+    int sw_r[SWP]; // float4 offsets of the thread's rows j < SWP (then + RP C4 j)
+#pragma unroll
+    for (int p = 0; p < SWP; p++) sw_r[p] = t_r * C4 + gdc_sw(t_r + RP * p, e_r);
+    const int64_t rstride = (int64_t)RP * a.hk * C4, cstride = (int64_t)C * a.hk * C4;
+    const int64_t r_off = ((int64_t)t_r * a.hk + kh) * C4 + e_r; // row t_r of chunk 0
+    // (a thread's T / M rows are TR apart, a multiple of 8: one swizzle)
+    const int sw_t = (tid / (C / 4)) * C + 4 * gdc_sw(tid / (C / 4), tid % (C / 4));
+    const float *tm_h = tm + (size_t)h * nc * GDC_TM + 4 * tid;
+    const int tv0 = tid / BV, ev = tid % BV;
+    const char *v_src = a.qkv + (a.t0 + tv0) * a.qkv_nb1 + (voff + ev) * 4; // row tv0, chunk 0
     auto issue_rows = [&](float4 *dst, const float4 *src, int cc) { // k or q rows of chunk cc
         const int nt = rows_of(cc);
+        if (nt == C) {
+            const float4 *s = src + r_off + cc * cstride;
+            const uint32_t d = smem_addr(dst);
+#pragma unroll
+            for (int j = 0; j < RJ; j++) {
+                cp_async16(d + 16 * (sw_r[j % SWP] + RP * C4 * j), s + j * rstride, 16);
+            }
+            return;
+        }
         for (int i = tid; i < C * C4; i += NT) {
             const int t = i / C4, e = i % C4;
             const int64_t o = ((int64_t)(cc * C + min(t, nt - 1)) * a.hk + kh) * C4 + e;
@@ -273,22 +304,30 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     };
     auto issue_cc = [&](float *dst, int cc, int off) { // T (off 0) or M (off C * C) of chunk cc
         if (cc < nc) {
-            const float *src = tm + ((size_t)h * nc + cc) * GDC_TM + off;
-            for (int i = tid; i < C * C / 4; i += NT) {
-                const int t = i / (C / 4), e = i % (C / 4);
-                cp_async16(smem_addr(&dst[t * C + 4 * gdc_sw(t, e)]), src + 4 * i);
-            }
+            const float *s = tm_h + (size_t)cc * GDC_TM + off;
+            const uint32_t d = smem_addr(dst + sw_t);
+#pragma unroll
+            for (int j = 0; j < TJ; j++) cp_async16(d + 4 * TR * C * j, s + 4 * NT * j);
         }
     };
     auto issue_tvb = [&](int cc) {
         if (cc < nc) {
             const int nt = rows_of(cc);
             issue_cc(st, cc, 0);
-            for (int i = tid; i < C * BV; i += NT) {
-                const int t = i / BV, e = i % BV;
-                const int64_t row = a.t0 + cc * C + min(t, nt - 1);
-                const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + voff + e;
-                cp_async4(smem_addr(&sv[t * BV + e]), v, t < nt ? 4 : 0);
+            if (nt == C) {
+                const char *s = v_src + (int64_t)cc * C * a.qkv_nb1;
+                const uint32_t d = smem_addr(&sv[tv0 * BV + ev]);
+#pragma unroll
+                for (int j = 0; j < VJ; j++) {
+                    cp_async4(d + 4 * VR * BV * j, (const float *)(s + j * VR * a.qkv_nb1), 4);
+                }
+            } else {
+                for (int i = tid; i < C * BV; i += NT) {
+                    const int t = i / BV, e = i % BV;
+                    const int64_t row = a.t0 + cc * C + min(t, nt - 1);
+                    const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + voff + e;
+                    cp_async4(smem_addr(&sv[t * BV + e]), v, t < nt ? 4 : 0);
+                }
             }
             if (tid < C) {
                 const int64_t row = a.t0 + cc * C + min(tid, nt - 1);
