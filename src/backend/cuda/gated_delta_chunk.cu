@@ -255,7 +255,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     auto rows_of = [&](int cc) { return min(C, a.n - cc * C); };
     auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
     // The copies' addresses. A thread copies the same slots of every chunk: k / q rows
-    // t0 + RP j at column chunk e (RJ per thread), T / M float4 i = tid + NT j (TJ), v rows
+    // t_r + RP j at column chunk e_r (RJ per thread), T / M float4 i = tid + NT j (TJ), v rows
     // tv0 + VR j at column ev (VJ). Their shared offsets and the chunk-0 sources are computed
     // once; a full chunk's copies then add constants (a partial last chunk, whose rows past the
     // launch read the last row and are zero-filled, takes the general form).
