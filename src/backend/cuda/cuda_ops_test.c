@@ -1598,8 +1598,13 @@ static void test_attn_prologue(void **state) {
         int64_t hd, nh, nkv, n, row0;
         int n_rot;
         bool w;
-    } cs[] = {{256, 24, 4, 5, 9, 64, true}, {128, 8, 2, 3, 0, 128, false}, {256, 24, 4, 1, 17, 64, true}};
-    const int32_t pos[5] = {7, 8, 4100, 4101, 30000};
+    } cs[] = {{256, 24, 4, 5, 9, 64, true}, {128, 8, 2, 3, 0, 128, false},
+              {256, 24, 4, 1, 17, 64, true},
+              {256, 24, 4, 100, 3, 64, true},   // a prompt chunk (prologue_rows_kernel)
+              {128, 8, 2, 70, 0, 128, false},
+              {64, 6, 3, 65, 1, 32, true}};
+    int32_t pos[100] = {7, 8, 4100, 4101, 30000};
+    for (int i = 5; i < 100; i++) pos[i] = 9 + 37 * i;
     const float eps = 1e-6f, base = 1e7f;
     for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
         for (size_t ti = 0; ti < DS_ARRAY_LEN(k_kv_types); ti++) {

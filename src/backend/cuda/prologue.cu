@@ -101,6 +101,96 @@ static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
     }
 }
 
+// Prompt-sized calls (n >= PRO_ROWS_MIN rows, head dim a multiple of 32 up to 256): one block of
+// 8 warps per row. The row's rotation table (cos / sin of its n_rot / 2 angles: rope_cs, in
+// double) is computed once into shared memory -- prologue_kernel computes it for every element
+// it rotates, in every head: 56 times over for the 27B's 28 heads of 64 rotated elements -- and
+// each warp takes whole items: a head of q or k, or 256 elements of v. Lane l holds a head's
+// elements l + 32 m; the sum of squares replays prologue_kernel's NT-thread block (nt =
+// norm_threads(hd) threads, thread tid holding elements tid + nt k): the partial of virtual warp
+// vw from elements m = vw + (nt / 32) k, the same butterflies, then the virtual warps' sums in
+// order. So every output is bitwise prologue_kernel's (test_attn_prologue at 100 rows).
+enum { PRO_ROWS_MIN = 64, PRO_ROWS_WARPS = 8 };
+template <int KC>
+static __global__ __launch_bounds__(32 * PRO_ROWS_WARPS) void prologue_rows_kernel(prologue_args a,
+                                                                                 int nt) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    __shared__ float tcs[128], tsn[128];
+    __shared__ float ob[PRO_ROWS_WARPS][256];
+    const int64_t t = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int hd = (int)a.q.ne0, M = hd / 32, nw = nt / 32, half = a.n_rot / 2;
+    const int64_t crow = (a.row0p ? *a.row0p : a.row0) + t;
+    const int32_t pos = a.pos[t];
+    if (tid < half) rope_cs(pos, tid, a.n_rot, a.base, tcs[tid], tsn[tid]);
+    __syncthreads();
+    const int nvw = (hd * a.n_kv + 255) / 256, items = a.n_head + a.n_kv + nvw;
+    for (int it = w; it < items; it += PRO_ROWS_WARPS) {
+        if (it >= a.n_head + a.n_kv) { // v: 256 elements of row t
+            const int64_t n = a.v.ne0, i0 = (int64_t)(it - a.n_head - a.n_kv) * 256;
+            const float *vr = ds_cu_row(a.v, t);
+            char *d = a.vc + crow * a.vc_nb1;
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const int64_t i = i0 + lane + 32 * m;
+                if (i < n) kv_put<KC>(d, i, vr[i]); // (n % 32 == 0: whole warps)
+            }
+            continue;
+        }
+        const bool isq = it < a.n_head;
+        const int h = isq ? it : it - a.n_head;
+        float *x = isq ? ds_cu_row(a.q, t * a.n_head + h) : ds_cu_row(a.k, t * a.n_kv + h);
+        const float *wt = isq ? a.wq : a.wk;
+        float v[8];
+#pragma unroll
+        for (int m = 0; m < 8; m++) v[m] = m < M ? x[lane + 32 * m] : 0.0f;
+        double s[8];
+#pragma unroll
+        for (int vw = 0; vw < 8; vw++) { // (virtual warp vw's thread 32 vw + lane)
+            s[vw] = 0.0;
+            if (vw >= nw) continue;
+#pragma unroll
+            for (int m = vw; m < 8; m += 1) {
+                if ((m - vw) % nw == 0 && m < M) s[vw] = sq_acc(s[vw], v[m]);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int vw = 0; vw < 8; vw++) s[vw] += __shfl_xor_sync(0xffffffffu, s[vw], o);
+        }
+        double tot = 0.0;
+#pragma unroll
+        for (int vw = 0; vw < 8; vw++) {
+            if (vw < nw) tot += s[vw];
+        }
+        const float scale = norm_scale(tot, hd, a.eps);
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            if (m >= M) continue;
+            float o = __fmul_rn(v[m], scale);
+            if (wt) o = __fmul_rn(o, wt[lane + 32 * m]);
+            ob[w][lane + 32 * m] = o;
+        }
+        __syncwarp();
+        char *kd = isq ? NULL : a.kc + crow * a.kc_nb1;
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            if (m >= M) continue;
+            const int i = lane + 32 * m;
+            float o = ob[w][i];
+            if (i < a.n_rot) {
+                const int p = i < half ? i : i - half;
+                o = i < half ? rope_lo(ob[w][p], ob[w][p + half], tcs[p], tsn[p])
+                             : rope_hi(ob[w][p], ob[w][p + half], tcs[p], tsn[p]);
+            }
+            x[i] = o;
+            if (!isq) kv_put<KC>(kd, (int64_t)h * hd + i, o);
+        }
+        __syncwarp(); // (ob[w] is the next item's)
+    }
+}
+
 extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k,
                                       const ds_tensor *v, const ds_tensor *wq,
                                       const ds_tensor *wk, float eps, const int32_t *pos,
@@ -140,10 +230,19 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
         if (!a.row0p) return;
         a.row0 = 0;
     }
+    const int kcode = kv_code(kc->type);
+    if (n >= PRO_ROWS_MIN && hd % 32 == 0 && hd <= 256 && n <= 0x7fffffff) { // (prompt chunks)
+        if (kcode == 1) ds_cu_launch(c, prologue_rows_kernel<1>, (unsigned)n, 32 * PRO_ROWS_WARPS,
+                                     0, a, nt);
+        else if (kcode == 2) ds_cu_launch(c, prologue_rows_kernel<2>, (unsigned)n,
+                                          32 * PRO_ROWS_WARPS, 0, a, nt);
+        else ds_cu_launch(c, prologue_rows_kernel<0>, (unsigned)n, 32 * PRO_ROWS_WARPS, 0, a, nt);
+        ds_cuda_launched(c, "attn_prologue");
+        return;
+    }
     const int64_t nvb = (hd * nkv + (int64_t)nt * ept - 1) / ((int64_t)nt * ept);
     DS_ASSERT(nh + nkv + nvb <= 65535 && n <= 0x7fffffff); // (grid.y, grid.x)
     dim3 grid((unsigned)n, (unsigned)(nh + nkv + nvb));
-    const int kcode = kv_code(kc->type);
 #define PROLOGUE_GO(E)                                                                             \
     (kcode == 1   ? ds_cu_launch(c, prologue_kernel<E, 1>, grid, nt, 0, a)                        \
      : kcode == 2 ? ds_cu_launch(c, prologue_kernel<E, 2>, grid, nt, 0, a)                        \
