@@ -347,6 +347,17 @@ void ds_cuda_set_graph_pdl(ds_backend *be, bool on);
 // step, as in decode and verify) instead of the bf16 tensor-core GEMM (backend.h prefill_mode;
 // several times faster for long prompts). Off by default.
 void ds_cuda_set_exact_prefill(ds_backend *be, bool on);
+// Prefill weight cache: a bf16 copy of the weight matrix w (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, F16)
+// made now, which prompt chunks' GEMMs then multiply instead of dequantizing it tile by tile
+// for every chunk (the same values and the same library calls: bitwise the same rows). Taken
+// only while the cache stays within `budget` bytes in all and DS_CUDA_PREFILL_CACHE_RESERVE
+// bytes of device memory stay free. Returns 1 (cached now or before), 0 (no room), 2 (a type or
+// shape the GEMM does not dequantize), -1 (the backend failed). A copy goes when its weight's
+// allocation is freed, or with ds_cuda_prefill_cache_clear; eager only (not inside a step).
+#define DS_CUDA_PREFILL_CACHE_RESERVE ((size_t)2 << 30)
+int ds_cuda_prefill_cache_add(ds_backend *be, const ds_tensor *w, size_t budget);
+size_t ds_cuda_prefill_cache_bytes(ds_backend *be);
+void ds_cuda_prefill_cache_clear(ds_backend *be);
 // Measured rate of the prefill GEMM's library call on this device: bf16 x bf16 -> f32 products
 // of 8192^3 (cuBLAS, best of 5), in TFLOP/s; 0 on failure. For the prefill roofline of benches.
 double ds_cuda_gemm_tflops(ds_backend *be);

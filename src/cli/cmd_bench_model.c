@@ -15,6 +15,7 @@ typedef struct bm_opts {
     const char *model, *device;
     int64_t prompt, decode, reps, batch, accept;
     int threads, no_graphs, exact_prefill;
+    double prefill_cache; // GiB (0: none)
     int64_t verify[16];
     int n_verify;
     ds_type kv;
@@ -41,7 +42,10 @@ static void usage(FILE *f) {
             "                   programmatic dependent launch inside, then kernels launched one\n"
             "                   by one with and without it)\n"
             "  --exact-prefill  CUDA: also time the prompt on the exact int8 kernels, next to\n"
-            "                   the default bf16 tensor-core GEMM\n");
+            "                   the default bf16 tensor-core GEMM\n"
+            "  --prefill-cache GIB  CUDA: then make the prefill weight cache (bf16 copies of\n"
+            "                   the weight matrices, up to GIB GiB; run --prefill-cache) and\n"
+            "                   time the prompt again with it, next to the default\n");
 }
 
 // Copy bandwidth of the backend's memory in GB/s (bytes read + written), the decode roofline's
@@ -245,6 +249,25 @@ static int run_bench(const bm_opts *o) {
         printf("prefill %" PRId64 " tokens, exact kernels: %.3f s, %.1f tok/s; default %.2fx "
                "faster\n", o->prompt, t_ex, (double)o->prompt / t_ex, t_ex / t_pre);
     }
+    if (o->prefill_cache > 0 && !strcmp(be->name, "cuda")) { // with the cache, side by side
+        t0 = ds_time_now();
+        if (ds_engine_prefill_cache(be, m, o->prefill_cache, &err)) goto fail;
+        be->ops.sync(be);
+        const double t_mk = ds_time_now() - t0;
+        ds_state_reset(st);
+        t0 = ds_time_now();
+        if (ds_model_forward(m, st, &pre, &err)) goto fail;
+        be->ops.sync(be);
+        const double t_pc = ds_time_now() - t0;
+#ifdef DSPEC_HAVE_CUDA
+        const double gib = (double)ds_cuda_prefill_cache_bytes(be) / (double)(1u << 30);
+#else
+        const double gib = 0.0;
+#endif
+        printf("prefill %" PRId64 " tokens, prefill cache (%.2f GiB, made in %.2f s): %.3f s, "
+               "%.1f tok/s; %.3fx the default\n", o->prompt, gib, t_mk, t_pc,
+               (double)o->prompt / t_pc, t_pre / t_pc);
+    }
     next = toks + o->prompt;
     double t_dec = time_decode(m, st, o, next, &err);
     next += o->decode;
@@ -356,6 +379,9 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.exact_prefill = 1;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
+        } else if (!strcmp(a, "--prefill-cache") && ds_cli_float(v, &o.prefill_cache) &&
+                   o.prefill_cache >= 0.0) {
+            i++;
         } else if (!strcmp(a, "--prompt") && ds_cli_int(v, 1, 1 << 30, &o.prompt)) {
             i++;
         } else if (!strcmp(a, "--batch") && ds_cli_int(v, 1, 1 << 30, &o.batch)) {

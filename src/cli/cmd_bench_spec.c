@@ -16,6 +16,7 @@ typedef struct bs_opts {
     int blocks[8], n_blocks, threads, ddtree;
     int64_t n_new, max_prompts;
     float temp;
+    double prefill_cache; // GiB (0: none)
     uint64_t seed;
 } bs_opts;
 
@@ -29,7 +30,8 @@ static void usage(FILE *f) {
                "  --temp T --seed S  sampled speculative decoding (default greedy)\n"
                "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n"
                "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n"
-               "  --exact-prefill  CUDA: prompts on the exact int8 kernels, not the bf16 GEMM\n");
+               "  --exact-prefill  CUDA: prompts on the exact int8 kernels, not the bf16 GEMM\n"
+               "  --prefill-cache GIB  CUDA: bf16 copies of the weights for prompts (run's)\n");
 }
 
 typedef struct run_stats {
@@ -131,7 +133,8 @@ static int bench_spec(const bs_opts *o) {
     dspec_engine_params ep = {.model_path = o->model, .draft_path = o->draft,
                               .n_threads = o->threads, .device = o->device, .kv_f16 = 1,
                               .no_cuda_graphs = o->no_graphs,
-                              .exact_prefill = o->exact_prefill};
+                              .exact_prefill = o->exact_prefill,
+                              .prefill_cache_gib = o->prefill_cache};
     dspec_engine *e = NULL;
     dspec_session *s = NULL;
     dspec_err err = {0};
@@ -194,6 +197,8 @@ int ds_cli_bench_spec(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
+        } else if (!strcmp(a, "--prefill-cache") && ds_cli_float(v, &fv) && fv >= 0.0) {
+            o.prefill_cache = fv, i++;
         } else if (!strcmp(a, "--draft") && v) {
             o.draft = v, i++;
         } else if (!strcmp(a, "--prompts") && v) {

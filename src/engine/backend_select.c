@@ -43,6 +43,42 @@ void ds_engine_backend_exact_prefill(ds_backend *be, bool on) {
 #endif
 }
 
+dspec_status ds_engine_prefill_cache(ds_backend *be, const ds_model *m, double gib,
+                                     dspec_err *err) {
+    if (!(gib > 0.0)) return DSPEC_OK;
+    if (strcmp(be->name, "cuda") != 0) {
+        ds_log(DS_LOG_WARN, "prefill cache: no effect on the %s backend (CUDA only)", be->name);
+        return DSPEC_OK;
+    }
+#ifdef DSPEC_HAVE_CUDA
+    const int n = ds_model_matmul_weights(m, NULL, 0);
+    const ds_tensor **w = malloc((size_t)(n > 0 ? n : 1) * sizeof(*w));
+    if (!w) return ds_err_set(err, DSPEC_ERR_NOMEM, "prefill cache: out of memory");
+    ds_model_matmul_weights(m, w, n);
+    const double budget_b = gib * (double)(1u << 30);
+    const size_t budget = budget_b >= 0x1p62 ? (size_t)1 << 62 : (size_t)budget_b;
+    int taken = 0, other = 0; // (other: weights the GEMM does not dequantize: BF16, F32, ...)
+    for (int i = 0; i < n; i++) {
+        const int r = ds_cuda_prefill_cache_add(be, w[i], budget);
+        if (r < 0) {
+            free(w);
+            return ds_err_set(err, DSPEC_ERR_DEVICE, "prefill cache: the CUDA backend failed");
+        }
+        taken += r == 1;
+        other += r == 2;
+    }
+    free(w);
+    const double got = (double)ds_cuda_prefill_cache_bytes(be) / (double)(1u << 30);
+    ds_log(taken + other < n ? DS_LOG_WARN : DS_LOG_INFO, "prefill cache: %d of %d weight "
+           "matrices as bf16, %.2f GiB (of %.2f allowed)%s", taken, n - other, got, gib,
+           taken + other < n ? "; the others are dequantized for every prompt chunk" : "");
+    return DSPEC_OK;
+#else
+    (void)m, (void)err;
+    return DSPEC_OK;
+#endif
+}
+
 void ds_engine_backend_graphs(ds_backend *be, bool on) {
 #ifdef DSPEC_HAVE_CUDA
     if (!strcmp(be->name, "cuda")) ds_cuda_set_graphs(be, on);

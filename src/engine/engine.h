@@ -116,5 +116,10 @@ dspec_status ds_engine_backend_new(const char *device, int n_threads, ds_backend
 void ds_engine_backend_graphs(ds_backend *be, bool on);
 // Exact prefill on a CUDA backend (ds_cuda_set_exact_prefill); no effect on the CPU.
 void ds_engine_backend_exact_prefill(ds_backend *be, bool on);
+// Prefill weight cache (CUDA, ds_cuda_prefill_cache_add): bf16 copies of m's matmul weights in
+// the order a prompt uses them, up to gib GiB in all (gib <= 0: none), logged; the CPU backend
+// has no such cache (a warning says the option has no effect there).
+dspec_status ds_engine_prefill_cache(ds_backend *be, const ds_model *m, double gib,
+                                     dspec_err *err);
 // Free memory of a device backend (CUDA: all processes); false for the CPU backend.
 bool ds_engine_backend_free_memory(ds_backend *be, size_t *free_b);

@@ -78,6 +78,10 @@ size_t ds_model_weight_bytes(const ds_model *m);
 // experts), without the LM head (2 x n_embd x n_vocab more per row that wants logits) and the
 // attention scores: the prefill roofline's numerator.
 double ds_model_matmul_flops(const ds_model *m);
+// The dense weight matrices the forward multiplies (ops.matmul / matmul_multi), in the order a
+// prompt chunk first uses them, the LM head last (MoE: the routers and shared experts, not the
+// expert stacks): the first min(count, cap) into out; returns the count.
+int ds_model_matmul_weights(const ds_model *m, const ds_tensor **out, int cap);
 
 // ---- state ---------------------------------------------------------------------------------------
 

@@ -148,11 +148,13 @@ static void check_logits_groups(fixture *f) {
 // ds_model_matmul_flops against the file's own tensor table: 2 x ne0 x ne1 for every matrix a
 // token multiplies in the layers (experts: n_expert_used of them), i.e. every 2-D+ weight but
 // the embedding table, the LM head, the norms and the DeltaNet conv taps, plus the shared
-// expert's gate vector (a 1 x n_embd matmul stored 1-D).
+// expert's gate vector (a 1 x n_embd matmul stored 1-D). ds_model_matmul_weights lists those
+// matrices but the expert stacks, then the LM head (tied: the embedding table), each once.
 static void check_matmul_flops(fixture *f) {
     const ds_gguf *g = ds_model_gguf(f->m);
     const ds_model_hparams *hp = ds_model_hparams_get(f->m);
     double want = 0.0;
+    int n_mm = 1; // (the LM head)
     for (int64_t i = 0; i < ds_gguf_n_tensors(g); i++) {
         const ds_gguf_tensor *t = ds_gguf_tensor_at(g, i);
         const bool vec_mm = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
@@ -162,9 +164,22 @@ static void check_matmul_flops(fixture *f) {
         if (!strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight")) continue;
         want += 2.0 * (double)t->ne[0] * (double)t->ne[1] *
                 (double)(t->ne[2] > 1 ? hp->n_expert_used : 1);
+        n_mm += t->ne[2] <= 1;
     }
     assert_true(want > 0.0);
     assert_true(fabs(ds_model_matmul_flops(f->m) - want) <= 1e-9 * want);
+    const int n = ds_model_matmul_weights(f->m, NULL, 0);
+    assert_int_equal(n, n_mm);
+    const ds_tensor **w = calloc((size_t)n, sizeof(*w));
+    assert_int_equal(ds_model_matmul_weights(f->m, w, n - 1), n); // (fills n - 1)
+    assert_null(w[n - 1]);
+    ds_model_matmul_weights(f->m, w, n);
+    assert_ptr_equal(w[n - 1], ds_model_output(f->m));
+    for (int i = 0; i < n; i++) {
+        assert_non_null(w[i]->data);
+        for (int j = 0; j < i; j++) assert_ptr_not_equal(w[i]->data, w[j]->data);
+    }
+    free(w);
 }
 
 // Speculative batch of 5 then commit(k) == plain decoding of those k tokens, for every k; the

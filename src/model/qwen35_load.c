@@ -526,3 +526,24 @@ size_t ds_model_weight_bytes(const ds_model *m) {
 double ds_model_matmul_flops(const ds_model *m) {
     return m->matmul_flops;
 }
+
+static void push_weight(const ds_weight *w, const ds_tensor **out, int cap, int *n) {
+    if (!w->t.data) return;
+    if (*n < cap) out[*n] = &w->t;
+    (*n)++;
+}
+
+int ds_model_matmul_weights(const ds_model *m, const ds_tensor **out, int cap) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const ds_layer *L = &m->layers[il];
+        const ds_weight *w[] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha,
+                                &L->ssm_out, &L->attn_q, &L->attn_k, &L->attn_v,
+                                &L->attn_output, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                                &L->ffn_gate_inp_shexp, &L->ffn_gate_shexp, &L->ffn_up_shexp,
+                                &L->ffn_down_shexp, &L->ffn_gate_inp};
+        for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) push_weight(w[i], out, cap, &n);
+    }
+    push_weight(&m->output, out, cap, &n);
+    return n;
+}

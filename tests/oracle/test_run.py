@@ -258,7 +258,7 @@ def main():
                   "--proposer", "--ddtree-budget", "--ddtree-topk", "--ddtree-raw",
                   "--no-adaptive", "--draft-conf-threshold", "--long-ctx", "--long-ctx-width",
                   "--batch", "--kv-type", "--threads", "--device", "--no-cuda-graphs",
-                  "--no-pipeline", "--exact-prefill"]
+                  "--no-pipeline", "--exact-prefill", "--prefill-cache"]
         helps = [run(a.dspec, c, "--help").stdout.decode() for c in ("run", "serve")]
         missing = [(c, o) for c, h in zip(("run", "serve"), helps) for o in shared if o not in h]
         R.check("run / serve --help list the shared options", not missing, str(missing))
@@ -276,7 +276,9 @@ def main():
                                     ("run", "--seed", "-1", b"--seed needs a non-negative"),
                                     ("serve", "--top-k", "abc", b"--top-k needs an integer"),
                                     ("serve", "--port", "http", b"--port needs an integer in"),
-                                    ("serve", "--parallel", "0", b"[1, 64]")):
+                                    ("serve", "--parallel", "0", b"[1, 64]"),
+                                    ("run", "--prefill-cache", "x", b"a number of GiB"),
+                                    ("run", "--prefill-cache", "-1", b"must be >= 0")):
             args = ("-p", "x") if cmd == "run" else ()
             r = run(a.dspec, cmd, "-m", model, *args, opt, val, ok=False)
             R.check(f"{cmd}: {opt} {val} refused", r.returncode == 2 and want in r.stderr,
@@ -294,6 +296,19 @@ def main():
               "N =   1:" in out and "N =   3:" in out)
         R.check("bench --model: prefill, decode and verify rows", ok,
                 "" if ok else (out + r.stderr.decode(errors="replace"))[-300:])
+        # --prefill-cache is CUDA's: on the CPU it says it has no effect, and runs as without it
+        r = run(a.dspec, "run", "-m", model, "-p", "hello", "-n", "4", "--prefill-cache", "1",
+                ok=False)
+        r0 = run(a.dspec, "run", "-m", model, "-p", "hello", "-n", "4", ok=False)
+        ok = (r.returncode == 0 and b"no effect on the cpu backend" in r.stderr and
+              r.stdout == r0.stdout)
+        R.check("run --prefill-cache on the CPU: a warning, the same output", ok,
+                r.stderr.decode(errors="replace").strip()[-160:])
+        r = run(a.dspec, "run", "-m", model, "-p", "hello", "-n", "4", "--prefill-cache",
+                "1e400", ok=False)
+        R.check("run: --prefill-cache 1e400 refused",
+                r.returncode == 2 and b"a number of GiB" in r.stderr,
+                r.stderr.decode(errors="replace").strip()[-120:])
         r = run(a.dspec, "bench", "--model", model, "--verify", "0", ok=False)
         R.check("bench --model: bad --verify list",
                 r.returncode == 2 and b"bad --verify list" in r.stderr,

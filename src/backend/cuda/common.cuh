@@ -98,6 +98,11 @@ typedef struct ds_cuda_ctx {
     bool prefill, exact_prefill;
     void *cublas;
     int64_t gemm_tile;        // weight elements per dequantized tile (0: gemm.cu's default)
+    // The prefill weight cache (gemm.cu ds_cuda_prefill_cache_add): whole bf16 copies of weight
+    // matrices that the GEMM multiplies in place of dequantized tiles; wcache_bytes in all.
+    struct gemm_cached *wcache;
+    int n_wcache, cap_wcache;
+    size_t wcache_bytes;
     // Decode GEMV (matmul_vec.cu): activations staged in shared memory (ds_cuda_set_mmv_staged),
     // and the device's shared memory per SM (its residency bound).
     bool mmv_staged;
@@ -192,8 +197,10 @@ bool ds_cuda_stage_flip(ds_cuda_ctx *c);
 // Drops every captured step graph (a buffer they point at moved), or frees them all (graph.cu).
 void ds_cuda_graphs_clear(ds_cuda_ctx *c);
 void ds_cuda_graphs_free(ds_cuda_ctx *c);
-// Destroys the prefill GEMM's cuBLAS handle, if any (gemm.cu).
+// Destroys the prefill GEMM's cuBLAS handle, if any, and frees the weight cache (gemm.cu).
 void ds_cuda_gemm_free(ds_cuda_ctx *c);
+// Frees the weight cache's copies of the weight at p (all of them: p NULL).
+void ds_cuda_gemm_cache_drop(ds_cuda_ctx *c, const void *p);
 // Prefill kernels (gemm.cu, attention_prefill.cu, gated_delta.cu) run for ops of at least
 // DS_CUDA_PREFILL_MIN_ROWS rows while the model runs a prompt chunk (prefill_mode on), exact
 // prefill is off and the op is launched eagerly; a step graph holds at most 64 rows. Each op adds

@@ -376,6 +376,7 @@ static void cuda_free(ds_backend *be, void *p) {
     // memory fails to launch (cudaErrorInvalidValue), even when a new allocation reuses the
     // address. Frees are rare (a state or model going away): drop every graph.
     ds_cuda_graphs_clear(c);
+    if (c->n_wcache) ds_cuda_gemm_cache_drop(c, p); // (a weight going away: its bf16 copy too)
     DS_CUDA_TRY(c, cudaFree(p));
 }
 

@@ -6,6 +6,7 @@
 // plain decoding; step graphs (on by default) == eager launches. Calls model.h, synth.h, backend.h.
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "model/synth.h"
 
@@ -465,18 +466,29 @@ static void check_prefill_gemm(fixture *f) {
     const int64_t V = f->V;
     int32_t toks[N + 1];
     for (int i = 0; i <= N; i++) toks[i] = (int32_t)((i * 37 + 11) % 500);
-    float *l[3], *d[3]; // CPU, CUDA fast, CUDA exact: the prompt's logits, the next step's
-    ds_state *st[3];
-    for (int k = 0; k < 3; k++) {
+    // CPU, CUDA fast, CUDA exact, CUDA fast with the prefill weight cache: the prompt's logits,
+    // the next step's
+    float *l[4], *d[4];
+    ds_state *st[4];
+    for (int k = 0; k < 4; k++) {
         l[k] = malloc((size_t)(N * V) * 4), d[k] = malloc((size_t)V * 4);
         const ds_model *m = k == 0 ? f->mc : f->mg;
         st[k] = new_state(f, m, 128);
         ds_cuda_set_exact_prefill(f->gpu, k == 2);
+        if (k == 3) {
+            dspec_err err = {0};
+            assert_int_equal(ds_engine_prefill_cache(f->gpu, f->mg, 1.0, &err), DSPEC_OK);
+            assert_true(ds_cuda_prefill_cache_bytes(f->gpu) > 0);
+        }
         step(m, st[k], toks, N, l[k]);
         step(m, st[k], toks + N, 1, d[k]);
     }
     ds_cuda_set_exact_prefill(f->gpu, false);
+    ds_cuda_prefill_cache_clear(f->gpu);
+    assert_true(ds_cuda_prefill_cache_bytes(f->gpu) == 0);
     assert_true(ds_cuda_ok(f->gpu));
+    assert_memory_equal(l[3], l[1], (size_t)(N * V) * 4); // (the cache: the same bits)
+    assert_memory_equal(d[3], d[1], (size_t)V * 4);
     const double fast = rel_l2(l[1], l[0], N * V), exact = rel_l2(l[2], l[0], N * V);
     const double vs = rel_l2(l[1], l[2], N * V), dec = rel_l2(d[1], d[0], V);
     print_message("prefill gemm: 100-row prompt logits vs cpu: rel L2 %.3g (exact kernels %.3g, "
@@ -485,7 +497,7 @@ static void check_prefill_gemm(fixture *f) {
         fail_msg("prefill gemm logits off: %.3g / %.3g / %.3g > %.3g", fast, vs, dec,
                  TOL_LOGITS_GEMM);
     }
-    for (int k = 0; k < 3; k++) free(l[k]), free(d[k]), ds_state_free(st[k]);
+    for (int k = 0; k < 4; k++) free(l[k]), free(d[k]), ds_state_free(st[k]);
 }
 
 static void run_all(ds_type wt, ds_type kv, double tol) {

@@ -532,9 +532,30 @@ static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, 
         const double rc = rms(ref + c * n_out, n_out);
         expect_close(what, tiled + c * n_out, ref + c * n_out, n_out, 0.0, TOL_GEMM_COL * rc);
     }
+    // The prefill weight cache: taken only within its budget (BF16 is multiplied in place, never
+    // copied), then the same rows bitwise, whole and in 256-row tiles; dropped with the weight.
+    const size_t cbytes = (size_t)(n_out * n_in) * 2, before = ds_cuda_prefill_cache_bytes(e->gpu);
+    const int want = t == DS_TYPE_BF16 ? 2 : 1;
+    const int room = want == 1 ? 0 : 2; // (one byte short of the budget)
+    assert_int_equal(ds_cuda_prefill_cache_add(e->gpu, &wg, before + cbytes - 1), room);
+    assert_int_equal(ds_cuda_prefill_cache_add(e->gpu, &wg, before + cbytes), want);
+    assert_int_equal(ds_cuda_prefill_cache_add(e->gpu, &wg, before + cbytes), want); // (again)
+    assert_true(ds_cuda_prefill_cache_bytes(e->gpu) == before + (want == 1 ? cbytes : 0));
+    float *cached = xmalloc((size_t)(n_out * n) * 4);
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, cached, yd, (size_t)(n_out * n) * 4);
+    snprintf(what, sizeof(what), "gemm %s %lldx%lld N=%lld from the prefill cache vs tiles",
+             ds_type_name(t), (long long)n_in, (long long)n_out, (long long)n);
+    expect_bitwise(what, cached, got, n_out * n);
+    ds_cuda_set_gemm_tile(e->gpu, 256 * n_in);
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, cached, yd, (size_t)(n_out * n) * 4);
+    ds_cuda_set_gemm_tile(e->gpu, 0);
+    expect_bitwise(what, cached, tiled, n_out * n);
     ds_cuda_prefill_mode(e->gpu, false);
     dfree(e, wd), dfree(e, xd), dfree(e, yd);
-    free(w), free(x), free(wf), free(ref), free(got), free(tiled);
+    assert_true(ds_cuda_prefill_cache_bytes(e->gpu) == before);
+    free(w), free(x), free(wf), free(ref), free(got), free(tiled), free(cached);
 }
 
 // Rows a step would compute alone equal the rows of an n-column matmul, bitwise: the exact kernels

@@ -18,6 +18,7 @@
 
 #include <cublas_v2.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -127,16 +128,41 @@ static void gemm_w_launch(ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb
     }
 }
 
+// ---- the prefill weight cache ----------------------------------------------------------------
+// A weight matrix's bf16 copy (ds_cuda_prefill_cache_add): every row gemm_w_kernel would
+// dequantize into a tile, made once. The GEMM then multiplies it tile by tile as it would the
+// tiles (the same cuBLAS calls on the same values: bitwise the same rows).
+struct gemm_cached {
+    const uint8_t *w;
+    size_t nb1;
+    int64_t n_out, n_in;
+    ds_type type;
+    uint4 *bf;
+};
+
+static const gemm_cached *gemm_cache_find(const ds_cuda_ctx *c, const uint8_t *w, size_t nb1,
+                                          int64_t n_out, int64_t n_in, ds_type t) {
+    for (int i = 0; i < c->n_wcache; i++) {
+        const gemm_cached &e = c->wcache[i];
+        if (e.w == w && e.nb1 == nb1 && e.n_out == n_out && e.n_in == n_in && e.type == t) {
+            return &e;
+        }
+    }
+    return NULL;
+}
+
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
     const int64_t n_in = a.n_in, n_out = a.n_out;
     DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
     cublasHandle_t h = gemm_handle(c);
     if (!h) return;
     const bool in_place = wt == DS_TYPE_BF16 && a.w_nb1 == (size_t)n_in * 2;
+    const gemm_cached *cw = in_place ? NULL : gemm_cache_find(c, a.w, a.w_nb1, n_out, n_in, wt);
     const int64_t tile_elems = c->gemm_tile > 0 ? c->gemm_tile : (int64_t)GEMM_TILE_ELEMS;
     const int64_t tile = in_place ? n_out : DS_MIN(n_out, DS_MAX((int64_t)256, tile_elems / n_in));
     const size_t sz_x = ds_cuda_align((size_t)ncx * (size_t)n_in * 2, 256);
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_x + (in_place ? 0 : (size_t)tile * n_in * 2));
+    const bool tiles = !in_place && !cw;
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_x + (tiles ? (size_t)tile * n_in * 2 : 0));
     if (!s) return;
     __nv_bfloat162 *xb = (__nv_bfloat162 *)s;
     uint4 *wtile = (uint4 *)(s + sz_x);
@@ -156,7 +182,9 @@ void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, 
     for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
         const int64_t rows = DS_MIN(tile, n_out - r0);
         const void *A = a.w + (size_t)r0 * a.w_nb1;
-        if (!in_place) {
+        if (cw) {
+            A = (const uint8_t *)cw->bf + (size_t)r0 * (size_t)n_in * 2;
+        } else if (tiles) {
             gemm_w_launch(c, wt, a.w, a.w_nb1, r0, rows, n_in, wtile);
             A = wtile;
         }
@@ -253,7 +281,79 @@ extern "C" void ds_cuda_set_gemm_tile(ds_backend *be, int64_t elems) {
     ds_cuda_of(be)->gemm_tile = elems;
 }
 
+extern "C" int ds_cuda_prefill_cache_add(ds_backend *be, const ds_tensor *w, size_t budget) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    const uint8_t *wd = (const uint8_t *)w->data;
+    if (!ds_cuda_alive(c, "prefill_cache")) return -1;
+    DS_ASSERT(c->gmode == DS_CU_EAGER && "prefill cache inside a step");
+    // (what the GEMM takes as a whole matrix; bf16 weights it multiplies in place already)
+    if (!gemm_type_ok(w->type) || w->type == DS_TYPE_BF16 || n_in % 32 != 0 || n_out < 1 ||
+        w->ne[2] != 1 || w->ne[3] != 1 || w->nb[1] != ds_type_row_size(w->type, n_in)) {
+        return 2;
+    }
+    if (gemm_cache_find(c, wd, w->nb[1], n_out, n_in, w->type)) return 1;
+    const size_t bytes = (size_t)n_out * (size_t)n_in * 2;
+    size_t free_b = 0, total_b = 0;
+    if (c->wcache_bytes + bytes > budget ||
+        cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
+        free_b < bytes + (size_t)DS_CUDA_PREFILL_CACHE_RESERVE) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (c->n_wcache == c->cap_wcache) {
+        const int cap = c->cap_wcache ? 2 * c->cap_wcache : 64;
+        gemm_cached *nw = (gemm_cached *)realloc(c->wcache, (size_t)cap * sizeof(gemm_cached));
+        if (!nw) return 0;
+        c->wcache = nw, c->cap_wcache = cap;
+    }
+    void *bf = NULL;
+    if (cudaMalloc(&bf, bytes) != cudaSuccess) { // (not fatal: the matrix keeps its tiles)
+        cudaGetLastError();
+        return 0;
+    }
+    gemm_w_launch(c, w->type, wd, w->nb[1], 0, n_out, n_in, (uint4 *)bf);
+    ds_cuda_launched(c, "prefill_cache");
+    if (c->dead) {
+        cudaFree(bf);
+        return -1;
+    }
+    c->wcache[c->n_wcache++] = {wd, w->nb[1], n_out, n_in, w->type, (uint4 *)bf};
+    c->wcache_bytes += bytes;
+    return 1;
+}
+
+extern "C" size_t ds_cuda_prefill_cache_bytes(ds_backend *be) {
+    return ds_cuda_of(be)->wcache_bytes;
+}
+
+// Drops the copies of weights in the allocation p (each model weight is one: qwen35_load.c
+// upload), or all of them (p NULL). The stream is idle or about to free p: a GEMM that read a
+// copy has been queued before this, and cudaFree waits for it.
+void ds_cuda_gemm_cache_drop(ds_cuda_ctx *c, const void *p) {
+    int k = 0;
+    for (int i = 0; i < c->n_wcache; i++) {
+        gemm_cached &e = c->wcache[i];
+        if (p && e.w != (const uint8_t *)p) {
+            c->wcache[k++] = e;
+            continue;
+        }
+        cudaFree(e.bf);
+        c->wcache_bytes -= (size_t)e.n_out * (size_t)e.n_in * 2;
+    }
+    c->n_wcache = k;
+}
+
+extern "C" void ds_cuda_prefill_cache_clear(ds_backend *be) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    DS_ASSERT(c->gmode == DS_CU_EAGER && "prefill cache cleared inside a step");
+    ds_cuda_gemm_cache_drop(c, NULL);
+}
+
 void ds_cuda_gemm_free(ds_cuda_ctx *c) {
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     c->cublas = NULL;
+    ds_cuda_gemm_cache_drop(c, NULL);
+    free(c->wcache);
+    c->wcache = NULL, c->cap_wcache = 0;
 }
