@@ -5,7 +5,7 @@
 # prompt's logits with the cache bitwise those without), then `dspec bench --model` of the 27B
 # Q4_K_M shapes at PROMPTS tokens, each prompt timed without and then with the cache in one
 # process. Everything goes to $OUT/log.txt, printed at the end.
-# Usage (repo root, on the GPU machine): [PROMPTS="512 2048 8192 32768"] [GIB=64] \
+# Usage (repo root, on the GPU machine): [PROMPTS="512 2048 8192"] [GIB=64] \
 #   bash bench/cuda/prefill_cache.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ L=$OUT/log.txt
   echo "cuda_model_test exit $?"
   grep -E "prefill gemm|PASSED|FAILED" "$OUT/model.log" | tail -8
   "$B/dspec" synth --preset 27b --mix q4_k_m /tmp/pc.gguf 2>&1 | tail -1
-  for P in ${PROMPTS:-512 2048 8192 32768}; do
+  for P in ${PROMPTS:-512 2048 8192}; do
     timeout 240 "$B/dspec" bench --model /tmp/pc.gguf --device cuda --prompt "$P" --decode 1 \
       --reps 1 --verify 1 --prefill-cache "${GIB:-64}" 2>&1 \
       | grep -E "^prefill|prefill cache|memory in use|error" | sed "s/^/[$P] /"
