@@ -87,10 +87,11 @@ typedef struct dspec_engine_params {
                              // GEMM (docs/cuda.md "Prefill")
     double prefill_cache_gib; // CUDA: up to this many GiB of device memory for bf16 copies of
                              // the weight matrices, made at load, which prompt chunks then
-                             // multiply instead of dequantizing them for every chunk (0 = none;
-                             // the whole 27B Q4_K_M takes ~50 GiB; docs/cuda.md "Prefill weight
-                             // cache"). The same rows, faster prompts; sessions' buffers are
-                             // allocated after it (it leaves at least 2 GiB free)
+                             // multiply instead of dequantizing them for every chunk (0 = none,
+                             // INFINITY = as many as fit; the whole 27B Q4_K_M takes ~50 GiB;
+                             // docs/cuda.md "Prefill weight cache"). The same rows, faster
+                             // prompts; sessions' buffers are allocated after it (it leaves at
+                             // least 2 GiB free)
     int n_sessions;          // sessions expected to live at once (0 = 1): sizes the default
                              // n_batch
     int no_pipeline;         // 1: plain greedy decoding waits for each token before it queues

@@ -31,10 +31,12 @@ bool ds_cli_kv_type(const char *s, ds_type *t);
 bool ds_cli_kv_params(const char *s, dspec_engine_params *ep);
 
 // cli_num.c: an option's value as a number, strictly (the whole string; false on anything else,
-// the caller reports it): an integer in [lo, hi], a finite float, an unsigned 64-bit integer.
+// the caller reports it): an integer in [lo, hi], a finite float, an unsigned 64-bit integer, a
+// size in GiB (a finite number >= 0, or "all": INFINITY).
 bool ds_cli_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ds_cli_float(const char *s, double *out);
 bool ds_cli_u64(const char *s, uint64_t *out);
+bool ds_cli_gib(const char *s, double *out);
 // Whether writing `out` would overwrite an input: `in` itself, or, for a directory `in`, one of
 // the files a converter reads there (weights, configs, tokenizer files). The commands refuse
 // that before reading anything (cli_path.c).

@@ -72,7 +72,7 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
     else if (IS("--long-ctx-width")) ok = set_int(v, &gp->long_ctx_width, &want);
     else if (IS("--batch")) ok = set_i64(v, &ep->n_batch, &want);
     else if (IS("--prefill-cache")) {
-        ok = ds_cli_float(v, &ep->prefill_cache_gib), want = "a number of GiB";
+        ok = ds_cli_gib(v, &ep->prefill_cache_gib), want = "a number of GiB >= 0 or all";
     }
     else if (IS("-t") || IS("--threads")) ok = set_int(v, &ep->n_threads, &want);
     else if (IS("--device")) ep->device = v;
@@ -99,9 +99,9 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
 bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
                       const dspec_gen_params *gp) {
     if (ep->n_ctx < 0 || gp->max_tokens < 0 || ep->n_threads < 0 || ep->n_batch < 0 ||
-        gp->top_k < 0 || gp->draft_block_size < 0 || !(ep->prefill_cache_gib >= 0.0)) {
-        fprintf(stderr, "dspec %s: --ctx, --max-tokens, --threads, --batch, --top-k, "
-                "--draft-block-size and --prefill-cache must be >= 0\n", cmd);
+        gp->top_k < 0 || gp->draft_block_size < 0) {
+        fprintf(stderr, "dspec %s: --ctx, --max-tokens, --threads, --batch, --top-k and "
+                "--draft-block-size must be >= 0\n", cmd);
         return false;
     }
     const char *pr = gp->proposer;
@@ -162,8 +162,8 @@ void ds_cli_engine_help(FILE *f) {
             "  --exact-prefill           CUDA: prompt chunks on the exact int8 kernels (rows\n"
             "                            bitwise those of decode steps; slower) instead of the\n"
             "                            bf16 tensor-core GEMM\n"
-            "  --prefill-cache GIB       CUDA: keep bf16 copies of the weight matrices, up to\n"
-            "                            GIB GiB (~50 for the 27B), made at load: prompt\n"
-            "                            chunks then skip dequantizing them (same output;\n"
-            "                            default 0 = none)\n");
+            "  --prefill-cache GIB|all   CUDA: keep bf16 copies of the weight matrices, up to\n"
+            "                            GIB GiB (~50 for the 27B; all: as many as fit), made\n"
+            "                            at load: prompt chunks then skip dequantizing them\n"
+            "                            (same output; default 0 = none)\n");
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool ds_cli_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (!s || !*s) return false;
@@ -23,6 +24,17 @@ bool ds_cli_float(const char *s, double *out) {
     errno = 0;
     double v = strtod(s, &end);
     if (*end || errno == ERANGE || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+bool ds_cli_gib(const char *s, double *out) {
+    if (s && !strcmp(s, "all")) {
+        *out = INFINITY;
+        return true;
+    }
+    double v;
+    if (!ds_cli_float(s, &v) || v < 0.0) return false;
     *out = v;
     return true;
 }

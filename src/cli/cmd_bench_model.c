@@ -43,8 +43,8 @@ static void usage(FILE *f) {
             "                   by one with and without it)\n"
             "  --exact-prefill  CUDA: also time the prompt on the exact int8 kernels, next to\n"
             "                   the default bf16 tensor-core GEMM\n"
-            "  --prefill-cache GIB  CUDA: then make the prefill weight cache (bf16 copies of\n"
-            "                   the weight matrices, up to GIB GiB; run --prefill-cache) and\n"
+            "  --prefill-cache GIB|all  CUDA: then make the prefill weight cache (bf16 copies\n"
+            "                   of the weight matrices, up to GIB GiB; run --prefill-cache) and\n"
             "                   time the prompt again with it, next to the default\n");
 }
 
@@ -379,8 +379,7 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.exact_prefill = 1;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
-        } else if (!strcmp(a, "--prefill-cache") && ds_cli_float(v, &o.prefill_cache) &&
-                   o.prefill_cache >= 0.0) {
+        } else if (!strcmp(a, "--prefill-cache") && ds_cli_gib(v, &o.prefill_cache)) {
             i++;
         } else if (!strcmp(a, "--prompt") && ds_cli_int(v, 1, 1 << 30, &o.prompt)) {
             i++;

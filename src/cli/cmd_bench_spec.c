@@ -31,7 +31,7 @@ static void usage(FILE *f) {
                "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n"
                "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n"
                "  --exact-prefill  CUDA: prompts on the exact int8 kernels, not the bf16 GEMM\n"
-               "  --prefill-cache GIB  CUDA: bf16 copies of the weights for prompts (run's)\n");
+               "  --prefill-cache GIB|all  CUDA: bf16 copies of the weights for prompts (run's)\n");
 }
 
 typedef struct run_stats {
@@ -197,7 +197,7 @@ int ds_cli_bench_spec(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--model") && v) {
             o.model = v, i++;
-        } else if (!strcmp(a, "--prefill-cache") && ds_cli_float(v, &fv) && fv >= 0.0) {
+        } else if (!strcmp(a, "--prefill-cache") && ds_cli_gib(v, &fv)) {
             o.prefill_cache = fv, i++;
         } else if (!strcmp(a, "--draft") && v) {
             o.draft = v, i++;

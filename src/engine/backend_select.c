@@ -2,6 +2,8 @@
 // says clearly why it cannot (no silent fallback to the CPU). Called by the engine and cli/.
 #include "engine/engine.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,8 +71,10 @@ dspec_status ds_engine_prefill_cache(ds_backend *be, const ds_model *m, double g
     }
     free(w);
     const double got = (double)ds_cuda_prefill_cache_bytes(be) / (double)(1u << 30);
+    char allowed[32] = "all";
+    if (isfinite(gib)) snprintf(allowed, sizeof(allowed), "%.2f", gib);
     ds_log(taken + other < n ? DS_LOG_WARN : DS_LOG_INFO, "prefill cache: %d of %d weight "
-           "matrices as bf16, %.2f GiB (of %.2f allowed)%s", taken, n - other, got, gib,
+           "matrices as bf16, %.2f GiB (of %s allowed)%s", taken, n - other, got, allowed,
            taken + other < n ? "; the others are dequantized for every prompt chunk" : "");
     return DSPEC_OK;
 #else

@@ -278,7 +278,8 @@ def main():
                                     ("serve", "--port", "http", b"--port needs an integer in"),
                                     ("serve", "--parallel", "0", b"[1, 64]"),
                                     ("run", "--prefill-cache", "x", b"a number of GiB"),
-                                    ("run", "--prefill-cache", "-1", b"must be >= 0")):
+                                    ("run", "--prefill-cache", "-1", b"a number of GiB"),
+                                    ("run", "--prefill-cache", "most", b"or all")):
             args = ("-p", "x") if cmd == "run" else ()
             r = run(a.dspec, cmd, "-m", model, *args, opt, val, ok=False)
             R.check(f"{cmd}: {opt} {val} refused", r.returncode == 2 and want in r.stderr,
