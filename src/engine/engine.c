@@ -66,7 +66,12 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
     if (st == DSPEC_OK) ds_engine_backend_graphs(e->be, !p->no_cuda_graphs);
     if (st == DSPEC_OK) ds_engine_backend_exact_prefill(e->be, p->exact_prefill != 0);
     if (st == DSPEC_OK) st = ds_model_load(&e->m, p->model_path, e->be, err);
-    if (st == DSPEC_OK) st = ds_engine_prefill_cache(e->be, e->m, p->prefill_cache_gib, err);
+    if (st == DSPEC_OK && p->exact_prefill && p->prefill_cache_gib > 0.0) { // (nothing to do)
+        ds_log(DS_LOG_WARN, "prefill cache: not made: exact prefill keeps prompt chunks off the "
+               "bf16 GEMM that would read it");
+    } else if (st == DSPEC_OK) {
+        st = ds_engine_prefill_cache(e->be, e->m, p->prefill_cache_gib, err);
+    }
     if (st == DSPEC_OK && e->p.n_batch <= 0) {
         e->p.n_batch = default_batch(e);
         ds_log(DS_LOG_INFO, "engine: prompt chunks of %lld rows", (long long)e->p.n_batch);
