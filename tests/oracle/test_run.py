@@ -297,6 +297,13 @@ def main():
               "N =   1:" in out and "N =   3:" in out)
         R.check("bench --model: prefill, decode and verify rows", ok,
                 "" if ok else (out + r.stderr.decode(errors="replace"))[-300:])
+        r = run(a.dspec, "bench", "--model", model, "--prompt", "8", "--decode", "2",
+                "--reps", "1", "--verify", "1", "-t", "1", "--prefill-cache", "1", ok=False)
+        out = r.stdout.decode(errors="replace")
+        ok = (r.returncode == 0 and "prefill 8 tokens" in out and "prefill cache (" not in out
+              and b"no effect on the cpu backend" in r.stderr)
+        R.check("bench --model --prefill-cache on the CPU: a warning, no cache line", ok,
+                "" if ok else (out + r.stderr.decode(errors="replace"))[-300:])
         # --prefill-cache is CUDA's: on the CPU it says it has no effect, and runs as without it
         r = run(a.dspec, "run", "-m", model, "-p", "hello", "-n", "4", "--prefill-cache", "1",
                 ok=False)
