@@ -64,6 +64,20 @@ void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const d
     for (int i = 0; i < n; i++) be->ops.matmul(be, y[i], w[i], x);
 }
 
+void ds_backend_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+                           const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
+                           const ds_tensor *x) {
+    if (be->ops.ffn_swiglu) {
+        be->ops.ffn_swiglu(be, out, g, u, wg, wu, wd, x);
+        return;
+    }
+    ds_tensor *y[2] = {g, u};
+    const ds_tensor *w[2] = {wg, wu};
+    ds_backend_matmul_multi(be, 2, y, w, x);
+    be->ops.swiglu(be, g, g, u);
+    be->ops.matmul(be, out, wd, g);
+}
+
 void ds_backend_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
                             const ds_tensor *b, const ds_tensor *w, float eps) {
     if (be->ops.add_rmsnorm) {

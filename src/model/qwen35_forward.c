@@ -132,6 +132,10 @@ static void ffn_dense(const ds_model *m, ds_state *st, const ds_layer *L, ds_ten
                       const ds_tensor *f, int64_t n) {
     ds_backend *be = m->be;
     ds_tensor ga = view(&st->acts.ff_a, m->hp.n_ff, n), ub = view(&st->acts.ff_b, m->hp.n_ff, n);
+    if (!L->ffn_gate.scale && !L->ffn_up.scale && !L->ffn_down.scale) {
+        ds_backend_ffn_swiglu(be, out, &ga, &ub, &L->ffn_gate.t, &L->ffn_up.t, &L->ffn_down.t, f);
+        return;
+    }
     ds_tensor *py[2] = {&ga, &ub};
     const ds_weight *pw[2] = {&L->ffn_gate, &L->ffn_up};
     mm_multi(be, 2, py, pw, f);

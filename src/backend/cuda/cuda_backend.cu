@@ -560,6 +560,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     ops.add_rmsnorm = ds_cuda_add_rmsnorm;
     ops.add = ds_cuda_add;
     ops.swiglu = ds_cuda_swiglu;
+    ops.ffn_swiglu = ds_cuda_ffn_swiglu;
     ops.mul_sigmoid = ds_cuda_mul_sigmoid;
     ops.rope_neox = ds_cuda_rope_neox;
     ops.store_rows = ds_cuda_store_rows;

@@ -605,6 +605,129 @@ static void test_matmul_gemm(void **state) {
     expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 100);  // not in a prompt chunk
 }
 
+// The dense SwiGLU FFN (backend.h ffn_swiglu). In a prompt chunk (prefill mode, >= 65 rows) it
+// runs on bf16 intermediates (gemm.cu ds_cuda_ffn_prefill): against the dequantized weights in
+// double it is within the GEMM's tolerance (each of gate, up and their SwiGLU rounded to bf16 on
+// top of the GEMM's bf16 operands: ~2-4e-3), with the prefill cache bitwise without it, and in
+// 256-row weight tiles within the same tolerance. Everywhere else (prefill mode off, exact
+// prefill, 64 rows) it is bitwise the three ops: matmul_multi(gate, up), swiglu, matmul.
+static void run_ffn(env *e, ds_type tgu, ds_type td, int64_t n_in, int64_t n_ff, int64_t n) {
+    ds_tensor wg, wu, wdn;
+    void *dg = up_weights(e, tgu, n_in, n_ff, &wg), *du = up_weights(e, tgu, n_in, n_ff, &wu);
+    void *dd = up_weights(e, td, n_ff, n_in, &wdn);
+    float *fg = xmalloc((size_t)(n_in * n_ff) * 4), *fu = xmalloc((size_t)(n_in * n_ff) * 4);
+    float *fd = xmalloc((size_t)(n_in * n_ff) * 4);
+    const ds_tensor *ws[3] = {&wg, &wu, &wdn};
+    float *fs[3] = {fg, fu, fd};
+    for (int k = 0; k < 3; k++) { // (host copies of the weights, dequantized)
+        const ds_tensor *w = ws[k];
+        const size_t rb = w->nb[1], bytes = rb * (size_t)w->ne[1];
+        uint8_t *h = xmalloc(bytes);
+        down(e, h, w->data, bytes);
+        for (int64_t r = 0; r < w->ne[1]; r++) {
+            ds_dequantize_row(w->type, fs[k] + r * w->ne[0], h + (size_t)r * rb, w->ne[0]);
+        }
+        free(h);
+    }
+    float *x = xmalloc((size_t)(n_in * n) * 4);
+    fill_u(e, x, n_in * n, 1.0f);
+    float *ref = xmalloc((size_t)(n_in * n) * 4);
+    double *hv = xmalloc((size_t)n_ff * sizeof(double));
+    for (int64_t c = 0; c < n; c++) {
+        for (int64_t j = 0; j < n_ff; j++) {
+            double a = 0.0, b = 0.0;
+            for (int64_t i = 0; i < n_in; i++) {
+                a += (double)fg[j * n_in + i] * x[c * n_in + i];
+                b += (double)fu[j * n_in + i] * x[c * n_in + i];
+            }
+            hv[j] = a / (1.0 + exp(-a)) * b;
+        }
+        for (int64_t r = 0; r < n_in; r++) {
+            double acc = 0.0;
+            for (int64_t j = 0; j < n_ff; j++) acc += (double)fd[r * n_ff + j] * hv[j];
+            ref[c * n_in + r] = (float)acc;
+        }
+    }
+    void *xd = up(e, x, (size_t)(n_in * n) * 4);
+    float *gd = e->gpu->ops.alloc(e->gpu, (size_t)(n_ff * n) * 4);
+    float *ud = e->gpu->ops.alloc(e->gpu, (size_t)(n_ff * n) * 4);
+    float *od = e->gpu->ops.alloc(e->gpu, (size_t)(n_in * n) * 4);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);
+    ds_tensor og = ds_tensor_2d(od, DS_TYPE_F32, n_in, n);
+    ds_tensor gg = ds_tensor_2d(gd, DS_TYPE_F32, n_ff, n);
+    ds_tensor ug = ds_tensor_2d(ud, DS_TYPE_F32, n_ff, n);
+    const size_t ob = (size_t)(n_in * n) * 4;
+    float *got = xmalloc(ob), *three = xmalloc(ob), *other = xmalloc(ob);
+    char what[160];
+    // the three ops, then the one op, each in every mode (got: the one op, three: the ops)
+    for (int mode = 0; mode < 4; mode++) { // prefill GEMM, prefill off, exact prefill, 64 rows
+        const int64_t m = mode == 3 ? 64 : n;
+        ds_tensor xm = ds_tensor_rows(&xg, 0, m), om = ds_tensor_rows(&og, 0, m);
+        ds_tensor gm = ds_tensor_rows(&gg, 0, m), um = ds_tensor_rows(&ug, 0, m);
+        ds_cuda_prefill_mode(e->gpu, mode != 1);
+        ds_cuda_set_exact_prefill(e->gpu, mode == 2);
+        ds_tensor *y2[2] = {&gm, &um};
+        const ds_tensor *w2[2] = {&wg, &wu};
+        e->gpu->ops.matmul_multi(e->gpu, 2, y2, w2, &xm);
+        e->gpu->ops.swiglu(e->gpu, &gm, &gm, &um);
+        e->gpu->ops.matmul(e->gpu, &om, &wdn, &gm);
+        down(e, three, od, (size_t)(n_in * m) * 4);
+        ds_backend_ffn_swiglu(e->gpu, &om, &gm, &um, &wg, &wu, &wdn, &xm);
+        down(e, mode ? other : got, od, (size_t)(n_in * m) * 4);
+        snprintf(what, sizeof(what), "ffn %s/%s %lldx%lld N=%lld mode %d", ds_type_name(tgu),
+                 ds_type_name(td), (long long)n_in, (long long)n_ff, (long long)m, mode);
+        if (mode == 0) { // bf16 intermediates: within the GEMM's tolerance of the f64 FFN
+            double num = 0.0, den = 0.0, n3 = 0.0;
+            for (int64_t i = 0; i < n_in * n; i++) {
+                num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+                n3 += ((double)three[i] - ref[i]) * ((double)three[i] - ref[i]);
+                den += (double)ref[i] * ref[i];
+            }
+            print_message("%s: relative L2 vs f64 %.3g (the three ops: %.3g)\n", what,
+                          sqrt(num / den), sqrt(n3 / den));
+            expect_rel_l2(what, got, ref, n_in * n, TOL_GEMM_L2);
+            for (int64_t c = 0; c < n; c++) {
+                const double rc = rms(ref + c * n_in, n_in);
+                expect_close(what, got + c * n_in, ref + c * n_in, n_in, 0.0,
+                             TOL_GEMM_COL * rc);
+            }
+        } else { // the exact kernels: bitwise the three ops
+            expect_bitwise(what, other, three, n_in * m);
+        }
+    }
+    ds_cuda_set_exact_prefill(e->gpu, false);
+    ds_cuda_prefill_mode(e->gpu, true);
+    // 256-row weight tiles (the dequantized path), then the prefill cache (bitwise the tiles'
+    // of the same size: its copies multiplied in the same calls)
+    ds_cuda_set_gemm_tile(e->gpu, 256 * DS_MAX(n_in, n_ff));
+    ds_backend_ffn_swiglu(e->gpu, &og, &gg, &ug, &wg, &wu, &wdn, &xg);
+    down(e, other, od, ob);
+    ds_cuda_set_gemm_tile(e->gpu, 0);
+    snprintf(what, sizeof(what), "ffn %s/%s N=%lld in 256-row tiles vs f64", ds_type_name(tgu),
+             ds_type_name(td), (long long)n);
+    expect_rel_l2(what, other, ref, n_in * n, TOL_GEMM_L2);
+    const size_t before = ds_cuda_prefill_cache_bytes(e->gpu);
+    for (int k = 0; k < 3; k++) assert_true(ds_cuda_prefill_cache_add(e->gpu, ws[k], SIZE_MAX) > 0);
+    ds_backend_ffn_swiglu(e->gpu, &og, &gg, &ug, &wg, &wu, &wdn, &xg);
+    down(e, other, od, ob);
+    snprintf(what, sizeof(what), "ffn %s/%s N=%lld from the prefill cache vs tiles",
+             ds_type_name(tgu), ds_type_name(td), (long long)n);
+    expect_bitwise(what, other, got, n_in * n);
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, dg), dfree(e, du), dfree(e, dd);
+    assert_true(ds_cuda_prefill_cache_bytes(e->gpu) == before);
+    dfree(e, xd), dfree(e, gd), dfree(e, ud), dfree(e, od);
+    free(fg), free(fu), free(fd), free(x), free(ref), free(hv), free(got), free(three);
+    free(other);
+}
+
+static void test_ffn_swiglu(void **state) {
+    ENV(state);
+    run_ffn(e, DS_TYPE_Q4_K, DS_TYPE_Q6_K, 512, 768, 100); // the 27B Q4_K_M mix's types
+    run_ffn(e, DS_TYPE_BF16, DS_TYPE_BF16, 256, 512, 65);  // in place, no tiles
+    run_ffn(e, DS_TYPE_IQ4_XS, DS_TYPE_Q8_0, 1024, 1536, 130);
+}
+
 // The prefill GEMM's weight tiles (gemm.cu gemm_w_kernel, dequant.cuh deq8): every element
 // bitwise the CPU backend's dequantized weight rounded to bf16 (nearest even), rows from an
 // offset into the matrix, for every type the GEMM dequantizes.
@@ -2830,7 +2953,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_prep_reuse), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_multi_follow),
         cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
-        cmocka_unit_test(test_matmul_gemm),
+        cmocka_unit_test(test_matmul_gemm),    cmocka_unit_test(test_ffn_swiglu),
         cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),

@@ -3,8 +3,9 @@
 // the weights dequantized with the CPU's float operations (dequant.cuh deq8) and rounded to
 // bf16, a tile of rows at a time, into scratch (BF16 weights are used in place), then cuBLAS
 // multiplies them on the tensor cores with f32 accumulation (cublasGemmEx, bf16 x bf16 -> f32).
-// Calls common.cuh, dequant.cuh, cuBLAS. Called by matmul.cu (mm_run). Spec: docs/cuda.md
-// "Prefill".
+// Also the dense SwiGLU FFN of a prompt chunk on bf16 intermediates (ds_cuda_ffn_prefill) and
+// the prefill weight cache. Calls common.cuh, dequant.cuh, cuBLAS. Called by matmul.cu (mm_run,
+// ds_cuda_ffn_swiglu). Spec: docs/cuda.md "Prefill".
 //
 // Numerics: not the exact kernels' terms. Each product is w_bf16 * x_bf16 (both within 2^-9 of
 // the CPU's dequantized weight and of the activation), summed in f32 in cuBLAS's order; so a
@@ -13,6 +14,8 @@
 // (prefill_mode is off for them), so verify rows stay bitwise equal to decode steps.
 //   bytes: n_out*n_in*(bpw/8 + 2 + 2) (dequantize: read + write, GEMM: read) + N*n_in*(4+2+2)
 //          + N*n_out*4;  flops: 2*n_out*n_in*N (bf16 tensor cores)
+//   FFN (n_ff wide): the three GEMMs' weights + N*n_ff*2*(2 + 2 + 1 + 1) (gate, up written;
+//          SwiGLU reads both, writes one; down reads it) + N*n_embd*(2 + 4)
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/quant.cuh"
 
@@ -151,50 +154,166 @@ static const gemm_cached *gemm_cache_find(const ds_cuda_ctx *c, const uint8_t *w
     return NULL;
 }
 
-void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
-    const int64_t n_in = a.n_in, n_out = a.n_out;
-    DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
-    cublasHandle_t h = gemm_handle(c);
-    if (!h) return;
-    const bool in_place = wt == DS_TYPE_BF16 && a.w_nb1 == (size_t)n_in * 2;
-    const gemm_cached *cw = in_place ? NULL : gemm_cache_find(c, a.w, a.w_nb1, n_out, n_in, wt);
+// The weight tile (rows of W dequantized to bf16) a GEMM of W needs in scratch: none where W is
+// BF16 with packed rows (multiplied in place) or has a copy in the prefill cache.
+struct gemm_w {
+    ds_type type;
+    const uint8_t *w;
+    size_t nb1;
+    int64_t n_out, n_in;
+    bool in_place;
+    const gemm_cached *cw;
+    int64_t tile; // rows per cuBLAS call
+    size_t tile_bytes;
+};
+
+static gemm_w gemm_w_of(const ds_cuda_ctx *c, ds_type t, const uint8_t *w, size_t nb1,
+                        int64_t n_out, int64_t n_in) {
+    gemm_w g = {t, w, nb1, n_out, n_in, false, NULL, 0, 0};
+    g.in_place = t == DS_TYPE_BF16 && nb1 == (size_t)n_in * 2;
+    g.cw = g.in_place ? NULL : gemm_cache_find(c, w, nb1, n_out, n_in, t);
     const int64_t tile_elems = c->gemm_tile > 0 ? c->gemm_tile : (int64_t)GEMM_TILE_ELEMS;
-    const int64_t tile = in_place ? n_out : DS_MIN(n_out, DS_MAX((int64_t)256, tile_elems / n_in));
-    const size_t sz_x = ds_cuda_align((size_t)ncx * (size_t)n_in * 2, 256);
-    const bool tiles = !in_place && !cw;
-    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, sz_x + (tiles ? (size_t)tile * n_in * 2 : 0));
-    if (!s) return;
-    __nv_bfloat162 *xb = (__nv_bfloat162 *)s;
-    uint4 *wtile = (uint4 *)(s + sz_x);
+    g.tile = g.in_place ? n_out : DS_MIN(n_out, DS_MAX((int64_t)256, tile_elems / n_in));
+    g.tile_bytes = g.in_place || g.cw ? 0 : (size_t)g.tile * (size_t)n_in * 2;
+    return g;
+}
+
+// The bf16 columns of xs at the start of the scratch (converted unless the op before prepared
+// them there: ds_cuda_prep_fused_bf16), `extra` bytes after them (at the returned pointer + *sz_x);
+// NULL when the scratch cannot be had.
+static uint8_t *gemm_x(ds_cuda_ctx *c, const xsrc &xs, int64_t n_in, int64_t ncx, size_t extra,
+                       size_t *sz_x) {
+    *sz_x = ds_cuda_align((size_t)ncx * (size_t)n_in * 2, 256);
+    uint8_t *s = (uint8_t *)ds_cuda_scratch(c, *sz_x + extra);
+    if (!s) return NULL;
     c->prep_last = -1; // the ops before the next matmuls need not prepare int8 activations
     if (!ds_cuda_prep_reuse(c, s, xs, n_in, ncx, DS_CUDA_PREP_BF16)) {
         c->n_prep++;
         if (n_in % 8 == 0 && (uintptr_t)xs.data % 16 == 0 && xs.nb1 % 16 == 0 &&
             xs.nb2 % 16 == 0) {
             dim3 g((unsigned)((n_in / 8 + 255) / 256), (unsigned)ncx);
-            ds_cu_launch(c, gemm_x8_kernel, g, 256, 0, xs, n_in, (uint4 *)xb);
+            ds_cu_launch(c, gemm_x8_kernel, g, 256, 0, xs, n_in, (uint4 *)s);
         } else {
             dim3 g((unsigned)((n_in / 2 + 255) / 256), (unsigned)ncx);
-            ds_cu_launch(c, gemm_x_kernel, g, 256, 0, xs, n_in, xb);
+            ds_cu_launch(c, gemm_x_kernel, g, 256, 0, xs, n_in, (__nv_bfloat162 *)s);
         }
     }
+    return s;
+}
+
+// y (ncx columns of W's n_out rows, ldy elements apart, f32 or bf16: yt) = W · xb (bf16
+// [ncx][n_in]), tile by tile (wtile: g.tile_bytes of scratch where W is dequantized).
+static bool gemm_mul(ds_cuda_ctx *c, cublasHandle_t h, const gemm_w &g, const void *xb,
+                     int64_t ncx, void *y, cudaDataType yt, int64_t ldy, uint4 *wtile) {
     const float one = 1.0f, zero = 0.0f;
-    for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
-        const int64_t rows = DS_MIN(tile, n_out - r0);
-        const void *A = a.w + (size_t)r0 * a.w_nb1;
-        if (cw) {
-            A = (const uint8_t *)cw->bf + (size_t)r0 * (size_t)n_in * 2;
-        } else if (tiles) {
-            gemm_w_launch(c, wt, a.w, a.w_nb1, r0, rows, n_in, wtile);
+    const size_t ysz = yt == CUDA_R_32F ? 4 : 2;
+    for (int64_t r0 = 0; r0 < g.n_out; r0 += g.tile) {
+        const int64_t rows = DS_MIN(g.tile, g.n_out - r0);
+        const void *A = g.w + (size_t)r0 * g.nb1;
+        if (g.cw) {
+            A = (const uint8_t *)g.cw->bf + (size_t)r0 * (size_t)g.n_in * 2;
+        } else if (!g.in_place) {
+            gemm_w_launch(c, g.type, g.w, g.nb1, r0, rows, g.n_in, wtile);
             A = wtile;
         }
-        // column-major view: A^T (rows x n_in) times x (n_in x N) -> y (rows x N, ld y_nb1)
+        // column-major view: A^T (rows x n_in) times x (n_in x N) -> y (rows x N, ld ldy)
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)ncx,
-                                         (int)n_in, &one, A, CUDA_R_16BF, (int)n_in, xb,
-                                         CUDA_R_16BF, (int)n_in, &zero, a.y + r0, CUDA_R_32F,
-                                         (int)a.y_nb1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (!cublas_ok(c, st, "cublasGemmEx")) return;
+                                         (int)g.n_in, &one, A, CUDA_R_16BF, (int)g.n_in, xb,
+                                         CUDA_R_16BF, (int)g.n_in, &zero,
+                                         (uint8_t *)y + (size_t)r0 * ysz, yt, (int)ldy,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (!cublas_ok(c, st, "cublasGemmEx")) return false;
     }
+    return true;
+}
+
+void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
+    DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
+    cublasHandle_t h = gemm_handle(c);
+    if (!h) return;
+    const gemm_w g = gemm_w_of(c, wt, a.w, a.w_nb1, a.n_out, a.n_in);
+    size_t sz_x;
+    uint8_t *s = gemm_x(c, xs, a.n_in, ncx, g.tile_bytes, &sz_x);
+    if (!s) return;
+    gemm_mul(c, h, g, s, ncx, a.y, CUDA_R_32F, a.y_nb1, (uint4 *)(s + sz_x));
+}
+
+// ---- the dense SwiGLU FFN of a prompt chunk (backend.h ffn_swiglu) -----------------------------
+// Gate and up leave cuBLAS as bf16 (into the scratch g and u the op was given), SwiGLU reads and
+// writes bf16 in place of the gate, and the down GEMM takes that as its input: the f32
+// intermediates (written by both GEMMs, read and written by SwiGLU: ~2.3 GB of an 8K-row 27B
+// layer) never exist. The rows differ from the three ops' by the rounding of gate and up to bf16
+// (the down GEMM rounded SwiGLU's output to bf16 before as well).
+
+// g = silu(g) * u over n8 groups of 8 bf16 (ew_one's arithmetic in f32, rounded to bf16).
+static __global__ __launch_bounds__(256) void swiglu_bf16_kernel(uint4 *g, const uint4 *u,
+                                                                 int64_t n8) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= n8) return;
+    const uint4 a = g[i], b = u[i];
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        __nv_bfloat162 pa, pb;
+        memcpy(&pa, &aw[k], 4);
+        memcpy(&pb, &bw[k], 4);
+        const float2 fa = __bfloat1622float2(pa), fb = __bfloat1622float2(pb);
+        const __nv_bfloat162 r = __floats2bfloat162_rn(ew_one<EW_SWIGLU>(fa.x, fb.x, 0.0f, 0.0f),
+                                                       ew_one<EW_SWIGLU>(fa.y, fb.y, 0.0f, 0.0f));
+        memcpy(&o[k], &r, 4);
+    }
+    g[i] = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+static bool ffn_packed(const ds_tensor *t) {
+    return t->type == DS_TYPE_F32 && t->nb[0] == 4 && t->nb[1] == (size_t)t->ne[0] * 4 &&
+           t->ne[2] == 1 && t->ne[3] == 1 && (uintptr_t)t->data % 16 == 0;
+}
+
+bool ds_cuda_ffn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *out, const ds_tensor *g,
+                                const ds_tensor *u, const ds_tensor *wg, const ds_tensor *wu,
+                                const ds_tensor *wd, const ds_tensor *x) {
+    const int64_t n_in = x->ne[0], n = x->ne[1], n_ff = wg->ne[1];
+    return n <= 65535 && ds_cuda_gemm_wanted(c, wg->type, n_in, (int)n, false) &&
+           ds_cuda_gemm_wanted(c, wu->type, n_in, (int)n, false) &&
+           ds_cuda_gemm_wanted(c, wd->type, n_ff, (int)n, false) && n_ff % 8 == 0 &&
+           wu->ne[1] == n_ff && wd->ne[0] == n_ff && !c->part_held && ffn_packed(g) &&
+           ffn_packed(u) && g->ne[0] == n_ff && u->ne[0] == n_ff && g->ne[1] == n &&
+           u->ne[1] == n && out->ne[1] == n && x->nb[0] == 4;
+}
+
+void ds_cuda_ffn_prefill(ds_cuda_ctx *c, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+                         const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
+                         const ds_tensor *x) {
+    DS_ASSERT(c->gmode == DS_CU_EAGER);
+    const int64_t n_in = x->ne[0], n = x->ne[1], n_ff = wg->ne[1];
+    cublasHandle_t h = gemm_handle(c);
+    if (!h) return;
+    const gemm_w gw = gemm_w_of(c, wg->type, (const uint8_t *)wg->data, wg->nb[1], n_ff, n_in);
+    const gemm_w uw = gemm_w_of(c, wu->type, (const uint8_t *)wu->data, wu->nb[1], n_ff, n_in);
+    const gemm_w dw = gemm_w_of(c, wd->type, (const uint8_t *)wd->data, wd->nb[1], wd->ne[1],
+                                n_ff);
+    const xsrc xs = {(const char *)x->data, x->ne[1], (int64_t)x->nb[1], (int64_t)x->nb[2]};
+    size_t sz_x;
+    uint8_t *s = gemm_x(c, xs, n_in, n, DS_MAX(gw.tile_bytes, uw.tile_bytes), &sz_x);
+    if (!s) return;
+    const char *lb = c->prof ? ds_cuda_prof_label(c, "ffn_swiglu gate+up (bf16 out)") : "ffn";
+    if (!gemm_mul(c, h, gw, s, n, g->data, CUDA_R_16BF, n_ff, (uint4 *)(s + sz_x)) ||
+        !gemm_mul(c, h, uw, s, n, u->data, CUDA_R_16BF, n_ff, (uint4 *)(s + sz_x))) {
+        return;
+    }
+    ds_cuda_launched(c, lb);
+    const int64_t n8 = n * n_ff / 8;
+    ds_cu_launch(c, swiglu_bf16_kernel, (unsigned)((n8 + 255) / 256), 256, 0, (uint4 *)g->data,
+                 (const uint4 *)u->data, n8);
+    ds_cuda_launched(c, c->prof ? ds_cuda_prof_label(c, "ffn_swiglu swiglu (bf16)") : "ffn");
+    c->op_gen++; // (the scratch's prepared columns are overwritten by the down GEMM's tile)
+    uint4 *wt = dw.tile_bytes ? (uint4 *)ds_cuda_scratch(c, dw.tile_bytes) : NULL;
+    if (dw.tile_bytes && !wt) return;
+    gemm_mul(c, h, dw, g->data, n, out->data, CUDA_R_32F, (int64_t)(out->nb[1] / 4), wt);
+    ds_cuda_launched(c, c->prof ? ds_cuda_prof_label(c, "ffn_swiglu down") : "ffn");
 }
 
 // Non-zero bf16 test values (a hash of the index, in [-1, 1)): tensor cores draw less power on

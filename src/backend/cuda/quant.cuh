@@ -434,3 +434,11 @@ enum { DS_CUDA_PREP_BF16 = 64 };
 bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe);
 // y = W x through bf16 tiles and cuBLAS (a: w, w_nb1, n_out, n_in, ncols, y, y_nb1; dense only).
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx);
+// The dense SwiGLU FFN of a prompt chunk with bf16 intermediates (backend.h ffn_swiglu): whether
+// it applies (every matmul a prefill GEMM, g and u packed f32 rows), and the op.
+bool ds_cuda_ffn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *out, const ds_tensor *g,
+                                const ds_tensor *u, const ds_tensor *wg, const ds_tensor *wu,
+                                const ds_tensor *wd, const ds_tensor *x);
+void ds_cuda_ffn_prefill(ds_cuda_ctx *c, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+                         const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
+                         const ds_tensor *x);
