@@ -25,11 +25,12 @@ L=$OUT/log.txt
     echo "cuda_model_test exit $?"
     grep -E "prefill gemm|PASSED|FAILED" "$OUT/model.log" | tail -12
   fi
-  if [ "${ALGOS:-1}" = 1 ] && [ -x "$F/gemm_algos" ]; then
-    timeout 120 "$F/gemm_algos" 8192 10 2>&1 | tee "$OUT/gemm_algos.txt" | grep -E "best|prompt|algos:"
-  fi
   [ -f /tmp/s52.gguf ] || "$F/dspec" synth --preset 27b --mix q4_k_m /tmp/s52.gguf 2>&1 | tail -1
   for r in $(seq "${ROUNDS:-2}"); do
+    if [ "$r" = 2 ] && [ "${ALGOS:-1}" = 1 ] && [ -x "$F/gemm_algos" ]; then # (after round 1)
+      timeout 120 "$F/gemm_algos" 8192 10 2>&1 | tee "$OUT/gemm_algos.txt" \
+        | grep -E "best|prompt|algos:"
+    fi
     PS=${PROMPTS:-8192 512}
     [ "$r" -gt 1 ] && PS=${PROMPTS2:-8192}
     for P in $PS; do
