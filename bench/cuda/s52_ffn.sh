@@ -7,6 +7,7 @@
 # (rounds after the first: PROMPTS2, default 8192; the first round's 512-token runs also time
 # decode and the 1- and 16-row verify)
 # Usage (repo root): [PROMPTS="8192 512"] [PROMPTS2=8192] [ROUNDS=2] [TESTS=1] [ALGOS=1] \
+#   [MODEL_S=300 (the model tests' time limit)] \
 #   bash bench/cuda/s52_ffn.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -18,10 +19,10 @@ L=$OUT/log.txt
 {
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   if [ "${TESTS:-1}" = 1 ]; then
-    (cd /tmp && timeout 200 "$F/cuda_ops_test" 'test_ffn_swiglu' >"$OUT/ops.log" 2>&1
+    (cd /tmp && timeout 200 stdbuf -oL "$F/cuda_ops_test" 'test_ffn_swiglu' >"$OUT/ops.log" 2>&1
      echo "cuda_ops_test test_ffn_swiglu exit $?")
     grep -E "ffn|PASSED|FAILED|rror" "$OUT/ops.log" | tail -12
-    timeout 300 "$F/cuda_model_test" >"$OUT/model.log" 2>&1
+    timeout "${MODEL_S:-300}" stdbuf -oL "$F/cuda_model_test" >"$OUT/model.log" 2>&1
     echo "cuda_model_test exit $?"
     grep -E "prefill gemm|PASSED|FAILED" "$OUT/model.log" | tail -12
   fi
