@@ -93,13 +93,13 @@ typedef struct ds_backend_ops {
     void (*add)(ds_backend *be, ds_tensor *y, const ds_tensor *x, const ds_tensor *b);
     // y = silu(g) * u (same shapes, g and u may be strided views of one tensor).
     void (*swiglu)(ds_backend *be, ds_tensor *y, const ds_tensor *g, const ds_tensor *u);
-    // (optional; NULL: callers run the three ops, ds_backend_ffn_swiglu) The dense SwiGLU FFN:
-    // out{n_embd, n} = Wd · (silu(Wg · x) * (Wu · x)) for x {n_embd, n}, with g and u {n_ff, n}
-    // f32 scratch whose contents are undefined afterwards. Bitwise matmul_multi(Wg, Wu), swiglu,
-    // matmul wherever those ops' results are bitwise-defined (every step of a backend with exact
-    // kernels); where they are not (the CUDA prompt chunk's GEMM), a backend may keep the
-    // intermediates in its own precision (docs/cuda.md "Prefill").
-    void (*ffn_swiglu)(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+    // (optional; NULL or false: callers run the three ops, ds_backend_ffn_swiglu) The dense
+    // SwiGLU FFN out{n_embd, n} = Wd · (silu(Wg · x) * (Wu · x)) for x {n_embd, n}, with g and u
+    // {n_ff, n} f32 scratch whose contents are undefined afterwards, where the backend has a
+    // faster way than the three ops; false: it did nothing (the three ops are the way). Taken
+    // only where those ops' rows are not bitwise-defined (the CUDA prompt chunk's GEMM), so it
+    // may keep the intermediates in its own precision (docs/cuda.md "Prefill").
+    bool (*ffn_swiglu)(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                        const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                        const ds_tensor *x);
     // y = x * sigmoid(g) (same shapes; g may be strided). In place allowed (y == x).
@@ -327,8 +327,8 @@ void ds_backend_step(ds_backend *be, uint64_t key, int64_t kv_len, void (*run)(v
 // per weight (the same bits either way: backend.h matmul_multi).
 void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const ds_tensor *const *w,
                              const ds_tensor *x);
-// out = Wd · (silu(Wg · x) * (Wu · x)), g and u scratch: ops.ffn_swiglu where the backend has it,
-// else matmul_multi into g and u, swiglu into g, matmul (backend.h ffn_swiglu).
+// out = Wd · (silu(Wg · x) * (Wu · x)), g and u scratch: ops.ffn_swiglu where the backend takes
+// the call, else matmul_multi into g and u, swiglu into g, matmul (backend.h ffn_swiglu).
 void ds_backend_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                            const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                            const ds_tensor *x);

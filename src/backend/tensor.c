@@ -67,10 +67,7 @@ void ds_backend_matmul_multi(ds_backend *be, int n, ds_tensor *const *y, const d
 void ds_backend_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                            const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                            const ds_tensor *x) {
-    if (be->ops.ffn_swiglu) {
-        be->ops.ffn_swiglu(be, out, g, u, wg, wu, wd, x);
-        return;
-    }
+    if (be->ops.ffn_swiglu && be->ops.ffn_swiglu(be, out, g, u, wg, wu, wd, x)) return;
     ds_tensor *y[2] = {g, u};
     const ds_tensor *w[2] = {wg, wu};
     ds_backend_matmul_multi(be, 2, y, w, x);

@@ -22,7 +22,7 @@ void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *y,
                           const ds_tensor *const *w, const ds_tensor *x);
 void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w, const ds_tensor *x,
                        const int32_t *ids, int64_t k);
-void ds_cuda_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+bool ds_cuda_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                         const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                         const ds_tensor *x);
 // Whether matmul supports weight type t (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS).

@@ -624,26 +624,20 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
     }
 }
 
-// The dense SwiGLU FFN: a prompt chunk's on bf16 intermediates (gemm.cu ds_cuda_ffn_prefill),
-// every other call as the three ops (bitwise them: backend.h ffn_swiglu).
-extern "C" void ds_cuda_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
+// The dense SwiGLU FFN of a prompt chunk on bf16 intermediates (gemm.cu ds_cuda_ffn_prefill);
+// every other call is left to the three ops (backend.h ffn_swiglu).
+extern "C" bool ds_cuda_ffn_swiglu(ds_backend *be, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                                    const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                                    const ds_tensor *x) {
     ds_cuda_ctx *c = ds_cuda_of(be);
-    if (ds_cuda_ffn_prefill_wanted(c, out, g, u, wg, wu, wd, x)) {
-        // ("matmul": the op's input may be the bf16 copy the op before prepared, prep_reuse)
-        if (!ds_cuda_alive(c, "matmul")) return;
-        DS_ASSERT(x->ne[0] == wg->ne[0] && out->ne[0] == wd->ne[1]);
-        check_f32_rows(x);
-        check_f32_rows(out);
-        ds_cuda_ffn_prefill(c, out, g, u, wg, wu, wd, x);
-        return;
-    }
-    ds_tensor *y[2] = {g, u};
-    const ds_tensor *w[2] = {wg, wu};
-    ds_cuda_matmul_multi(be, 2, y, w, x);
-    ds_cuda_swiglu(be, g, g, u);
-    ds_cuda_matmul(be, out, wd, g);
+    if (!ds_cuda_ffn_prefill_wanted(c, out, g, u, wg, wu, wd, x)) return false;
+    // ("matmul": the op's input may be the bf16 copy the op before prepared, prep_reuse)
+    if (!ds_cuda_alive(c, "matmul")) return true;
+    DS_ASSERT(x->ne[0] == wg->ne[0] && out->ne[0] == wd->ne[1]);
+    check_f32_rows(x);
+    check_f32_rows(out);
+    ds_cuda_ffn_prefill(c, out, g, u, wg, wu, wd, x);
+    return true;
 }
 
 extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor *w,
