@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("gemm_algos: %s, N = %d, %d reps (median-free mean after one warm-up)\n", prop.name,
+    printf("gemm_algos: %s, N = %d, %d reps (the mean after one warm-up)\n", prop.name,
            N, reps);
     double tot_def[2] = {0, 0}, tot_best[2] = {0, 0};
     for (const shape &s : shapes) {

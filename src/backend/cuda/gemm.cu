@@ -242,8 +242,9 @@ void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, 
 // Gate and up leave cuBLAS as bf16 (into the scratch g and u the op was given), SwiGLU reads and
 // writes bf16 in place of the gate, and the down GEMM takes that as its input: the f32
 // intermediates (gate and up written and read back, SwiGLU's f32 output: ~2.9 GB of an 8K-row
-// 27B layer, against ~1.1 GB of bf16 gate and up now) never exist. The rows differ from the three ops' by the rounding of gate and up to bf16
-// (the down GEMM rounded SwiGLU's output to bf16 before as well).
+// 27B layer, against ~1.1 GB of bf16 gate and up now) never exist. The rows differ from the
+// three ops' by the rounding of gate and up to bf16 (the down GEMM rounded SwiGLU's output to
+// bf16 before as well).
 
 // g = silu(g) * u over n8 groups of 8 bf16 (ew_one's arithmetic in f32, rounded to bf16).
 static __global__ __launch_bounds__(256) void swiglu_bf16_kernel(uint4 *g, const uint4 *u,
