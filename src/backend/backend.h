@@ -372,6 +372,13 @@ void ds_cuda_set_exact_prefill(ds_backend *be, bool on);
 int ds_cuda_prefill_cache_add(ds_backend *be, const ds_tensor *w, size_t budget);
 size_t ds_cuda_prefill_cache_bytes(ds_backend *be);
 void ds_cuda_prefill_cache_clear(ds_backend *be);
+// Prompt chunks of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiply through cuBLASLt with, per shape, the
+// algorithm timed fastest at the shape's first call among those whose rows are bitwise the
+// library heuristic's first choice (docs/cuda.md "Prefill"); off (tests, A/B timing) keeps
+// cublasGemmEx's own choice. On by default. ds_cuda_gemm_lt_tuned: shapes timed so far.
+#define DS_CUDA_GEMM_LT_MIN_ROWS 1024
+void ds_cuda_set_gemm_lt(ds_backend *be, bool on);
+int ds_cuda_gemm_lt_tuned(ds_backend *be);
 // Measured rate of the prefill GEMM's library call on this device: bf16 x bf16 -> f32 products
 // of 8192^3 (cuBLAS, best of 5), in TFLOP/s; 0 on failure. For the prefill roofline of benches.
 double ds_cuda_gemm_tflops(ds_backend *be);

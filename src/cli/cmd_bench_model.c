@@ -222,9 +222,25 @@ static int run_bench(const bm_opts *o) {
     }
 #endif
     int32_t am;
-    // warm-up: a first prompt chunk sizes the scratch and creates the GEMM library's handle
-    ds_batch warm = {.n = DS_MIN(o->prompt, 256), .tokens = toks, .n_logits = 1, .argmax = &am};
+    // warm-up: a first prompt chunk sizes the scratch and creates the GEMM library's handle; on
+    // CUDA a prompt of DS_CUDA_GEMM_LT_MIN_ROWS+ tokens warms up at its full length, so that the
+    // GEMM's algorithm choice for its chunk widths (gemm.cu "cuBLASLt", once per shape and
+    // process) is made before the timed prompt
+    int64_t n_warm = DS_MIN(o->prompt, 256);
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda") && o->prompt >= DS_CUDA_GEMM_LT_MIN_ROWS) n_warm = o->prompt;
+#endif
+    ds_batch warm = {.n = n_warm, .tokens = toks, .n_logits = 1, .argmax = &am};
+    double t_warm = ds_time_now();
     if (ds_model_forward(m, st, &warm, &err)) goto fail;
+    be->ops.sync(be);
+    t_warm = ds_time_now() - t_warm;
+#ifdef DSPEC_HAVE_CUDA
+    if (!strcmp(be->name, "cuda") && ds_cuda_gemm_lt_tuned(be) > 0) {
+        printf("warm-up prompt of %" PRId64 " tokens %.3f s (GEMM algorithms chosen for %d "
+               "shapes)\n", n_warm, t_warm, ds_cuda_gemm_lt_tuned(be));
+    }
+#endif
     ds_state_reset(st);
     ds_batch pre = {.n = o->prompt, .tokens = toks, .n_logits = 1, .argmax = &am};
     double t0 = ds_time_now();

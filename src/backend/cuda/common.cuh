@@ -103,6 +103,13 @@ typedef struct ds_cuda_ctx {
     struct gemm_cached *wcache;
     int n_wcache, cap_wcache;
     size_t wcache_bytes;
+    // cuBLASLt (gemm.cu gemm_lt): its handle and workspace, and the algorithm chosen for each
+    // weight shape, output type and prompt-width bucket (timed at its first use); gemm_lt_on:
+    // ds_cuda_set_gemm_lt (a test hook: off multiplies every chunk through cublasGemmEx).
+    void *cublaslt, *lt_ws;
+    struct gemm_algo *lt_algos;
+    int n_lt_algos, cap_lt_algos;
+    bool gemm_lt_off;
     // Decode GEMV (matmul_vec.cu): activations staged in shared memory (ds_cuda_set_mmv_staged),
     // and the device's shared memory per SM (its residency bound).
     bool mmv_staged;

@@ -605,6 +605,48 @@ static void test_matmul_gemm(void **state) {
     expect_exact_rows(e, DS_TYPE_Q4_K, 512, 200, 100);  // not in a prompt chunk
 }
 
+// Prompt chunks of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiply through cuBLASLt with the algorithm
+// timed fastest among those whose output is bitwise the heuristic's first choice (gemm.cu
+// "cuBLASLt"): within the GEMM's tolerance of f64 (run_gemm at 1,024 columns, whole and in
+// 256-row tiles, the prefill cache bitwise the whole), the shape timed once and its rows the same
+// bits on every later call; with the switch off (cublasGemmEx's choice) within tolerance too.
+static void test_gemm_lt(void **state) {
+    ENV(state);
+    const int before = ds_cuda_gemm_lt_tuned(e->gpu);
+    run_gemm(e, DS_TYPE_Q4_K, 512, 600, DS_CUDA_GEMM_LT_MIN_ROWS, 0);
+    const int tuned = ds_cuda_gemm_lt_tuned(e->gpu);
+    assert_true(tuned > before);
+    ds_cuda_set_gemm_lt(e->gpu, false);
+    run_gemm(e, DS_TYPE_Q6_K, 512, 300, DS_CUDA_GEMM_LT_MIN_ROWS + 30, 0);
+    assert_int_equal(ds_cuda_gemm_lt_tuned(e->gpu), tuned);
+    ds_cuda_set_gemm_lt(e->gpu, true);
+    // the same shape again (no new timing), then every call bitwise the first
+    const int64_t n_in = 512, n_out = 600, n = 2 * DS_CUDA_GEMM_LT_MIN_ROWS + 100;
+    ds_tensor wg;
+    void *wd = up_weights(e, DS_TYPE_Q4_K, n_in, n_out, &wg);
+    float *x = xmalloc((size_t)(n_in * n) * 4);
+    fill_u(e, x, n_in * n, 1.0f);
+    void *xd = up(e, x, (size_t)(n_in * n) * 4);
+    float *yd = e->gpu->ops.alloc(e->gpu, (size_t)(n_out * n) * 4);
+    float *a = xmalloc((size_t)(n_out * n) * 4), *b = xmalloc((size_t)(n_out * n) * 4);
+    ds_tensor xg = ds_tensor_2d(xd, DS_TYPE_F32, n_in, n);
+    ds_tensor yg = ds_tensor_2d(yd, DS_TYPE_F32, n_out, n);
+    ds_cuda_prefill_mode(e->gpu, true);
+    e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+    down(e, a, yd, (size_t)(n_out * n) * 4);
+    const int t2 = ds_cuda_gemm_lt_tuned(e->gpu);
+    assert_true(t2 == tuned + 1); // (a new width bucket: 2K)
+    for (int rep = 0; rep < 2; rep++) {
+        e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
+        down(e, b, yd, (size_t)(n_out * n) * 4);
+        expect_bitwise("gemm through cuBLASLt: a later call vs the first", b, a, n_out * n);
+    }
+    assert_int_equal(ds_cuda_gemm_lt_tuned(e->gpu), t2);
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, wd), dfree(e, xd), dfree(e, yd);
+    free(x), free(a), free(b);
+}
+
 // The dense SwiGLU FFN (backend.h ffn_swiglu). In a prompt chunk (prefill mode, >= 65 rows) it
 // runs on bf16 intermediates (gemm.cu ds_cuda_ffn_prefill): against the dequantized weights in
 // double it is within the GEMM's tolerance (each of gate, up and their SwiGLU rounded to bf16 on
@@ -2954,6 +2996,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_multi_follow),
         cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),    cmocka_unit_test(test_ffn_swiglu),
+        cmocka_unit_test(test_gemm_lt),
         cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),

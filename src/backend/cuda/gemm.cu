@@ -19,6 +19,7 @@
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/quant.cuh"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,217 @@ static uint8_t *gemm_x(ds_cuda_ctx *c, const xsrc &xs, int64_t n_in, int64_t ncx
     return s;
 }
 
+// ---- cuBLASLt: the algorithm timed fastest per shape ------------------------------------------
+// cublasGemmEx's own choice is 11-20% slower than the best of the algorithms cuBLASLt's heuristic
+// offers on five of the eight 27B prompt shapes (H100, bench/cuda/gemm_algos.cu; ~41 ms of an
+// 8K prompt's ~568 ms of GEMMs). So a chunk of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiplies through
+// cublasLtMatmul with, per (rows, n_in, output type, ldc, prompt-width bucket: 1K, 2K, 4K, 8K+),
+// the algorithm chosen at that key's first call: each of the heuristic's first GEMM_LT_CANDS
+// (32 MiB workspace, 16-byte alignment) is run on the call's own operands, once untimed and
+// GEMM_LT_REPS times timed, its output hashed; the fastest of those whose output is bitwise the
+// heuristic's first choice's wins. So the rows never depend on the timing: they are the bits of
+// the heuristic's first choice, whichever algorithm computes them (an algorithm that sums in a
+// different order, split-K say, is never taken). Narrower chunks keep cublasGemmEx.
+enum { GEMM_LT_WS = 32 << 20, GEMM_LT_CANDS = 8, GEMM_LT_REPS = 2 };
+
+struct gemm_algo {
+    int64_t m, k, ldc, bucket;
+    cudaDataType yt;
+    bool ok; // an algorithm was chosen (else cublasGemmEx)
+    cublasLtMatmulAlgo_t algo;
+};
+
+static int64_t lt_bucket(int64_t n) {
+    int64_t b = DS_CUDA_GEMM_LT_MIN_ROWS;
+    while (b < 8192 && 2 * b <= n) b *= 2;
+    return b;
+}
+
+static bool lt_ok(ds_cuda_ctx *c, cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    ds_log(DS_LOG_WARN, "cuda: %s: %s (%d); this shape keeps cublasGemmEx", what,
+           cublasGetStatusName(st), (int)st);
+    (void)c;
+    return false;
+}
+
+// An order-free 64-bit hash of the m x n outputs (element size es, ld elements apart) into *h.
+static __global__ __launch_bounds__(256) void gemm_hash_kernel(const uint8_t *y, int64_t m,
+                                                               int64_t n, int64_t ld, int es,
+                                                               unsigned long long *h) {
+    unsigned long long acc = 0;
+    const int64_t total = m * n;
+    for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * 256) {
+        const int64_t col = i / m, row = i - col * m;
+        const uint8_t *p = y + (size_t)(col * ld + row) * es;
+        const uint64_t v = es == 4 ? *(const uint32_t *)p : *(const uint16_t *)p;
+        uint64_t x = (v + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xC2B2AE3D27D4EB4Full;
+        x ^= x >> 29;
+        x *= 0xBF58476D1CE4E5B9ull;
+        acc += x ^ (x >> 32);
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(h, acc);
+}
+
+struct lt_call {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    ~lt_call() {
+        if (la) cublasLtMatrixLayoutDestroy(la);
+        if (lb) cublasLtMatrixLayoutDestroy(lb);
+        if (lc) cublasLtMatrixLayoutDestroy(lc);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+    // y (rows x n, ld ldy, yt) = A^T (A: n_in x rows, bf16) x B (n_in x n, bf16), f32 sums
+    bool init(int64_t rows, int64_t n, int64_t n_in, cudaDataType yt, int64_t ldy) {
+        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        return cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
+               cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                              sizeof(ta)) == 0 &&
+               cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                              sizeof(tb)) == 0 &&
+               cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n_in, rows, n_in) == 0 &&
+               cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n_in, n, n_in) == 0 &&
+               cublasLtMatrixLayoutCreate(&lc, yt, rows, n, ldy) == 0;
+    }
+};
+
+// Chooses key's algorithm on the call's operands (gemm_lt's comment); false: none (the key then
+// stays on cublasGemmEx).
+static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, const void *B,
+                    void *y, int64_t n, int es) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
+    cublasLtMatmulPreference_t pref = NULL;
+    const size_t ws = GEMM_LT_WS;
+    const uint32_t al = 16;
+    cublasLtMatmulHeuristicResult_t res[GEMM_LT_CANDS];
+    int n_res = 0;
+    bool ok = cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof(ws)) == 0;
+    const cublasLtMatmulPreferenceAttributes_t als[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && ok; i++) {
+        ok = cublasLtMatmulPreferenceSetAttribute(pref, als[i], &al, sizeof(al)) == 0;
+    }
+    ok = ok && lt_ok(c, cublasLtMatmulAlgoGetHeuristic(lt, lc.op, lc.la, lc.lb, lc.lc, lc.lc,
+                                                       pref, GEMM_LT_CANDS, res, &n_res),
+                     "cublasLtMatmulAlgoGetHeuristic") && n_res > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok) return false;
+    // (the hash in the workspace's last word: written after each candidate's runs, read before
+    // the next one's)
+    unsigned long long *h = (unsigned long long *)((uint8_t *)c->lt_ws + GEMM_LT_WS - 8);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        if (e0) cudaEventDestroy(e0);
+        cudaGetLastError();
+        return false;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    unsigned long long h0 = 0;
+    float best = 0.0f, first = 0.0f;
+    int bi = -1;
+    const double t0 = ds_time_now();
+    for (int i = 0; i < n_res; i++) {
+        bool run = true;
+        for (int r = 0; r <= GEMM_LT_REPS && run; r++) {
+            if (r == 1) cudaEventRecord(e0, c->stream);
+            run = cublasLtMatmul(lt, lc.op, &one, A, lc.la, B, lc.lb, &zero, y, lc.lc, y, lc.lc,
+                                 &res[i].algo, c->lt_ws, ws, c->stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        cudaEventRecord(e1, c->stream);
+        cudaMemsetAsync(h, 0, sizeof(*h), c->stream);
+        gemm_hash_kernel<<<4 * c->n_sm, 256, 0, c->stream>>>((const uint8_t *)y, ga.m, n, ga.ldc,
+                                                             es, h);
+        unsigned long long hv = 0;
+        float ms = 0.0f;
+        if (cudaMemcpyAsync(&hv, h, sizeof(hv), cudaMemcpyDeviceToHost, c->stream) != cudaSuccess ||
+            cudaStreamSynchronize(c->stream) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            run = false;
+        }
+        cudaGetLastError();
+        if (i == 0) {
+            if (!run) break; // (the reference bits could not be had)
+            h0 = hv, first = ms;
+        }
+        if (run && hv == h0 && (bi < 0 || ms < best)) best = ms, bi = i;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (bi < 0) return false;
+    ga.algo = res[bi].algo;
+    ds_log(DS_LOG_INFO, "cuda: GEMM %lld x %lld x %lld-row bucket (%s out): cuBLASLt algorithm "
+           "%d of %d, %.1f us against %.1f for its first choice (%.0f ms to choose)",
+           (long long)ga.m, (long long)ga.k, (long long)ga.bucket, es == 4 ? "f32" : "bf16", bi,
+           n_res, best * 1e3 / GEMM_LT_REPS, first * 1e3 / GEMM_LT_REPS,
+           (ds_time_now() - t0) * 1e3);
+    return true;
+}
+
+// y = A^T B as gemm_mul's cuBLAS call, through cuBLASLt with the key's chosen algorithm; false:
+// not taken (narrow chunk, switched off, no algorithm for the key): the caller runs cublasGemmEx.
+static bool gemm_lt(ds_cuda_ctx *c, int64_t rows, int64_t n, int64_t n_in, const void *A,
+                    const void *B, void *y, cudaDataType yt, int64_t ldy) {
+    if (c->gemm_lt_off || n < DS_CUDA_GEMM_LT_MIN_ROWS || c->dead) return false;
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)y) % 16 != 0) return false;
+    if (!c->cublaslt) {
+        cublasLtHandle_t lt;
+        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return false;
+        c->cublaslt = lt;
+        if (cudaMalloc(&c->lt_ws, GEMM_LT_WS) != cudaSuccess) {
+            cudaGetLastError();
+            c->lt_ws = NULL;
+        }
+    }
+    if (!c->lt_ws) return false;
+    const int64_t bucket = lt_bucket(n);
+    gemm_algo *ga = NULL;
+    for (int i = 0; i < c->n_lt_algos && !ga; i++) {
+        gemm_algo &e = c->lt_algos[i];
+        if (e.m == rows && e.k == n_in && e.ldc == ldy && e.bucket == bucket && e.yt == yt) {
+            ga = &e;
+        }
+    }
+    lt_call lc;
+    if (!lc.init(rows, n, n_in, yt, ldy)) return false;
+    const int es = yt == CUDA_R_32F ? 4 : 2;
+    if (!ga) {
+        if (c->n_lt_algos == c->cap_lt_algos) {
+            const int cap = c->cap_lt_algos ? 2 * c->cap_lt_algos : 32;
+            gemm_algo *na = (gemm_algo *)realloc(c->lt_algos, (size_t)cap * sizeof(gemm_algo));
+            if (!na) return false;
+            c->lt_algos = na, c->cap_lt_algos = cap;
+        }
+        ga = &c->lt_algos[c->n_lt_algos++];
+        *ga = gemm_algo{rows, n_in, ldy, bucket, yt, false, {}};
+        ga->ok = lt_tune(c, *ga, lc, A, B, y, n, es);
+    }
+    if (!ga->ok) return false;
+    cublasLtMatmulHeuristicResult_t chk;
+    if (cublasLtMatmulAlgoCheck((cublasLtHandle_t)c->cublaslt, lc.op, lc.la, lc.lb, lc.lc, lc.lc,
+                                &ga->algo, &chk) != CUBLAS_STATUS_SUCCESS ||
+        chk.workspaceSize > GEMM_LT_WS) {
+        return false; // (this width of the bucket: cublasGemmEx)
+    }
+    const float one = 1.0f, zero = 0.0f;
+    return cublas_ok(c, cublasLtMatmul((cublasLtHandle_t)c->cublaslt, lc.op, &one, A, lc.la, B,
+                                       lc.lb, &zero, y, lc.lc, y, lc.lc, &ga->algo, c->lt_ws,
+                                       GEMM_LT_WS, c->stream),
+                     "cublasLtMatmul");
+}
+
+extern "C" void ds_cuda_set_gemm_lt(ds_backend *be, bool on) {
+    ds_cuda_of(be)->gemm_lt_off = !on;
+}
+
+extern "C" int ds_cuda_gemm_lt_tuned(ds_backend *be) {
+    return ds_cuda_of(be)->n_lt_algos;
+}
+
 // y (ncx columns of W's n_out rows, ldy elements apart, f32 or bf16: yt) = W · xb (bf16
 // [ncx][n_in]), tile by tile (wtile: g.tile_bytes of scratch where W is dequantized).
 static bool gemm_mul(ds_cuda_ctx *c, cublasHandle_t h, const gemm_w &g, const void *xb,
@@ -216,11 +428,13 @@ static bool gemm_mul(ds_cuda_ctx *c, cublasHandle_t h, const gemm_w &g, const vo
             gemm_w_launch(c, g.type, g.w, g.nb1, r0, rows, g.n_in, wtile);
             A = wtile;
         }
+        void *yr = (uint8_t *)y + (size_t)r0 * ysz;
+        if (gemm_lt(c, rows, ncx, g.n_in, A, xb, yr, yt, ldy)) continue;
+        if (c->dead) return false;
         // column-major view: A^T (rows x n_in) times x (n_in x N) -> y (rows x N, ld ldy)
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)ncx,
                                          (int)g.n_in, &one, A, CUDA_R_16BF, (int)g.n_in, xb,
-                                         CUDA_R_16BF, (int)g.n_in, &zero,
-                                         (uint8_t *)y + (size_t)r0 * ysz, yt, (int)ldy,
+                                         CUDA_R_16BF, (int)g.n_in, &zero, yr, yt, (int)ldy,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (!cublas_ok(c, st, "cublasGemmEx")) return false;
     }
@@ -473,6 +687,12 @@ extern "C" void ds_cuda_prefill_cache_clear(ds_backend *be) {
 void ds_cuda_gemm_free(ds_cuda_ctx *c) {
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     c->cublas = NULL;
+    if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);
+    c->cublaslt = NULL;
+    cudaFree(c->lt_ws);
+    c->lt_ws = NULL;
+    free(c->lt_algos);
+    c->lt_algos = NULL, c->n_lt_algos = c->cap_lt_algos = 0;
     ds_cuda_gemm_cache_drop(c, NULL);
     free(c->wcache);
     c->wcache = NULL, c->cap_wcache = 0;
