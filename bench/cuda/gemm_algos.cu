@@ -8,7 +8,9 @@
 //   gemmex  -- cublasGemmEx with CUBLAS_GEMM_DEFAULT (what gemm.cu runs), f32 and bf16 output;
 //   lt[i]   -- each of the first 16 algorithms cublasLtMatmulAlgoGetHeuristic returns (32 MiB of
 //              workspace), the same operands and output type;
-// and prints us per call and TFLOP/s of each, the best algorithm and its gain over gemmex.
+// and prints us per call and TFLOP/s of each (* where its output is not bitwise lt[0]'s), each
+// algorithm's configuration (tile / stages / split-K / cluster ids), the best algorithm and the
+// best with lt[0]'s bits (what gemm.cu's choice takes) and their gains over gemmex.
 // Operands are non-zero pseudo-random bf16 (tensor cores draw less power on zeros).
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -33,6 +35,43 @@ static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed) {
     h *= 2246822519u;
     h ^= h >> 13;
     p[i] = __float2bfloat16_rn((float)(h & 0xffff) / 32768.0f - 1.0f);
+}
+
+// An order-free 64-bit hash of n elements of es bytes (gemm.cu's gemm_hash_kernel, contiguous).
+static __global__ void hash_kernel(const uint8_t *y, size_t n, int es, unsigned long long *h) {
+    unsigned long long acc = 0;
+    for (size_t i = (size_t)blockIdx.x * 256 + threadIdx.x; i < n; i += (size_t)gridDim.x * 256) {
+        const uint8_t *p = y + i * es;
+        const uint64_t v = es == 4 ? *(const uint32_t *)p : *(const uint16_t *)p;
+        uint64_t x = (v + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xC2B2AE3D27D4EB4Full;
+        x ^= x >> 29;
+        x *= 0xBF58476D1CE4E5B9ull;
+        acc += x ^ (x >> 32);
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(h, acc);
+}
+
+static unsigned long long hash_of(const void *y, size_t n, int es, unsigned long long *hd) {
+    CK(cudaMemset(hd, 0, 8));
+    hash_kernel<<<1024, 256>>>((const uint8_t *)y, n, es, hd);
+    unsigned long long h = 0;
+    CK(cudaMemcpy(&h, hd, 8, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// an algorithm's configuration: tile id, stages id, split-K count, cluster shape id
+static void algo_cfg(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
+    int tile = -1, stages = -1, splitk = -1, cluster = -1;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                         sizeof(stages), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                         sizeof(splitk), &w);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                         sizeof(cluster), &w);
+    snprintf(out, n, "t%d/s%d/k%d/c%d", tile, stages, splitk, cluster);
 }
 
 struct shape {
@@ -64,7 +103,9 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("gemm_algos: %s, N = %d, %d reps (the mean after one warm-up)\n", prop.name,
            N, reps);
-    double tot_def[2] = {0, 0}, tot_best[2] = {0, 0};
+    double tot_def[2] = {0, 0}, tot_best[2] = {0, 0}, tot_same[2] = {0, 0};
+    unsigned long long *hd;
+    CK(cudaMalloc(&hd, 8));
     for (const shape &s : shapes) {
         const size_t na = (size_t)s.n_out * s.n_in, nb = (size_t)s.n_in * N;
         const size_t nc = (size_t)s.n_out * N;
@@ -113,22 +154,36 @@ int main(int argc, char **argv) {
             CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, res, &n_res));
             printf("%-12s %5d x %5d %s: gemmex %8.1f us (%5.0f TF/s); lt:", s.name, s.n_out,
                    s.n_in, out ? "bf16" : "f32 ", t_def, flop / t_def * 1e-6);
-            double best = 1e30;
-            int bi = -1;
+            const unsigned long long h_def = hash_of(C, nc, out ? 2 : 4, hd);
+            double best = 1e30, best_same = 1e30;
+            int bi = -1, bs = -1;
+            unsigned long long h0 = 0;
+            char cfgs[16][48];
+            bool same[16];
             for (int i = 0; i < n_res; i++) {
                 const double t = time_it([&] {
                     CB(cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, C, lc, C, lc,
                                       &res[i].algo, ws, ws_bytes, 0));
                 });
-                printf(" %.0f", flop / t * 1e-6);
+                const unsigned long long hv = hash_of(C, nc, out ? 2 : 4, hd);
+                if (i == 0) h0 = hv;
+                same[i] = hv == h0;
+                algo_cfg(&res[i].algo, cfgs[i], sizeof(cfgs[i]));
+                printf(" %.0f%s", flop / t * 1e-6, same[i] ? "" : "*");
                 if (t < best) best = t, bi = i;
+                if (same[i] && t < best_same) best_same = t, bs = i;
             }
-            printf("\n    best lt[%d] %.1f us (%.0f TF/s): %+.1f%% against gemmex\n", bi, best,
-                   flop / best * 1e-6, (t_def / best - 1.0) * 100.0);
+            printf("   (*: bits differ from lt[0]; lt[0] %s gemmex's)\n    configs:",
+                   h0 == h_def ? "==" : "!=");
+            for (int i = 0; i < n_res; i++) printf(" %s", cfgs[i]);
+            printf("\n    best lt[%d] %.1f us (%.0f TF/s): %+.1f%% against gemmex; best with lt[0]'s "
+                   "bits lt[%d] %+.1f%%\n", bi, best, flop / best * 1e-6,
+                   (t_def / best - 1.0) * 100.0, bs, (t_def / best_same - 1.0) * 100.0);
             const int calls = s.n_out == 1024 || s.n_out == 17408 ? 2 : 1; // (k and v, gate and up)
             const int layers = s.name[0] == 'd' ? 48 : s.name[0] == 'a' ? 16 : 64;
             tot_def[out] += t_def * calls * layers;
             tot_best[out] += best * calls * layers;
+            tot_same[out] += best_same * calls * layers;
             cublasLtMatmulPreferenceDestroy(pref);
             cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb);
             cublasLtMatrixLayoutDestroy(lc);
@@ -140,8 +195,9 @@ int main(int argc, char **argv) {
     }
     for (int out = 0; out < 2; out++) {
         printf("a %d-row prompt's matmuls (LM head aside), all %s: gemmex %.1f ms, best lt %.1f ms "
-               "(%+.1f%%)\n", N, out ? "bf16" : "f32", tot_def[out] * 1e-3, tot_best[out] * 1e-3,
-               (tot_def[out] / tot_best[out] - 1.0) * 100.0);
+               "(%+.1f%%), best with lt[0]'s bits %.1f ms\n", N, out ? "bf16" : "f32",
+               tot_def[out] * 1e-3, tot_best[out] * 1e-3,
+               (tot_def[out] / tot_best[out] - 1.0) * 100.0, tot_same[out] * 1e-3);
     }
     return 0;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # s52_lt.sh: the prefill GEMM through cuBLASLt's fastest bitwise-equivalent algorithm (gemm.cu
 # "cuBLASLt") against main, on the GPU machine. Carried: build-carry-f/dspec (main, with the FFN
-# op), build-carry-l/{dspec,cuda_ops_test,cuda_model_test} (the change). GEMM op tests, model
-# tests, then `dspec bench --model --prefill-cache all` of the 27B Q4_K_M at PROMPTS tokens.
-# Usage (repo root): [PROMPTS="8192"] [TESTS=1] bash bench/cuda/s52_lt.sh
+# op), build-carry-l/{dspec,cuda_ops_test,cuda_model_test,gemm_algos} (the change; gemm_algos
+# built by hand: bench/cuda/gemm_algos.cu). GEMM op tests, model tests, gemm_algos (which
+# algorithms give the heuristic's first choice's bits), then `dspec bench --model
+# --prefill-cache all` of the 27B Q4_K_M at PROMPTS tokens.
+# Usage (repo root): [PROMPTS="8192"] [TESTS=1] [ALGOS=1] bash bench/cuda/s52_lt.sh
 set -u
 cd "$(dirname "$0")/../.."
 source bench/cuda/carried_env.sh s52_lt.sh || exit 1
@@ -20,6 +22,10 @@ L=$OUT/log.txt
     timeout 100 stdbuf -oL "$F/cuda_model_test" >"$OUT/model.log" 2>&1
     echo "cuda_model_test exit $?"
     grep -E "prefill gemm|PASSED|FAILED" "$OUT/model.log" | tail -10
+  fi
+  if [ "${ALGOS:-1}" = 1 ] && [ -x "$F/gemm_algos" ]; then # (which algorithms share lt[0]'s bits)
+    timeout 120 "$F/gemm_algos" 8192 10 >"$OUT/gemm_algos.txt" 2>&1
+    grep -E "best|prompt" "$OUT/gemm_algos.txt"
   fi
   [ -f /tmp/s52.gguf ] || "$F/dspec" synth --preset 27b --mix q4_k_m /tmp/s52.gguf 2>&1 | tail -1
   for P in ${PROMPTS:-8192}; do
