@@ -380,7 +380,8 @@ void ds_cuda_prefill_cache_clear(ds_backend *be);
 void ds_cuda_set_gemm_lt(ds_backend *be, bool on);
 int ds_cuda_gemm_lt_tuned(ds_backend *be);
 // Measured rate of the prefill GEMM's library call on this device: bf16 x bf16 -> f32 products
-// of 8192^3 (cuBLAS, best of 5), in TFLOP/s; 0 on failure. For the prefill roofline of benches.
+// of 8192^3 (cuBLAS: the best of 5 through cublasGemmEx and of 5 through the prefill GEMM's
+// cuBLASLt choice), in TFLOP/s; 0 on failure. For the prefill roofline of benches.
 double ds_cuda_gemm_tflops(ds_backend *be);
 // Free and total memory of the backend's device (cudaMemGetInfo: all processes).
 void ds_cuda_mem_info(ds_backend *be, size_t *free_b, size_t *total_b);

@@ -565,17 +565,23 @@ extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
         ok = cudaGetLastError() == cudaSuccess;
     }
     const float one = 1.0f, zero = 0.0f;
-    for (int rep = 0; ok && rep < 6; rep++) { // rep 0 warms up (kernel selection, clocks)
+    // rep 0 of each way warms up (kernel selection, clocks); reps 6-11 run as a prompt chunk's
+    // GEMM does (cuBLASLt's chosen algorithm, gemm_lt: its first call chooses), so the rate is
+    // the best the prefill GEMM reaches
+    for (int rep = 0; ok && rep < 12; rep++) {
         float ms = 0.0f;
+        const bool lt = rep >= 6;
+        if (lt && (c->gemm_lt_off || c->dead)) break;
         ok = cudaEventRecord(e0, c->stream) == cudaSuccess &&
-             cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a, CUDA_R_16BF, S, b,
-                          CUDA_R_16BF, S, &zero, y, CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS &&
+             ((lt && gemm_lt(c, S, S, S, a, b, y, CUDA_R_32F, S)) ||
+              cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a, CUDA_R_16BF, S, b,
+                           CUDA_R_16BF, S, &zero, y, CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS) &&
              cudaEventRecord(e1, c->stream) == cudaSuccess &&
              cudaEventSynchronize(e1) == cudaSuccess &&
              cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0.0f;
         const double tf = ok ? 2.0 * S * (double)S * S / (ms * 1e-3) / 1e12 : 0.0;
-        if (rep > 0 && tf > best) best = tf;
+        if (rep % 6 > 0 && tf > best) best = tf;
     }
     if (!ok) {
         ds_log(DS_LOG_WARN, "cuda: the GEMM rate could not be measured (%s)",
