@@ -5,7 +5,7 @@
 // Usage:
 //     ds_backend *be; ds_backend_cpu_new(&be, n_threads, &err);
 //     ds_tensor x = ds_tensor_2d(buf, DS_TYPE_F32, n_embd, n_rows);
-//     be->ops.rmsnorm(be, &y, &x, &w, eps);       // or ds_be_rmsnorm(be, &y, &x, &w, eps)
+//     be->ops.rmsnorm(be, &y, &x, &w, eps);
 //     ds_backend_free(be);
 //
 // Rules: ops are eager and run in order on the backend's one stream; outputs never alias inputs
@@ -138,7 +138,7 @@ typedef struct ds_backend_ops {
     // it is not modified.
     void (*conv_silu)(ds_backend *be, ds_tensor *out, const ds_tensor *x, const ds_tensor *w,
                       ds_tensor *window, const int32_t *parent, bool update_window);
-    // DeltaNet gates: beta = sigmoid(b), g = a_log_neg * softplus(alpha + dt_bias), per value
+    // DeltaNet gates: beta = sigmoid(b), g = ssm_a * softplus(alpha + dt_bias), per value
     // head. b, alpha {H_v, n}; dt_bias, ssm_a {H_v}. Outputs beta, g {H_v, n}.
     void (*gdn_gates)(ds_backend *be, ds_tensor *beta, ds_tensor *g, const ds_tensor *b,
                       const ds_tensor *alpha, const ds_tensor *dt_bias, const ds_tensor *ssm_a);

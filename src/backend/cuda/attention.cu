@@ -2,14 +2,15 @@
 // with chain, tree (parent chains) or explicit per-row [lo, hi) visibility; GQA (one block serves
 // the n_head/n_kv query heads of a kv head, so K/V are read once per group); head_dim <= 256.
 // Split-KV: the visible keys of a row are cut into chunks (grid.z) of att_chunk(n_vis) keys
-// (attention.cuh); each chunk writes its max, sum and unnormalised output, and attn_combine merges
-// the chunks in order (held back for the sigmoid gate after it, which its launch then applies:
-// ds_cuda_attn_take_gate). F16 caches of head dim 64 / 128 / 256 run attention_tc.cu's tensor-core
-// kernel (64-key chunks); the rest run attn_chunk_kernel here (f32 arithmetic; 16-key chunks up
-// to 2048 visible keys, so short contexts spread over many blocks). Chunk boundaries depend only
-// on the row's own visible count and the model's shape, so a row's output is bitwise the same in
-// a verify batch, a tree, or alone (DESIGN.md §4.2). Calls attention.cuh. Called through the op
-// table. Spec: backend.h (attention, attention_rows), target-qwen35.md §2.8.
+// (attention.cuh); each chunk writes its max, sum and unnormalised output, and attn_combine_kernel
+// merges the chunks in order (held back for the sigmoid gate after it, which its launch then
+// applies: ds_cuda_attn_take_gate). F16 and Q8_0 caches of head dim 64 / 128 / 256 run
+// attention_tc.cu's tensor-core kernel (64-key chunks); the rest run attn_chunk_kernel here (f32
+// arithmetic; 16-key chunks up to 2048 visible keys, so short contexts spread over many blocks).
+// Chunk boundaries depend only on the row's own visible count and the model's shape, so a row's
+// output is bitwise the same in a verify batch, a tree, or alone (DESIGN.md §4.2). Calls
+// attention.cuh. Called through the op table. Spec: backend.h (attention, attention_rows),
+// target-qwen35.md §2.8.
 //   bytes: per row and kv head: n_vis*hd*2*sizeof(KV) + partials n_head*chunks*(hd+2)*8
 //   flops: 4*n*n_head*n_vis*hd
 #include "backend/cuda/attention.cuh"

@@ -1,6 +1,7 @@
-// cuda_ops.h: the CUDA backend's op launchers, one per entry of ds_backend_ops, with the op
-// interface's signatures (backend.h gives each op's contract). C code includes nothing else from
-// backend/cuda. Called by cuda_backend.cu (the op table) and by the CUDA tests.
+// cuda_ops.h: the CUDA backend's op launchers, one per compute entry of ds_backend_ops (the memory
+// ops are cuda_backend.cu's own), with the op interface's signatures (backend.h gives each op's
+// contract). C code includes nothing else from backend/cuda. Called by cuda_backend.cu (the op
+// table), the CUDA tests and bench/cuda/gemv_bench.c.
 // Spec: STYLE.md §2.9, docs/cuda.md.
 //
 // Every launcher asserts dtype, shape, contiguity and alignment (programmer errors), copies host
@@ -115,6 +116,7 @@ void ds_cuda_argmax_dev(ds_backend *be, int32_t *out, const ds_tensor *x);
 void ds_cuda_selector_walk(ds_backend *be, int32_t *tokens, const int32_t *ids, const float *vals,
                            const ds_tensor *g, const ds_tensor *pred, const ds_tensor *succ,
                            int k);
+// get_rows.cu, elem.cu (rows to and from the device's own index arrays; K/V row stores and moves)
 void ds_cuda_get_rows_dev(ds_backend *be, ds_tensor *y, const ds_tensor *table, const int32_t *ids);
 void ds_cuda_store_rows(ds_backend *be, ds_tensor *dst, int64_t row0, const ds_tensor *x);
 void ds_cuda_move_rows(ds_backend *be, int n_bufs, void *const *bufs, size_t row_bytes,

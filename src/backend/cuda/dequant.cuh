@@ -1,5 +1,5 @@
 // dequant.cuh: quantized weights to floats with the CPU backend's float operations in the CPU's
-// order (dtype/quants.c dequantize_row_*, dtype/convert.c), one element (deq: the embedding
+// order (dtype/quants.c ds_*_to_float, dtype/convert.c), one element (deq: the embedding
 // lookup of get_rows.cu) or 8 (deq8, a quarter of a 32-element sub-block: the prefill GEMM's
 // weight tiles, gemm.cu). Types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS (deq8: not F32,
 // BF16). Calls common.cuh.

@@ -1,7 +1,8 @@
 // elem.cu: elementwise and row-wise small ops over strided f32 views: add, SwiGLU, sigmoid gate,
-// scale + tanh softcap, K/V row stores (F32/F16 cache) and moves (move_rows), the MoE combine
-// (weighted expert sum + gated shared expert), and argmax and top-k over the vocabulary (results
-// copied to the caller's host arrays). Same formulas as the CPU backend (cpu_elem.c, cpu_attn.c,
+// scale + tanh softcap, K/V row stores (F32 / F16 / Q8_0 cache) and moves (move_rows), the MoE
+// routing (moe_route) and combine (weighted expert sum + gated shared expert), and argmax and top-k
+// over the vocabulary (results copied to the caller's host arrays, or left on the device:
+// argmax_dev, topk_dev). Same formulas as the CPU backend (cpu_elem.c, cpu_attn.c,
 // cpu_attn_block.c); expf/tanhf may differ from glibc by an ulp.
 // SwiGLU and the sigmoid gate also write their output's prepared (q8_K) activations for the next
 // matmul (quant.cuh q8k_group, matmul.cu ds_cuda_prep_fused; in a prompt chunk the prefill GEMM

@@ -447,7 +447,7 @@ static void mm_run(ds_cuda_ctx *c, const char *op, ds_type wt, mm_args a, const 
     DS_ASSERT((uintptr_t)a.w % 16 == 0 && a.w_nb1 % 2 == 0);
     DS_ASSERT(qt == QT_Q6_K || a.w_nb1 % 8 == 0);
     a.n_units = (int)(n_in / UNIT);
-    a.ks = mmq_splits(c, a.n_out, a.n_units);
+    a.ks = mmq_splits(a.n_out, a.n_units);
     const bool vec = !moe && a.ncols <= MMV_MAX_COLS; // decode GEMV (matmul_vec.cu)
     const bool staged = !moe && a.ncols >= MMQS_MIN_COLS; // partials after xq | xd | xb
     const size_t sz_p = staged ? mmqs_part_bytes(c, a, a.n_out) : 0;
@@ -609,7 +609,7 @@ extern "C" void ds_cuda_matmul_multi(ds_backend *be, int n_w, ds_tensor *const *
             DS_ASSERT(y[j]->ne[0] == w[j]->ne[1]);
             const int64_t n_out = w[j]->ne[1];
             g.m[g.n++] = {(const uint8_t *)w[j]->data, w[j]->nb[1], n_out, (float *)y[j]->data,
-                          (int64_t)(y[j]->nb[1] / 4), mmq_splits(c, n_out, a.n_units), blk};
+                          (int64_t)(y[j]->nb[1] / 4), mmq_splits(n_out, a.n_units), blk};
             blk += (n_out + 7) / 8;
             done[j] = true;
         }
@@ -644,8 +644,7 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
                                   const ds_tensor *x, const int32_t *ids, int64_t k) {
     ds_cuda_ctx *c = ds_cuda_of(be);
     if (!ds_cuda_alive(c, "matmul_id")) return;
-    const int64_t n_in = w->ne[0], n_out = w->ne[1], n_exp = w->ne[2];
-    const int64_t n = y->ne[2];
+    const int64_t n_in = w->ne[0], n_out = w->ne[1], n = y->ne[2];
     // x is {n_in, n} (shared by the k slots of a row) or {n_in, k, n} (one input per slot).
     const bool per_slot = n > 1 ? x->ne[2] == n : x->ne[1] == k;
     DS_ASSERT(per_slot ? (x->ne[1] == k && x->ne[2] == n) : x->ne[1] == n);
@@ -653,7 +652,7 @@ extern "C" void ds_cuda_matmul_id(ds_backend *be, ds_tensor *y, const ds_tensor 
     DS_ASSERT(w->nb[1] == ds_type_row_size(w->type, n_in));
     check_f32_rows(x);
     check_f32_rows(y);
-    (void)n_exp; // (ids are device memory, from moe_route: in range by construction)
+    // (ids are device memory, from moe_route: in range of w's experts by construction)
     if (n == 0) return;
     mm_args a;
     memset(&a, 0, sizeof(a));

@@ -864,7 +864,7 @@ static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
 
 // Bytes of split partials matrix (w_nb1, n_out) needs in a staged launch of a.ncols columns.
 size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_out) {
-    const int ks = mmq_splits(c, n_out, a.n_units);
+    const int ks = mmq_splits(n_out, a.n_units);
     return ks > 1 ? (size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 : 0;
 }
 
@@ -885,7 +885,7 @@ void mmqs_add(const ds_cuda_ctx *c, mmqs_group &g, const uint8_t *w, int64_t w_n
     const int64_t n_z = (a.ncols + nt * 8 - 1) / (nt * 8);
     mmqs_mat &M = g.m[g.n++];
     M.w = w, M.w_nb1 = w_nb1, M.n_out = n_out, M.y = y, M.y_nb1 = y_nb1;
-    M.ks = mmq_splits(c, n_out, a.n_units);
+    M.ks = mmq_splits(n_out, a.n_units);
     M.rb = (int)((n_out + MMQ_ROWS - 1) / MMQ_ROWS);
     M.item0 = g.n_items;
     M.by_zi = udiv24_of((uint32_t)(M.rb * M.ks));

@@ -11,8 +11,7 @@
 // K splits of the quantized GEMV: runs of MMQ_SPLIT_UNITS units (many blocks for the staged
 // kernel at verify widths), at most MMQ_SPLIT_ROWS / n_out of them. A function of the shape only
 // (never of N): that is what keeps results batch-invariant.
-static inline int mmq_splits(const ds_cuda_ctx *c, int64_t n_out, int n_units) {
-    (void)c;
+static inline int mmq_splits(int64_t n_out, int n_units) {
     int64_t ks = (n_units + MMQ_SPLIT_UNITS - 1) / MMQ_SPLIT_UNITS;
     // wide outputs have rows enough to fill the GPU, and their split partials (ks x N x n_out
     // floats for the staged kernel) would be large: the 248K-row LM head gets one split
