@@ -176,8 +176,8 @@ int main(int argc, char **argv) {
             printf("   (*: bits differ from lt[0]; lt[0] %s gemmex's)\n    configs:",
                    h0 == h_def ? "==" : "!=");
             for (int i = 0; i < n_res; i++) printf(" %s", cfgs[i]);
-            printf("\n    best lt[%d] %.1f us (%.0f TF/s): %+.1f%% against gemmex; best with lt[0]'s "
-                   "bits lt[%d] %+.1f%%\n", bi, best, flop / best * 1e-6,
+            printf("\n    best lt[%d] %.1f us (%.0f TF/s): %+.1f%% against gemmex; "
+                   "best with lt[0]'s bits lt[%d] %+.1f%%\n", bi, best, flop / best * 1e-6,
                    (t_def / best - 1.0) * 100.0, bs, (t_def / best_same - 1.0) * 100.0);
             const int calls = s.n_out == 1024 || s.n_out == 17408 ? 2 : 1; // (k and v, gate and up)
             const int layers = s.name[0] == 'd' ? 48 : s.name[0] == 'a' ? 16 : 64;
