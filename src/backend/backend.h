@@ -375,7 +375,7 @@ void ds_cuda_prefill_cache_clear(ds_backend *be);
 // Prompt chunks of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiply through cuBLASLt with, per shape, the
 // algorithm timed fastest at the shape's first call among those whose rows are bitwise the
 // library heuristic's first choice (docs/cuda.md "Prefill"); off (tests, A/B timing) keeps
-// cublasGemmEx's own choice. On by default. ds_cuda_gemm_lt_tuned: shapes timed so far.
+// cublasGemmEx's own choice. On by default. ds_cuda_gemm_lt_tuned: shapes with a chosen algorithm.
 #define DS_CUDA_GEMM_LT_MIN_ROWS 1024
 void ds_cuda_set_gemm_lt(ds_backend *be, bool on);
 int ds_cuda_gemm_lt_tuned(ds_backend *be);

@@ -104,8 +104,8 @@ typedef struct ds_cuda_ctx {
     int n_wcache, cap_wcache;
     size_t wcache_bytes;
     // cuBLASLt (gemm.cu gemm_lt): its handle and workspace, and the algorithm chosen for each
-    // weight shape, output type and prompt-width bucket (timed at its first use); gemm_lt_on:
-    // ds_cuda_set_gemm_lt (a test hook: off multiplies every chunk through cublasGemmEx).
+    // weight shape, output type and prompt-width bucket (timed at its first use); gemm_lt_off:
+    // ds_cuda_set_gemm_lt(false) (tests, A/B timing: every chunk through cublasGemmEx).
     void *cublaslt, *lt_ws;
     struct gemm_algo *lt_algos;
     int n_lt_algos, cap_lt_algos;

@@ -620,7 +620,8 @@ static void test_gemm_lt(void **state) {
     run_gemm(e, DS_TYPE_Q6_K, 512, 300, DS_CUDA_GEMM_LT_MIN_ROWS + 30, 0);
     assert_int_equal(ds_cuda_gemm_lt_tuned(e->gpu), tuned);
     ds_cuda_set_gemm_lt(e->gpu, true);
-    // the same shape again (no new timing), then every call bitwise the first
+    // a new width bucket (2K): its first call chooses, later calls reuse the choice (no new
+    // timing), each writing all of y (poisoned before) bitwise the first call's rows
     const int64_t n_in = 512, n_out = 600, n = 2 * DS_CUDA_GEMM_LT_MIN_ROWS + 100;
     ds_tensor wg;
     void *wd = up_weights(e, DS_TYPE_Q4_K, n_in, n_out, &wg);
@@ -637,6 +638,8 @@ static void test_gemm_lt(void **state) {
     const int t2 = ds_cuda_gemm_lt_tuned(e->gpu);
     assert_true(t2 == tuned + 1); // (a new width bucket: 2K)
     for (int rep = 0; rep < 2; rep++) {
+        memset(b, 0xff, (size_t)(n_out * n) * 4);
+        e->gpu->ops.write(e->gpu, yd, b, (size_t)(n_out * n) * 4);
         e->gpu->ops.matmul(e->gpu, &yg, &wg, &xg);
         down(e, b, yd, (size_t)(n_out * n) * 4);
         expect_bitwise("gemm through cuBLASLt: a later call vs the first", b, a, n_out * n);

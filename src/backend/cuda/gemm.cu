@@ -203,16 +203,17 @@ static uint8_t *gemm_x(ds_cuda_ctx *c, const xsrc &xs, int64_t n_in, int64_t ncx
 }
 
 // ---- cuBLASLt: the algorithm timed fastest per shape ------------------------------------------
-// cublasGemmEx's own choice is 11-20% slower than the best of the algorithms cuBLASLt's heuristic
-// offers on five of the eight 27B prompt shapes (H100, bench/cuda/gemm_algos.cu; ~41 ms of an
-// 8K prompt's ~568 ms of GEMMs). So a chunk of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiplies through
-// cublasLtMatmul with, per (rows, n_in, output type, ldc, prompt-width bucket: 1K, 2K, 4K, 8K+),
-// the algorithm chosen at that key's first call: each of the heuristic's first GEMM_LT_CANDS
-// (32 MiB workspace, 16-byte alignment) is run on the call's own operands, once untimed and
-// GEMM_LT_REPS times timed, its output hashed; the fastest of those whose output is bitwise the
-// heuristic's first choice's wins. So the rows never depend on the timing: they are the bits of
-// the heuristic's first choice, whichever algorithm computes them (an algorithm that sums in a
-// different order, split-K say, is never taken). Narrower chunks keep cublasGemmEx.
+// cublasGemmEx's own choice is up to 19% slower than the best of the algorithms cuBLASLt's
+// heuristic offers on the 27B prompt shapes (H100, bench/cuda/gemm_algos.cu: an 8K prompt's GEMMs
+// 571.6 ms against 535.9 at each shape's best; the whole prompt +1.5-2.2%, session 54). So a chunk
+// of DS_CUDA_GEMM_LT_MIN_ROWS+ rows multiplies through cublasLtMatmul with, per (rows, n_in, output
+// type, ldc, prompt-width bucket: 1K, 2K, 4K, 8K+), the algorithm chosen at that key's first call:
+// each of the heuristic's first GEMM_LT_CANDS (32 MiB workspace, 16-byte alignment) is run on the
+// call's own operands, once untimed and GEMM_LT_REPS times timed, its output hashed; the fastest of
+// those whose output is bitwise the heuristic's first choice's wins. So the rows never depend on
+// the timing: they are the bits of the heuristic's first choice, whichever algorithm computes them
+// (an algorithm that sums in a different order, split-K say, is never taken). Narrower chunks keep
+// cublasGemmEx. Choosing costs a process's first 8K prompt ~0.45 s.
 enum { GEMM_LT_WS = 32 << 20, GEMM_LT_CANDS = 8, GEMM_LT_REPS = 2 };
 
 struct gemm_algo {
@@ -228,11 +229,10 @@ static int64_t lt_bucket(int64_t n) {
     return b;
 }
 
-static bool lt_ok(ds_cuda_ctx *c, cublasStatus_t st, const char *what) {
+static bool lt_ok(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     ds_log(DS_LOG_WARN, "cuda: %s: %s (%d); this shape keeps cublasGemmEx", what,
            cublasGetStatusName(st), (int)st);
-    (void)c;
     return false;
 }
 
@@ -298,8 +298,8 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
     for (int i = 0; i < 4 && ok; i++) {
         ok = cublasLtMatmulPreferenceSetAttribute(pref, als[i], &al, sizeof(al)) == 0;
     }
-    ok = ok && lt_ok(c, cublasLtMatmulAlgoGetHeuristic(lt, lc.op, lc.la, lc.lb, lc.lc, lc.lc,
-                                                       pref, GEMM_LT_CANDS, res, &n_res),
+    ok = ok && lt_ok(cublasLtMatmulAlgoGetHeuristic(lt, lc.op, lc.la, lc.lb, lc.lc, lc.lc, pref,
+                                                    GEMM_LT_CANDS, res, &n_res),
                      "cublasLtMatmulAlgoGetHeuristic") && n_res > 0;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) return false;
@@ -410,7 +410,10 @@ extern "C" void ds_cuda_set_gemm_lt(ds_backend *be, bool on) {
 }
 
 extern "C" int ds_cuda_gemm_lt_tuned(ds_backend *be) {
-    return ds_cuda_of(be)->n_lt_algos;
+    const ds_cuda_ctx *c = ds_cuda_of(be);
+    int n = 0;
+    for (int i = 0; i < c->n_lt_algos; i++) n += c->lt_algos[i].ok;
+    return n;
 }
 
 // y (ncx columns of W's n_out rows, ldy elements apart, f32 or bf16: yt) = W · xb (bf16
