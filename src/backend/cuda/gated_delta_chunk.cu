@@ -40,6 +40,17 @@ template <int DK> __device__ __forceinline__ int gdc_ix(int r, int k) {
     return r * DK + ((((k >> 2) ^ (r & 7)) << 2) | (k & 3));
 }
 
+// gdc_state_kernel's rows (k, q, the state, T, M) swizzle by a different permutation of the row
+// index: chunk e of row r at e ^ gds_f(r), gds_f(r) = 2 (r % 4) + (r / 4) % 2. Its fragment
+// loads read 8 rows g (any bijection of r % 8 serves them), and P4's B operand reads rows q = 0..3
+// at two adjacent chunks per n tile: with e ^ r those 8 (row, chunk) pairs fell on 4 chunk
+// positions (2-way bank conflicts), with gds_f on 8 (rows 0..3 permute even positions).
+__device__ __forceinline__ int gds_f(int r) { return ((r & 3) << 1) | ((r >> 2) & 1); }
+__device__ __forceinline__ int gds_sw(int r, int e) { return e ^ gds_f(r); }
+template <int DK> __device__ __forceinline__ int gds_ix(int r, int k) {
+    return r * DK + ((((k >> 2) ^ gds_f(r)) << 2) | (k & 3));
+}
+
 __device__ __forceinline__ float gdc_dot4(float4 a, float4 b, float acc) {
     acc = __fmaf_rn(a.x, b.x, acc);
     acc = __fmaf_rn(a.y, b.y, acc);
@@ -241,14 +252,21 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     const int w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, r0 = 16 * (w & 1);
     // Fragment offsets in swizzled rows whose index is g mod 8 (A rows r0 + g, r0 + g + 8; the
     // state's B rows 8n + g; T / M rows): columns 8m + q and 8m + q + 4, m = 4u + v, sit at
-    // 32u + ofs[v] and 32u + ofs[4 + v] (chunk 2m ^ g = 8u + 2(v ^ g / 2) + g % 2), so the
-    // unrolled loops load from a register plus a constant.
+    // 32u + ofs[v] and 32u + ofs[4 + v] (chunks 2m ^ f, 2m + 1 ^ f = 8u + (2v ^ f), 8u +
+    // (2v + 1 ^ f), f = gds_f(g)), so the unrolled loops load from a register plus a constant.
     int ofs[8];
+    const int fg = gds_f(g);
 #pragma unroll
     for (int v = 0; v < 4; v++) {
-        ofs[v] = 4 * (2 * (v ^ (g >> 1)) + (g & 1)) + q;
-        ofs[4 + v] = 4 * (2 * (v ^ (g >> 1)) + ((g & 1) ^ 1)) + q;
+        ofs[v] = 4 * ((2 * v) ^ fg) + q;
+        ofs[4 + v] = 4 * ((2 * v + 1) ^ fg) + q;
     }
+    // v [C][BV]: row t's column j at j ^ (bit 1 of t, bit 2 of t moved to bit 3); X and Delta
+    // [C][XS]: column j at j ^ bit 2 of t -- so X's reads of v and the stores of X and Delta
+    // (rows g, columns 2q) meet 32 banks, as do the B / A fragment reads (rows q, columns g).
+    static_assert(GDC_BV == 16 && GDC_XS == 24, "gdc_state_kernel: the v, X, Delta swizzles");
+    auto vi = [](int t, int j) { return t * BV + (j ^ (((t >> 1) & 1) | (((t >> 2) & 1) << 3))); };
+    auto xi = [](int t, int j) { return t * XS + (j ^ ((t >> 2) & 1)); };
     const size_t hs = (size_t)DK * (size_t)a.dv;
     const float4 *kn4 = (const float4 *)a.kn, *qn4 = (const float4 *)a.qn;
     const int64_t voff = 2 * (int64_t)a.hk * DK + (int64_t)h * a.dv + j0;
@@ -267,11 +285,11 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     const int e_r = tid % C4, t_r = tid / C4;
     int sw_r[SWP]; // float4 offsets of the thread's rows j < SWP (then + RP C4 j)
 #pragma unroll
-    for (int p = 0; p < SWP; p++) sw_r[p] = t_r * C4 + gdc_sw(t_r + RP * p, e_r);
+    for (int p = 0; p < SWP; p++) sw_r[p] = t_r * C4 + gds_sw(t_r + RP * p, e_r);
     const int64_t rstride = (int64_t)RP * a.hk * C4, cstride = (int64_t)C * a.hk * C4;
     const int64_t r_off = ((int64_t)t_r * a.hk + kh) * C4 + e_r; // row t_r of chunk 0
     // (a thread's T / M rows are TR apart, a multiple of 8: one swizzle)
-    const int sw_t = (tid / (C / 4)) * C + 4 * gdc_sw(tid / (C / 4), tid % (C / 4));
+    const int sw_t = (tid / (C / 4)) * C + 4 * gds_sw(tid / (C / 4), tid % (C / 4));
     const float *tm_h = tm + (size_t)h * nc * GDC_TM + 4 * tid;
     const int tv0 = tid / BV, ev = tid % BV;
     const char *v_src = a.qkv + (a.t0 + tv0) * a.qkv_nb1 + (voff + ev) * 4; // row tv0, chunk 0
@@ -289,7 +307,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
         for (int i = tid; i < C * C4; i += NT) {
             const int t = i / C4, e = i % C4;
             const int64_t o = ((int64_t)(cc * C + min(t, nt - 1)) * a.hk + kh) * C4 + e;
-            cp_async16(smem_addr(&dst[t * C4 + gdc_sw(t, e)]), src + o, t < nt ? 16 : 0);
+            cp_async16(smem_addr(&dst[t * C4 + gds_sw(t, e)]), src + o, t < nt ? 16 : 0);
         }
     };
     auto issue_kg = [&](int cc) {
@@ -316,7 +334,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
             issue_cc(st, cc, 0);
             if (nt == C) {
                 const char *s = v_src + (int64_t)cc * C * a.qkv_nb1;
-                const uint32_t d = smem_addr(&sv[tv0 * BV + ev]);
+                const uint32_t d = smem_addr(&sv[vi(tv0, ev)]); // (rows tv0 + VR j: one swizzle)
 #pragma unroll
                 for (int j = 0; j < VJ; j++) {
                     cp_async4(d + 4 * VR * BV * j, (const float *)(s + j * VR * a.qkv_nb1), 4);
@@ -326,7 +344,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
                     const int t = i / BV, e = i % BV;
                     const int64_t row = a.t0 + cc * C + min(t, nt - 1);
                     const float *v = (const float *)(a.qkv + row * a.qkv_nb1) + voff + e;
-                    cp_async4(smem_addr(&sv[t * BV + e]), v, t < nt ? 4 : 0);
+                    cp_async4(smem_addr(&sv[vi(t, e)]), v, t < nt ? 4 : 0);
                 }
             }
             if (tid < C) {
@@ -343,7 +361,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     issue_tvb(0);
     for (int i = tid; i < BV * C4; i += NT) {
         const int r = i / C4, e = i % C4;
-        ss[r * C4 + gdc_sw(r, e)] = ((const float4 *)(a.s_in + h * hs + (size_t)(j0 + r) * DK))[e];
+        ss[r * C4 + gds_sw(r, e)] = ((const float4 *)(a.s_in + h * hs + (size_t)(j0 + r) * DK))[e];
     }
     // a 16 x 8 A fragment at columns 8m of rows r0 + g, r0 + g + 8 of a swizzled array whose
     // rows are LD floats
@@ -392,8 +410,8 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
                 for (int e = 0; e < 4; e++) {
                     const int t = r0 + g + 8 * (e >> 1), j = 8 * n + 2 * q + (e & 1);
                     const float x =
-                        __fmul_rn(sb[t], __fmaf_rn(-sgam[t], acc[n].total(e), sv[t * BV + j]));
-                    sx[t * XS + j] = t < nt ? x : 0.0f;
+                        __fmul_rn(sb[t], __fmaf_rn(-sgam[t], acc[n].total(e), sv[vi(t, j)]));
+                    sx[xi(t, j)] = t < nt ? x : 0.0f;
                 }
             }
         }
@@ -404,12 +422,12 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
 #pragma unroll
             for (int m8 = 0; m8 < C / 8; m8++) {
                 const int k0 = 8 * m8;
-                const float fb[2] = {sx[(k0 + q) * XS + n0 + g], sx[(k0 + q + 4) * XS + n0 + g]};
+                const float fb[2] = {sx[xi(k0 + q, n0 + g)], sx[xi(k0 + q + 4, n0 + g)]};
                 d.mma(m8, frag_a(st, C, m8), gdc_op<2>(fb));
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                sd[(r0 + g + 8 * (e >> 1)) * XS + n0 + 2 * q + (e & 1)] = d.total(e);
+                sd[xi(r0 + g + 8 * (e >> 1), n0 + 2 * q + (e & 1))] = d.total(e);
             }
         }
         asm volatile("cp.async.wait_group 2;" ::: "memory"); // M(cc)
@@ -423,8 +441,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
                 const gdc_op<4> fa = frag_a(sm, C, m8);
 #pragma unroll
                 for (int n = 0; n < 2; n++) {
-                    const float fb[2] = {sd[(k0 + q) * XS + 8 * n + g],
-                                         sd[(k0 + q + 4) * XS + 8 * n + g]};
+                    const float fb[2] = {sd[xi(k0 + q, 8 * n + g)], sd[xi(k0 + q + 4, 8 * n + g)]};
                     o[n].mma(m8, fa, gdc_op<2>(fb));
                 }
             }
@@ -442,22 +459,22 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
         }
         { // P4: S_j = exp(gam_last) S0_j + (Delta' ^T k)[j], keys of n tiles w * NPW ..
             // (B: k rows k0 + q (+ 4), whose index mod 8 is q (q + 4), key column 8 N + g:
-            // chunk (2N + g / 4) ^ q (^ 4), at bo[n] (+ b4[n]) past row k0)
+            // chunk (2N + g / 4) ^ gds_f(q) (gds_f(q + 4)), at bo[n] (+ b4[n]) past row k0)
             int bo[NPW], b4[NPW];
 #pragma unroll
             for (int n = 0; n < NPW; n++) {
-                const int e = (2 * (w * NPW + n) + (g >> 2)) ^ q;
-                bo[n] = q * DK + 4 * e + (g & 3);
-                b4[n] = (q + 4) * DK + 4 * (e ^ 4) + (g & 3);
+                const int e = 2 * (w * NPW + n) + (g >> 2);
+                bo[n] = q * DK + 4 * (e ^ gds_f(q)) + (g & 3);
+                b4[n] = (q + 4) * DK + 4 * (e ^ gds_f(q + 4)) + (g & 3);
             }
             float s[NPW][4] = {};
 #pragma unroll
             for (int k0 = 0; k0 < C; k0 += 8) {
                 const float c0 = scf[k0 + q], c1 = scf[k0 + q + 4];
-                const float fa[4] = {__fmul_rn(c0, sd[(k0 + q) * XS + g]),
-                                     __fmul_rn(c0, sd[(k0 + q) * XS + g + 8]),
-                                     __fmul_rn(c1, sd[(k0 + q + 4) * XS + g]),
-                                     __fmul_rn(c1, sd[(k0 + q + 4) * XS + g + 8])};
+                const float fa[4] = {__fmul_rn(c0, sd[xi(k0 + q, g)]),
+                                     __fmul_rn(c0, sd[xi(k0 + q, g + 8)]),
+                                     __fmul_rn(c1, sd[xi(k0 + q + 4, g)]),
+                                     __fmul_rn(c1, sd[xi(k0 + q + 4, g + 8)])};
                 const gdc_op<4> fa2(fa);
 #pragma unroll
                 for (int n = 0; n < NPW; n++) {
@@ -467,12 +484,15 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
             }
             const float gl = sgam[nt - 1];
 #pragma unroll
-            for (int n = 0; n < NPW; n++) {
+            for (int n = 0; n < NPW; n++) { // (keys 2q, 2q + 1 side by side: one float2 each)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = g + 8 * (e >> 1), k = 8 * (w * NPW + n) + 2 * q + (e & 1);
-                    float &sv0 = ssf[gdc_ix<DK>(j, k)];
-                    sv0 = __fmaf_rn(gl, sv0, s[n][e]);
+                for (int hh = 0; hh < 2; hh++) {
+                    const int j = g + 8 * hh, k = 8 * (w * NPW + n) + 2 * q;
+                    float2 *sp = (float2 *)&ssf[gds_ix<DK>(j, k)];
+                    float2 sv2 = *sp;
+                    sv2.x = __fmaf_rn(gl, sv2.x, s[n][2 * hh]);
+                    sv2.y = __fmaf_rn(gl, sv2.y, s[n][2 * hh + 1]);
+                    *sp = sv2;
                 }
             }
         }
@@ -481,7 +501,7 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
     __syncthreads();
     for (int i = tid; i < BV * C4; i += NT) {
         const int r = i / C4, e = i % C4;
-        ((float4 *)(a.s_out + h * hs + (size_t)(j0 + r) * DK))[e] = ss[r * C4 + gdc_sw(r, e)];
+        ((float4 *)(a.s_out + h * hs + (size_t)(j0 + r) * DK))[e] = ss[r * C4 + gds_sw(r, e)];
     }
 }
 
