@@ -535,7 +535,8 @@ static void test_q4_k_kv8(void **s) {
 }
 
 // The MoE arch (routing on the device: moe_route): CUDA logits vs the CPU, batch invariance,
-// exact commit, trees, and step graphs (bitwise the eager steps, replayed) on CUDA.
+// exact commit, trees, step graphs (bitwise the eager steps, replayed) and the prefill GEMM
+// (dense projections on it, the router and experts not) on CUDA.
 static void test_moe(void **s) {
     (void)s;
     if (ds_cuda_device_count() == 0) skip();
@@ -545,7 +546,7 @@ static void test_moe(void **s) {
     int fd = mkstemp(f.path);
     assert_true(fd >= 0);
     close(fd);
-    f.kv = DS_TYPE_F16;
+    f.kv = DS_TYPE_F16, f.wt = DS_TYPE_Q8_0;
     ds_synth_params p = ds_synth_tiny(DS_ARCH_QWEN35MOE, DS_TYPE_Q8_0, 3);
     dspec_err err = {0};
     assert_int_equal(ds_synth_write(f.path, &p, &err), DSPEC_OK);
@@ -559,6 +560,7 @@ static void test_moe(void **s) {
     check_commit_exact(&f);
     check_tree(&f);
     check_graphs(&f);
+    check_prefill_gemm(&f);
     assert_true(ds_cuda_ok(f.gpu));
     fixture_close(&f);
 }
