@@ -474,6 +474,11 @@ static void test_matmul_split_repeat(void **state) {
 // on the exact kernels (rows bitwise those computed alone).
 #define TOL_GEMM_L2 8e-3
 #define TOL_GEMM_COL 4e-2
+// The prefill FFN (ffn_swiglu) rounds gate, up and SwiGLU's output to bf16 as well: a full-suite
+// run (session 55, H100; the inputs depend on the tests before it) had 2 of 51,200 outputs at 4.4%
+// of their column's rms (relative L2 4.0e-3, the three f32-intermediate ops 3.4e-3). A broken
+// column or tile is off by its whole rms, so the element check keeps its purpose at 10%.
+#define TOL_FFN_COL 1e-1
 // pad: floats between columns (2: columns not 16-byte aligned, the 2-element bf16 conversion)
 static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, int64_t pad) {
     const int64_t ld = n_in + pad;
@@ -733,8 +738,7 @@ static void run_ffn(env *e, ds_type tgu, ds_type td, int64_t n_in, int64_t n_ff,
             expect_rel_l2(what, got, ref, n_in * n, TOL_GEMM_L2);
             for (int64_t c = 0; c < n; c++) {
                 const double rc = rms(ref + c * n_in, n_in);
-                expect_close(what, got + c * n_in, ref + c * n_in, n_in, 0.0,
-                             TOL_GEMM_COL * rc);
+                expect_close(what, got + c * n_in, ref + c * n_in, n_in, 0.0, TOL_FFN_COL * rc);
             }
         } else { // the exact kernels: bitwise the three ops
             expect_bitwise(what, other, three, n_in * m);
