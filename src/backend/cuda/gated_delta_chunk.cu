@@ -363,6 +363,17 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
         const int r = i / C4, e = i % C4;
         ss[r * C4 + gds_sw(r, e)] = ((const float4 *)(a.s_in + h * hs + (size_t)(j0 + r) * DK))[e];
     }
+    // The state elements this thread's P4 updates (rows g, g + 8, keys 8 (w NPW + n) + 2q, + 1),
+    // also kept in registers: P4 adds to them there and stores them for P1, loading nothing.
+    float2 sreg[NPW][2];
+#pragma unroll
+    for (int n = 0; n < NPW; n++) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int j = g + 8 * hh, k = 8 * (w * NPW + n) + 2 * q;
+            sreg[n][hh] = *(const float2 *)(a.s_in + h * hs + (size_t)(j0 + j) * DK + k);
+        }
+    }
     // a 16 x 8 A fragment at columns 8m of rows r0 + g, r0 + g + 8 of a swizzled array whose
     // rows are LD floats
     auto frag_a = [&](const float *m, int ld, int m8) {
@@ -488,11 +499,10 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int j = g + 8 * hh, k = 8 * (w * NPW + n) + 2 * q;
-                    float2 *sp = (float2 *)&ssf[gds_ix<DK>(j, k)];
-                    float2 sv2 = *sp;
+                    float2 &sv2 = sreg[n][hh];
                     sv2.x = __fmaf_rn(gl, sv2.x, s[n][2 * hh]);
                     sv2.y = __fmaf_rn(gl, sv2.y, s[n][2 * hh + 1]);
-                    *sp = sv2;
+                    *(float2 *)&ssf[gds_ix<DK>(j, k)] = sv2;
                 }
             }
         }

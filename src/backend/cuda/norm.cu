@@ -478,14 +478,17 @@ static __global__ __launch_bounds__(256) void gated_uwarp_kernel(ds_cu_rows y, d
     q8k_warp_out(qo, o, t, u, (int64_t)d * heads);
 }
 
-// The gated norm with one warp per row, 8 rows per block, for rows of d <= 511 (norm_threads
-// 64 or 128: 2 or 4 warps in rmsnorm_kernel): the warp plays the row block's NW warps lane for
-// lane (virtual thread 32 vw + l adds the squares of elements 32 vw + l + k NT in order, each
-// virtual warp sums by ds_cu_warp_sum_d, the sums are added in warp order from 0.0, as
-// block_sum_d does) and writes the row with rmsnorm_kernel's products: bitwise its rows. A
-// prompt's DeltaNet output norm has 48 rows of 128 per token: one 64-thread block per row (393,216
-// for an 8K prompt) ran at ~10% of the bandwidth. qo.bf: the rows' bf16 copy for the prefill
-// GEMM (row r at qo.bf + r d), else nothing is prepared.
+// The gated norm with half a warp per row, 16 rows per block, for rows of d <= 511 (norm_threads
+// 64 or 128: 2 or 4 warps in rmsnorm_kernel): lane l of a row's 16 plays virtual lanes l and
+// l + 16 of the row block's NW warps (virtual thread 32 vw + vl adds the squares of elements
+// 32 vw + vl + k NT in order; each virtual warp's butterfly sum -- its first level, vl + (vl ^
+// 16), in the thread, the other four by shuffles within the half warp --, the NW sums added in
+// warp order from 0.0, as block_sum_d does) and writes the row with rmsnorm_kernel's products:
+// bitwise its rows. A prompt's DeltaNet output norm has 48 rows of 128 per token: one 64-thread
+// block per row (393,216 for an 8K prompt) ran at ~10% of the bandwidth; a warp per row at ~70%,
+// bound by the row's fixed instructions (the double sums and scale: session 55, Nsight Compute,
+// 80% of issue slots). qo.bf: the rows' bf16 copy for the prefill GEMM (row r at qo.bf + r d),
+// else nothing is prepared.
 template <int NW, int EPT>
 static __global__ __launch_bounds__(256) void gated_warp_kernel(ds_cu_rows y, ds_cu_rows x,
                                                                 const float *w, ds_cu_rows z,
@@ -493,42 +496,57 @@ static __global__ __launch_bounds__(256) void gated_warp_kernel(ds_cu_rows y, ds
                                                                 int64_t rows) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int NT = NW * 32;
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), n = x.ne0;
-    if (r >= rows) return;
-    const float *xr = ds_cu_row(x, r), *zr = ds_cu_row(z, r);
-    float v[NW][EPT], zv[NW][EPT], wv[NW][EPT];
+    const int lane = threadIdx.x & 31, l = lane & 15;
+    const int64_t r0 = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * 2, n = x.ne0;
+    if (r0 >= rows) return; // (the whole warp: its shuffles below need both halves)
+    const int64_t r = r0 + (lane >> 4);
+    const bool live = r < rows;
+    const float *xr = ds_cu_row(x, live ? r : r0), *zr = ds_cu_row(z, live ? r : r0);
+    float v[2][NW][EPT], zv[2][NW][EPT], wv[2][NW][EPT]; // [virtual lane l, l + 16]
 #pragma unroll
-    for (int vw = 0; vw < NW; vw++) {
+    for (int m = 0; m < 2; m++) {
 #pragma unroll
-        for (int k = 0; k < EPT; k++) {
-            const int64_t i = vw * 32 + lane + (int64_t)k * NT;
-            if (i < n) v[vw][k] = xr[i], zv[vw][k] = zr[i], wv[vw][k] = w[i];
+        for (int vw = 0; vw < NW; vw++) {
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = vw * 32 + l + 16 * m + (int64_t)k * NT;
+                if (i < n) v[m][vw][k] = xr[i], zv[m][vw][k] = zr[i], wv[m][vw][k] = w[i];
+            }
         }
     }
     double s = 0.0;
 #pragma unroll
     for (int vw = 0; vw < NW; vw++) {
-        double t = 0.0;
+        double t[2] = {0.0, 0.0};
 #pragma unroll
-        for (int k = 0; k < EPT; k++) {
-            if (vw * 32 + lane + (int64_t)k * NT < n) t = sq_acc(t, v[vw][k]);
+        for (int m = 0; m < 2; m++) {
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                if (vw * 32 + l + 16 * m + (int64_t)k * NT < n) t[m] = sq_acc(t[m], v[m][vw][k]);
+            }
         }
-        s += ds_cu_warp_sum_d(t);
+        double u = t[0] + t[1]; // (ds_cu_warp_sum_d's first level, in the thread)
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) u += __shfl_xor_sync(0xffffffffu, u, o);
+        s += u;
     }
+    if (!live) return;
     const float scale = norm_scale(s, n, eps);
     float *yr = ds_cu_row(y, r);
 #pragma unroll
-    for (int vw = 0; vw < NW; vw++) {
+    for (int m = 0; m < 2; m++) {
 #pragma unroll
-        for (int k = 0; k < EPT; k++) {
-            const int64_t i = vw * 32 + lane + (int64_t)k * NT;
-            if (i < n) {
-                float o = __fmul_rn(v[vw][k], scale);
-                o = __fmul_rn(o, wv[vw][k]);
-                o = __fmul_rn(o, ds_cu_silu(zv[vw][k]));
-                yr[i] = o;
-                if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(o);
+        for (int vw = 0; vw < NW; vw++) {
+#pragma unroll
+            for (int k = 0; k < EPT; k++) {
+                const int64_t i = vw * 32 + l + 16 * m + (int64_t)k * NT;
+                if (i < n) {
+                    float o = __fmul_rn(v[m][vw][k], scale);
+                    o = __fmul_rn(o, wv[m][vw][k]);
+                    o = __fmul_rn(o, ds_cu_silu(zv[m][vw][k]));
+                    yr[i] = o;
+                    if (qo.bf) qo.bf[r * n + i] = __float2bfloat16_rn(o);
+                }
             }
         }
     }
@@ -678,7 +696,7 @@ extern "C" void ds_cuda_gated_rmsnorm(ds_backend *be, ds_tensor *y, const ds_ten
         if (!packed || !ds_cuda_prep_fused_bf16(c, &y2, &qo)) qo = q8k_out{};
         auto k = gated_warp_of(d);
         if (k) {
-            ds_cu_launch(c, k, (unsigned)((rows + 7) / 8), 256, 0, ds_cu_rows_of(y),
+            ds_cu_launch(c, k, (unsigned)((rows + 15) / 16), 256, 0, ds_cu_rows_of(y),
                          ds_cu_rows_of(x), (const float *)w->data, ds_cu_rows_of(z), eps, qo,
                          rows);
         } else {
