@@ -31,8 +31,8 @@ extern "C" {
 
 enum { GDC_BV = 16, GDC_THREADS = 128 };
 
-// Shared-memory rows of float4 are swizzled: chunk e of row r sits at e ^ (r & 7), so the rows a
-// warp reads side by side (consecutive t, or 16 state rows) fall in different banks.
+// gdc_prep_kernel's shared-memory rows of float4 are swizzled: chunk e of row r sits at
+// e ^ (r & 7), so the rows a warp reads side by side (consecutive t) fall in different banks.
 __device__ __forceinline__ int gdc_sw(int r, int e) { return e ^ (r & 7); }
 
 // Element (r, k) of a swizzled row-major [rows][DK] float4 array.
