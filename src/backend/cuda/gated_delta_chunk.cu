@@ -14,12 +14,13 @@
 //   S_j     = exp(gam_C) S0_j + sum_s exp(gam_C - gam_s) Delta[s][j] k_s
 // (unrolling S_t = decay_t S_{t-1} + delta_t k_t^T over the chunk). Two kernels:
 // gdc_prep_kernel (one block per (chunk, k head), all chunks at once) normalises the chunk's q and
-// k and writes them, T, M and gam to scratch; gdc_state_kernel (one block per (16 value rows,
-// v head)) walks the chunks in order with its slice of the state in shared memory, the next
-// chunk's rows copied in (cp.async) while one is computed, its products on the tensor cores in
-// tf32 (gdc_mma). Sums in f32 in a fixed order: the rows are within tf32 rounding of the
-// recurrence's (test_gated_delta_prefill: ~3-5e-4 relative L2 against the CPU), not bitwise.
-//   bytes: per chunk and v head C d_k * 8 (q, k: written once per k head, read by each of the
+// k and writes them, T, M and gam to scratch; gdc_state_kernel (one block per (16 value rows, v
+// head)) walks the chunks in order with its slice of the state in shared memory (each thread's P4
+// elements also in registers), the next chunk's rows copied in (cp.async) while one is computed,
+// its products on the tensor cores in tf32 (gdc_mma). Sums in f32 in a fixed order: the rows are
+// within tf32 rounding of the recurrence's (test_gated_delta_prefill: ~3-5e-4 relative L2 against
+// the CPU), not bitwise. bytes: per chunk and v head C d_k * 8 (q, k: written once per k head, read
+// by each of the
 //   d_v / 16 blocks, from L2) + C d_v * 8 (v, o) + 2 C^2 * 8 (T, M written and read)
 //   flops: ~6*n*H_v*d_k*d_v (as the recurrence) +
 //   ~4*n*H_k*C*d_k (prep) + ~6*n*H_v*C*d_v
