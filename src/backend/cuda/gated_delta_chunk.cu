@@ -19,8 +19,8 @@
 // elements also in registers), the next chunk's rows copied in (cp.async) while one is computed,
 // its products on the tensor cores in tf32 (gdc_mma). Sums in f32 in a fixed order: the rows are
 // within tf32 rounding of the recurrence's (test_gated_delta_prefill: ~3-5e-4 relative L2 against
-// the CPU), not bitwise. bytes: per chunk and v head C d_k * 8 (q, k: written once per k head, read
-// by each of the
+// the CPU), not bitwise.
+//   bytes: per chunk and v head C d_k * 8 (q, k: written once per k head, read by each of the
 //   d_v / 16 blocks, from L2) + C d_v * 8 (v, o) + 2 C^2 * 8 (T, M written and read)
 //   flops: ~6*n*H_v*d_k*d_v (as the recurrence) +
 //   ~4*n*H_k*C*d_k (prep) + ~6*n*H_v*C*d_v
