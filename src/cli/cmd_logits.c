@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "  --kv-type f32|f16|q8_0 KV cache type (default f32)\n"
             "  -t, --threads N        CPU threads (default: all)\n"
             "  --device D             cpu (default), cuda or cuda:N\n"
+            "  -v, --verbose          log the backend's info lines (the device; on CUDA, the\n"
+            "                         cuBLASLt algorithm each prompt-chunk GEMM shape chose)\n"
             "Without --out, prints the top-5 tokens of the last row and a checksum.\n");
 }
 
@@ -154,6 +156,8 @@ int ds_cli_logits(int argc, char **argv) {
             o.threads = (int)iv, i++;
         } else if (!strcmp(a, "--device") && v) {
             o.device = v, i++;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            dspec_set_log(NULL, NULL, DSPEC_LOG_INFO);
         } else if (!strcmp(a, "--kv-type") && v) {
             if (!ds_cli_kv_type(v, &o.kv)) {
                 fprintf(stderr, "dspec logits: --kv-type must be " DS_CLI_KV_TYPES "\n");
