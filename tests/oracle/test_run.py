@@ -181,6 +181,12 @@ def main():
             if nxt in (505, 507):  # <|endoftext|>, <|im_end|>: end of generation
                 break
             chain.append(nxt)
+        toks = ",".join(map(str, ids))
+        lq, lv = os.path.join(tmp, "lgq.bin"), os.path.join(tmp, "lgv.bin")
+        run(a.dspec, "logits", "-m", model, "--tokens", toks, "--out", lq)
+        run(a.dspec, "logits", "-m", model, "--tokens", toks, "-v", "--out", lv)
+        with open(lq, "rb") as f1, open(lv, "rb") as f2:
+            R.check("logits -v: accepted, the same logits", f1.read() == f2.read())
         out = r.stdout
         # decode chain through the tokenizer to compare text
         hft_dec = hft.decode(chain, skip_special_tokens=False).encode()

@@ -210,10 +210,12 @@ static uint8_t *gemm_x(ds_cuda_ctx *c, const xsrc &xs, int64_t n_in, int64_t ncx
 // type, ldc, prompt-width bucket: 1K, 2K, 4K, 8K+), the algorithm chosen at that key's first call:
 // each of the heuristic's first GEMM_LT_CANDS (32 MiB workspace, 16-byte alignment) is run on the
 // call's own operands, once untimed and GEMM_LT_REPS times timed, its output hashed; the fastest of
-// those whose output is bitwise the heuristic's first choice's wins. So the rows never depend on
-// the timing: they are the bits of the heuristic's first choice, whichever algorithm computes them
-// (an algorithm that sums in a different order, split-K say, is never taken). Narrower chunks keep
-// cublasGemmEx. Choosing costs a process's first 8K prompt ~0.45 s.
+// those whose output is bitwise the heuristic's first choice's wins. So the rows do not depend on
+// the timing as far as that first call's operands show: they are the bits of the heuristic's first
+// choice, whichever algorithm computes them (an algorithm that sums in a different order, split-K
+// say, is not taken). (Session 55 saw two processes' prefill logits differ once, not reproduced
+// since; bench/cuda/repro.sh checks.) Narrower chunks keep cublasGemmEx. Choosing costs a
+// process's first 8K prompt ~0.45 s.
 enum { GEMM_LT_WS = 32 << 20, GEMM_LT_CANDS = 8, GEMM_LT_REPS = 2 };
 
 struct gemm_algo {
