@@ -387,7 +387,10 @@ static __global__ __launch_bounds__(GDC_THREADS, 3) void gdc_state_kernel(gd_arg
         const int b = cc & 1, nt = rows_of(cc);
         const float4 *kb = sk + b * C * C4;
         const float *kbf = (const float *)kb;
-        asm volatile("cp.async.wait_group 1;" ::: "memory"); // KG(cc), Q(cc)
+        // KG(cc), Q(cc) and TVB(cc): all the copies issued so far (X reads v and beta, P2 T;
+        // waiting for one group fewer let them read TVB(cc) before it landed, a race that changed
+        // prompt rows from run to run: compute-sanitizer racecheck, session 56)
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();
         issue_cc(sm, cc, C * C);
         commit();

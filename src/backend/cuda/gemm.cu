@@ -213,8 +213,9 @@ static uint8_t *gemm_x(ds_cuda_ctx *c, const xsrc &xs, int64_t n_in, int64_t ncx
 // those whose output is bitwise the heuristic's first choice's wins. So the rows do not depend on
 // the timing as far as that first call's operands show: they are the bits of the heuristic's first
 // choice, whichever algorithm computes them (an algorithm that sums in a different order, split-K
-// say, is not taken). (Session 55 saw two processes' prefill logits differ once, not reproduced
-// since; bench/cuda/repro.sh checks.) Narrower chunks keep cublasGemmEx. Choosing costs a
+// say, is not taken). (The prefill logits that differed between processes in sessions 55-56,
+// also where every shape chose alike, came from a race in gated_delta_chunk.cu, fixed in
+// session 56; bench/cuda/repro.sh checks.) Narrower chunks keep cublasGemmEx. Choosing costs a
 // process's first 8K prompt ~0.45 s.
 enum { GEMM_LT_WS = 32 << 20, GEMM_LT_CANDS = 8, GEMM_LT_REPS = 2 };
 
