@@ -237,8 +237,10 @@ __device__ __forceinline__ void gd_body(const gd_args &a, const gd_rx &rx) {
                     return (float *)((p & 1) ? sk[buf][p >> 1] : sq[buf][p >> 1]);
                 };
 #pragma unroll
-                for (int i = 0; i < GD_NV; i++) { // (past the tile: stale values, not stored)
-                    const int p = min(p0 + NW * i, NP * T - 1);
+                for (int i = 0; i < GD_NV; i++) {
+                    // (past the tile's vectors the warp's own first one again, not stored: any
+                    // other warp's vector may be being stored, a benign race racecheck reports)
+                    const int p = p0 + NW * i < NP * nt ? p0 + NW * i : p0;
                     const float *v = vec(p);
 #pragma unroll
                     for (int r = 0; r < DK / 32; r++) x[i][r] = v[lane + 32 * r];
