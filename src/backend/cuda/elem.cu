@@ -129,6 +129,79 @@ static __global__ __launch_bounds__(256) void swiglu_part_kernel(ds_cu_rows y, d
     if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
 }
 
+// Elements e .. e + 7 of a row (xr: its element e) into v, or with held-back partials (q.p) those
+// of split k; part8_add adds split k > 0 to the sums as ds_cu_part_at does (bitwise, in order).
+__device__ __forceinline__ void part8_ld(const ds_cu_part &q, const float *xr, int64_t r,
+                                         int64_t e, int k, float4 (&v)[2]) {
+    if (!q.p) {
+        v[0] = *(const float4 *)xr, v[1] = *(const float4 *)(xr + 4);
+        return;
+    }
+    const float *p = q.p + r * q.n_out + e + k * q.stride;
+    v[0] = ds_cu_ld_part4(p), v[1] = ds_cu_ld_part4(p + 4);
+}
+__device__ __forceinline__ void part8_add(float4 (&s)[2], const float4 (&v)[2], int k) {
+    if (k == 0) {
+        s[0] = v[0], s[1] = v[1];
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        s[h] = make_float4(__fadd_rn(s[h].x, v[h].x), __fadd_rn(s[h].y, v[h].y),
+                           __fadd_rn(s[h].z, v[h].z), __fadd_rn(s[h].w, v[h].w));
+    }
+}
+
+// swiglu_part_kernel's results for rows of whole units (16-byte aligned rows and partials) with a
+// warp per (unit, row): lane l takes elements 8l .. 8l + 7, loads both inputs' splits SWU_SPLITS
+// at a time before adding them, and quantizes the unit with q8k_warp_out (q8k_group_out's bytes,
+// no block barrier). The 256-thread blocks of a 16-row verify's FFN (68 units a row: 1,088
+// blocks) overran one wave of 8 blocks per SM on 132 SMs; here they are 544 blocks of SWU_WARPS
+// warps, at most ~200 registers a thread so that 5 fit an SM. (The 27B gate and up have 5
+// splits: all their loads in flight at once.)
+enum { SWU_WARPS = 2, SWU_SPLITS = 5 };
+template <bool Q>
+static __global__ __launch_bounds__(32 * SWU_WARPS, 5) void swiglu_uwarp_kernel(
+    ds_cu_rows y, ds_cu_rows a, ds_cu_rows b, ds_cu_part pa, ds_cu_part pb, q8k_out qo) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    const int lane = threadIdx.x & 31;
+    const int64_t r = blockIdx.y, n = a.ne0;
+    const int64_t u = (int64_t)blockIdx.x * SWU_WARPS + (threadIdx.x >> 5);
+    if (u >= n / 256) return; // (whole warps; no barrier below)
+    const int64_t e = u * 256 + 8 * lane;
+    float *ar = ds_cu_row(a, r) + e, *br = ds_cu_row(b, r) + e;
+    const int ka = pa.p ? pa.ks : 1, kb = pb.p ? pb.ks : 1;
+    float4 sa[2], sb[2];
+    for (int k0 = 0; k0 < (ka > kb ? ka : kb); k0 += SWU_SPLITS) {
+        float4 la[SWU_SPLITS][2], lb[SWU_SPLITS][2];
+#pragma unroll
+        for (int j = 0; j < SWU_SPLITS; j++) {
+            if (k0 + j < ka) part8_ld(pa, ar, r, e, k0 + j, la[j]);
+            if (k0 + j < kb) part8_ld(pb, br, r, e, k0 + j, lb[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < SWU_SPLITS; j++) {
+            if (k0 + j < ka) part8_add(sa, la[j], k0 + j);
+            if (k0 + j < kb) part8_add(sb, lb[j], k0 + j);
+        }
+    }
+    if (pa.p) *(float4 *)ar = sa[0], *(float4 *)(ar + 4) = sa[1];
+    if (pb.p) *(float4 *)br = sb[0], *(float4 *)(br + 4) = sb[1];
+    const float av[8] = {sa[0].x, sa[0].y, sa[0].z, sa[0].w, sa[1].x, sa[1].y, sa[1].z, sa[1].w};
+    const float bv[8] = {sb[0].x, sb[0].y, sb[0].z, sb[0].w, sb[1].x, sb[1].y, sb[1].z, sb[1].w};
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) o[j] = ew_one<EW_SWIGLU>(av[j], bv[j], 0.0f, 0.0f);
+    float *yr = ds_cu_row(y, r) + e;
+    *(float4 *)yr = make_float4(o[0], o[1], o[2], o[3]);
+    *(float4 *)(yr + 4) = make_float4(o[4], o[5], o[6], o[7]);
+    if constexpr (Q) q8k_warp_out(qo, o, r, u, n);
+}
+
+static bool part_a16(const ds_cu_part &q) {
+    return !q.p || ((uintptr_t)q.p % 16 == 0 && q.n_out % 4 == 0 && q.stride % 4 == 0);
+}
+
 template <int OP>
 static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_tensor *a,
                       const ds_tensor *b, float p0, float p1) {
@@ -158,8 +231,15 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     q8k_out qo = {};
     if (took) {
         const bool q = ds_cuda_prep_fused(c, y, &qo);
-        ds_cu_launch(c, q ? swiglu_part_kernel<true> : swiglu_part_kernel<false>, grid, 256, 0,
-                     ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
+        if (n % 256 == 0 && ds_cu_rows_a16(y) && ds_cu_rows_a16(a) && b && ds_cu_rows_a16(b) &&
+            part_a16(pa) && part_a16(pb)) {
+            const dim3 gw((unsigned)((n / 256 + SWU_WARPS - 1) / SWU_WARPS), (unsigned)rows);
+            ds_cu_launch(c, q ? swiglu_uwarp_kernel<true> : swiglu_uwarp_kernel<false>, gw,
+                         32 * SWU_WARPS, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
+        } else {
+            ds_cu_launch(c, q ? swiglu_part_kernel<true> : swiglu_part_kernel<false>, grid, 256,
+                         0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
+        }
         ds_cuda_part_done(c);
         ds_cuda_launched(c, op);
         return;

@@ -403,6 +403,15 @@ __device__ __forceinline__ float ds_cu_ld_part(const float *p) {
     asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(pol));
     return v;
 }
+__device__ __forceinline__ float4 ds_cu_ld_part4(const float *p) { // (16-byte aligned p)
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    float4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+}
 __device__ __forceinline__ float ds_cu_part_at(const ds_cu_part &q, int64_t c, int64_t i) {
     const float *p = q.p + c * q.n_out + i;
     float s = ds_cu_ld_part(p);
