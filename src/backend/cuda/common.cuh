@@ -296,6 +296,10 @@ static inline uint64_t ds_cu_hash_arg(uint64_t h, const A &a) {
 // (but weights, which no kernel writes: the decode GEMV loads its first units before it).
 // launch_dependents then lets the next kernel start launching its blocks (they wait in turn),
 // which hides the launch latency between consecutive kernels. Without PDL both are no-ops.
+// Some block of every launch must reach it (a block may return before it only where another
+// block of the launch surely waits: attention_tc.cu's chunk-0 blocks), so that a kernel
+// completes, and lets a follower (ds_cu_grid_trigger) start, only after the one before it
+// completed: the next kernel's wait relies on that.
 __device__ __forceinline__ void ds_cu_grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
