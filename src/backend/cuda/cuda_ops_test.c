@@ -566,7 +566,6 @@ static void run_gemm(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n, 
 // Rows a step would compute alone equal the rows of an n-column matmul, bitwise: the exact kernels
 // run (prefill mode off, or exact prefill, or fewer than 65 columns).
 static void expect_exact_rows(env *e, ds_type t, int64_t n_in, int64_t n_out, int64_t n) {
-    size_t wbytes = ds_type_row_size(t, n_in) * (size_t)n_out;
     ds_tensor wg;
     void *wd = up_weights(e, t, n_in, n_out, &wg);
     float *x = xmalloc((size_t)(n_in * n) * 4);
@@ -586,7 +585,6 @@ static void expect_exact_rows(env *e, ds_type t, int64_t n_in, int64_t n_out, in
         down(e, one, yd, (size_t)n_out * 4);
         expect_bitwise(what, all + r * n_out, one, n_out);
     }
-    (void)wbytes;
     dfree(e, wd), dfree(e, xd), dfree(e, yd);
     free(x), free(all), free(one);
 }
