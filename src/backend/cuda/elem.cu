@@ -107,28 +107,6 @@ static __global__ __launch_bounds__(256) void ew_flat_kernel(ds_cu_rows y, ds_cu
     }
 }
 
-// SwiGLU of the FFN gate and up when their matmul's split-K reduce was held back (matmul_staged.cu
-// "held-back reduce"): an input with partials (pa.p / pb.p set) is read as their sum in split
-// order and stored back (the y the reduce would have written); the other is read as ew_kernel
-// reads it. Then ew_kernel's arithmetic; Q: and the output's preparation (one unit per block,
-// ne0 a multiple of 256), else threads past ne0 have nothing to do.
-template <bool Q>
-static __global__ __launch_bounds__(256) void swiglu_part_kernel(ds_cu_rows y, ds_cu_rows a,
-                                                                 ds_cu_rows b, ds_cu_part pa,
-                                                                 ds_cu_part pb, q8k_out qo) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    const int64_t r = blockIdx.x, i = (int64_t)blockIdx.y * 256 + threadIdx.x;
-    if (!Q && i >= a.ne0) return;
-    float *ar = ds_cu_row(a, r), *br = ds_cu_row(b, r);
-    const float av = pa.p ? ds_cu_part_at(pa, r, i) : ar[i];
-    const float bv = pb.p ? ds_cu_part_at(pb, r, i) : br[i];
-    if (pa.p) ar[i] = av;
-    if (pb.p) br[i] = bv;
-    const float v = ew_one<EW_SWIGLU>(av, bv, 0.0f, 0.0f);
-    ds_cu_row(y, r)[i] = v;
-    if constexpr (Q) q8k_group_out(qo, v, r, blockIdx.y, a.ne0);
-}
-
 // Elements e .. e + 7 of a row (xr: its element e) into v, or with held-back partials (q.p) those
 // of split k; part8_add adds split k > 0 to the sums as ds_cu_part_at does (bitwise, in order).
 __device__ __forceinline__ void part8_ld(const ds_cu_part &q, const float *xr, int64_t r,
@@ -152,8 +130,12 @@ __device__ __forceinline__ void part8_add(float4 (&s)[2], const float4 (&v)[2], 
     }
 }
 
-// swiglu_part_kernel's results for rows of whole units (16-byte aligned rows and partials) with a
-// warp per (unit, row): lane l takes elements 8l .. 8l + 7, loads both inputs' splits SWU_SPLITS
+// SwiGLU of the FFN gate a and up b when their matmul's split-K reduce was held back
+// (matmul_staged.cu "held-back reduce"), for rows of whole units (16-byte aligned rows and
+// partials): an input with partials (pa.p / pb.p set) is read as their sum in split order and
+// stored back (the y the reduce would have written); the other is read as ew_kernel reads it.
+// Then ew_kernel's arithmetic and, Q, the output's preparation. A warp per (unit, row): lane l
+// takes elements 8l .. 8l + 7, loads both inputs' splits SWU_SPLITS
 // at a time before adding them, and quantizes the unit with q8k_warp_out (q8k_group_out's bytes,
 // no block barrier). The 256-thread blocks of a 16-row verify's FFN (68 units a row: 1,088
 // blocks) overran one wave of 8 blocks per SM on 132 SMs; here they are 544 blocks of SWU_WARPS
@@ -211,7 +193,9 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     ds_cu_part pa = {}, pb = {};
     bool took = false;
     if constexpr (OP == EW_SWIGLU) { // (before alive, which would launch their reduce)
-        if (!ds_cu_spans_overlap(a, b)) { // (each input read once, before its store)
+        // (each input read once, before its store; rows of whole units for swiglu_uwarp_kernel)
+        if (!ds_cu_spans_overlap(a, b) && a->ne[0] % 256 == 0 && ds_cu_rows_a16(y) &&
+            ds_cu_rows_a16(a) && ds_cu_rows_a16(b)) {
             took = ds_cuda_part_take(c, a, &pa);
             took = ds_cuda_part_take(c, b, &pb) || took;
         }
@@ -230,16 +214,12 @@ static void ew_launch(ds_backend *be, const char *op, ds_tensor *y, const ds_ten
     dim3 grid((unsigned)rows, (unsigned)((n + 255) / 256));
     q8k_out qo = {};
     if (took) {
+        // (mmqs_part_bytes keeps every matrix's partials 16-byte aligned)
+        DS_ASSERT(part_a16(pa) && part_a16(pb));
         const bool q = ds_cuda_prep_fused(c, y, &qo);
-        if (n % 256 == 0 && ds_cu_rows_a16(y) && ds_cu_rows_a16(a) && b && ds_cu_rows_a16(b) &&
-            part_a16(pa) && part_a16(pb)) {
-            const dim3 gw((unsigned)((n / 256 + SWU_WARPS - 1) / SWU_WARPS), (unsigned)rows);
-            ds_cu_launch(c, q ? swiglu_uwarp_kernel<true> : swiglu_uwarp_kernel<false>, gw,
-                         32 * SWU_WARPS, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
-        } else {
-            ds_cu_launch(c, q ? swiglu_part_kernel<true> : swiglu_part_kernel<false>, grid, 256,
-                         0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
-        }
+        const dim3 gw((unsigned)((n / 256 + SWU_WARPS - 1) / SWU_WARPS), (unsigned)rows);
+        ds_cu_launch(c, q ? swiglu_uwarp_kernel<true> : swiglu_uwarp_kernel<false>, gw,
+                     32 * SWU_WARPS, 0, ds_cu_rows_of(y), ds_cu_rows_of(a), bv, pa, pb, qo);
         ds_cuda_part_done(c);
         ds_cuda_launched(c, op);
         return;

@@ -862,10 +862,12 @@ static void mmq_staged_launch(ds_cuda_ctx *c, const mmqs_group &g) {
     }
 }
 
-// Bytes of split partials matrix (w_nb1, n_out) needs in a staged launch of a.ncols columns.
+// Bytes of split partials matrix (w_nb1, n_out) needs in a staged launch of a.ncols columns,
+// rounded up to 16 so that every matrix's partials are 16-byte aligned (elem.cu reads a SwiGLU's
+// as float4).
 size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_out) {
     const int ks = mmq_splits(n_out, a.n_units);
-    return ks > 1 ? (size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 : 0;
+    return ks > 1 ? ((size_t)ks * (size_t)a.ncols * (size_t)n_out * 4 + 15) & ~(size_t)15 : 0;
 }
 
 // 8-column n-tiles per column chunk of the staged kernel: 8-column chunks up to 8 columns, 16 up
