@@ -152,7 +152,7 @@ static __global__ __launch_bounds__(32 * SWU_WARPS, 5) void swiglu_uwarp_kernel(
     if (u >= n / 256) return; // (whole warps; no barrier below)
     const int64_t e = u * 256 + 8 * lane;
     float *ar = ds_cu_row(a, r) + e, *br = ds_cu_row(b, r) + e;
-    const int ka = pa.p ? pa.ks : 1, kb = pb.p ? pb.ks : 1;
+    const int ka = pa.p ? (int)pa.ks : 1, kb = pb.p ? (int)pb.ks : 1;
     float4 sa[2], sb[2];
     for (int k0 = 0; k0 < (ka > kb ? ka : kb); k0 += SWU_SPLITS) {
         float4 la[SWU_SPLITS][2], lb[SWU_SPLITS][2];

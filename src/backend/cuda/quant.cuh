@@ -392,7 +392,7 @@ bool ds_cuda_prep_fused_bf16(ds_cuda_ctx *c, const ds_tensor *y, q8k_out *o);
 struct ds_cu_part {
     float *p;
     int64_t n_out, stride;
-    int ks;
+    int64_t ks; // (64 bits: no padding bytes in a launch's arguments, whose bytes graphs hash)
 };
 // A split partial's load, its L2 line then marked evict_first: the staged kernel may have stored
 // it with evict_last (matmul_staged.cuh mmqs_group keep), and once read it is dead.
