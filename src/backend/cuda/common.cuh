@@ -148,10 +148,6 @@ typedef struct ds_cuda_ctx {
     struct mmqs_group *part_pend, *part_buf;
     bool part_defer, part_held;
     const uint8_t *part_lo;
-    // Whether the DeltaNet conv of a verify may take its input projection's held-back reduce
-    // (deltanet.cu conv_silu_part_kernel; ds_cuda_set_conv_take). Off until it is measured on a
-    // GPU (session 57 could not): the op test turns it on.
-    bool conv_take;
     // Whether ops may prepare their output for the next matmul (matmul.cu ds_cuda_prep_fused;
     // ds_cuda_set_prep_fuse, for tests and A/B timing).
     bool prep_fuse;

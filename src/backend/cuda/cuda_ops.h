@@ -77,9 +77,6 @@ uint64_t ds_cuda_part_reduces(ds_backend *be);
 // attention.cu: attention chunk combines held back and taken by the sigmoid gate after them
 // (under the same switch, ds_cuda_set_part_defer).
 uint64_t ds_cuda_attn_takes(ds_backend *be);
-// deltanet.cu: whether conv_silu_gates may take its input projection's held-back reduce (off by
-// default until measured; bitwise the same either way).
-void ds_cuda_set_conv_take(ds_backend *be, bool on);
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

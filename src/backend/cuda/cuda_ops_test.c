@@ -2569,103 +2569,96 @@ static void test_conv_silu_gates(void **state) {
     free(x), free(w), free(win), free(b), free(al), free(dt), free(A);
 }
 
-// A DeltaNet layer's input projection (qkv, z, b, alpha in one matmul_multi) whose split-K
-// reduce is held back, then conv_silu_gates, which takes qkv's, b's and alpha's partials and runs
-// z's reduce in its own launch (deltanet.cu conv_silu_part_kernel): every output (the
-// projections as the reduce would have stored them, the conv rows, the gates, the window) bitwise
-// those of the same sequence with the reduce launched at once; 4 takes and no reduce launch.
-// Chain rows (2, 3, 5, 16, 32; 5 and 2 as committed rows: the window moved after the launch, by
-// a shift at 2) and tree rows;
-// qkv Q6_K with the rest Q4_K (two staged kernels, one held-back group) and all Q8_0 (one).
-static void test_conv_held_back(void **state) {
+// attn_prologue of a verify taking q's, k's and v's held-back reduce (prologue.cu): the gated q
+// rows (the gate stored between the heads), k, v and both cache tensors bitwise those of the
+// same ops with the reduce launched at once (ds_cuda_set_part_defer off); 3 takes and no reduce
+// launch.
+static void test_prologue_held_back(void **state) {
     ENV(state);
-    const int64_t E = 2560, C = 768, Z = 512, H = 16, K = 4, nmax = 32; // (E: 3 K splits)
-    static const int32_t tree[7] = {-1, 0, 0, 1, 2, 4, -1};
-    static const struct {
-        int64_t n;
-        bool tree, upd;
-    } cs[] = {{2, false, false}, {3, false, false}, {5, false, false}, {16, false, false},
-              {32, false, false}, {7, true, false}, {5, false, true}, {2, false, true}};
-    static const ds_type types[2][2] = {{DS_TYPE_Q6_K, DS_TYPE_Q4_K},
+    const int64_t E = 2560, hd = 128, nh = 4, nkv = 2, kvd = hd * nkv, nmax = 17; // (3 splits)
+    const int64_t row0 = 5, n_ctx = row0 + nmax;
+    static const int64_t ns[] = {2, 5, 16, 17};
+    static const ds_type types[2][2] = {{DS_TYPE_Q4_K, DS_TYPE_Q6_K},
                                         {DS_TYPE_Q8_0, DS_TYPE_Q8_0}};
-    float *xh = xmalloc((size_t)(E * nmax) * 4), *w = xmalloc((size_t)(C * K) * 4);
-    float *win = xmalloc((size_t)(C * (K - 1)) * 4), *dt = xmalloc((size_t)H * 4);
-    float *A = xmalloc((size_t)H * 4);
-    fill_u(e, xh, E * nmax, 1.0f), fill_u(e, w, C * K, 1.0f), fill_u(e, win, C * (K - 1), 2.0f);
-    fill_u(e, dt, H, 4.0f), fill_u(e, A, H, 2.0f);
-    void *xd = up(e, xh, (size_t)(E * nmax) * 4), *wd = up(e, w, (size_t)(C * K) * 4);
-    void *dtd = up(e, dt, (size_t)H * 4), *Ad = up(e, A, (size_t)H * 4);
-    ds_tensor wt = ds_tensor_2d(wd, DS_TYPE_F32, K, C);
-    ds_tensor dtt = ds_tensor_1d(dtd, DS_TYPE_F32, H), At = ds_tensor_1d(Ad, DS_TYPE_F32, H);
-    // outputs read back: qkv_pre, z, b, alpha, conv rows, beta, g, window
-    const int64_t len[8] = {C, Z, H, H, C, H, H, C};
-    static const char *names[8] = {"qkv", "z", "b", "alpha", "conv", "beta", "g", "window"};
-    float *got[2][8];
-    for (int d = 0; d < 2; d++) {
-        for (int i = 0; i < 8; i++) got[d][i] = xmalloc((size_t)(len[i] * nmax) * 4);
-    }
+    int32_t pos[17];
+    for (int i = 0; i < 17; i++) pos[i] = 11 + 3 * i;
+    float *xh = xmalloc((size_t)(E * nmax) * 4), *wn = xmalloc((size_t)hd * 2 * 4);
+    fill_u(e, xh, E * nmax, 1.0f), fill_u(e, wn, 2 * hd, 1.5f);
+    void *xd = up(e, xh, (size_t)(E * nmax) * 4), *wnd = up(e, wn, (size_t)hd * 2 * 4);
+    ds_tensor wqn = ds_tensor_1d(wnd, DS_TYPE_F32, hd);
+    ds_tensor wkn = ds_tensor_1d((float *)wnd + hd, DS_TYPE_F32, hd);
+    const int64_t len[3] = {2 * hd * nh, kvd, kvd};
     for (int ti = 0; ti < 2; ti++) {
-        ds_tensor wq, wz, wb, wa;
-        void *wqd = up_weights(e, types[ti][0], E, C, &wq);
-        void *wzd = up_weights(e, types[ti][1], E, Z, &wz);
-        void *wbd = up_weights(e, types[ti][1], E, H, &wb);
-        void *wad = up_weights(e, types[ti][1], E, H, &wa);
-        for (size_t ci = 0; ci < DS_ARRAY_LEN(cs); ci++) {
-            const int64_t n = cs[ci].n;
-            const int32_t *par = cs[ci].tree ? tree : NULL;
+        ds_tensor wq, wk, wv;
+        void *wqd = up_weights(e, types[ti][0], E, len[0], &wq);
+        void *wkd = up_weights(e, types[ti][1], E, kvd, &wk);
+        void *wvd = up_weights(e, types[ti][1], E, kvd, &wv);
+        for (size_t ci = 0; ci < DS_ARRAY_LEN(ns); ci++) {
+            const int64_t n = ns[ci];
+            const ds_type ct = k_kv_types[(ci + (size_t)ti) % DS_ARRAY_LEN(k_kv_types)];
+            const size_t cb = ds_type_row_size(ct, kvd) * (size_t)n_ctx;
+            uint8_t *cache0 = calloc(1, cb);
+            float *got[2][3];
+            uint8_t *cache[2][2];
             for (int defer = 0; defer < 2; defer++) {
                 ds_cuda_set_part_defer(e->gpu, defer == 1);
-                ds_cuda_set_conv_take(e->gpu, defer == 1);
-                void *bufs[8];
-                for (int i = 0; i < 8; i++) {
-                    bufs[i] = e->gpu->ops.alloc(e->gpu, (size_t)(len[i] * nmax) * 4);
+                void *bufs[3], *cd[2];
+                ds_tensor y[3];
+                for (int i = 0; i < 3; i++) {
+                    bufs[i] = e->gpu->ops.alloc(e->gpu, (size_t)(len[i] * n) * 4);
+                    y[i] = ds_tensor_2d(bufs[i], DS_TYPE_F32, len[i], n);
                 }
-                e->gpu->ops.write(e->gpu, bufs[7], win, (size_t)(C * (K - 1)) * 4);
-                ds_tensor y[8];
-                for (int i = 0; i < 8; i++) y[i] = ds_tensor_2d(bufs[i], DS_TYPE_F32, len[i], n);
-                y[7] = ds_tensor_2d(bufs[7], DS_TYPE_F32, C, K - 1);
+                for (int i = 0; i < 2; i++) cd[i] = up(e, cache0, cb);
+                ds_tensor kct = ds_tensor_2d(cd[0], ct, kvd, n_ctx);
+                ds_tensor vct = ds_tensor_2d(cd[1], ct, kvd, n_ctx);
                 ds_tensor xt = ds_tensor_2d(xd, DS_TYPE_F32, E, n);
-                ds_tensor *ys[4] = {&y[0], &y[1], &y[2], &y[3]};
-                const ds_tensor *ws[4] = {&wq, &wz, &wb, &wa};
+                ds_tensor *ys[3] = {&y[0], &y[1], &y[2]};
+                const ds_tensor *ws[3] = {&wq, &wk, &wv};
                 const uint64_t t0 = ds_cuda_part_takes(e->gpu);
                 const uint64_t r0 = ds_cuda_part_reduces(e->gpu);
-                e->gpu->ops.matmul_multi(e->gpu, 4, ys, ws, &xt);
-                e->gpu->ops.conv_silu_gates(e->gpu, &y[4], &y[0], &wt, &y[7], par, cs[ci].upd,
-                                            &y[5], &y[6], &y[2], &y[3], &dtt, &At);
+                e->gpu->ops.matmul_multi(e->gpu, 3, ys, ws, &xt);
+                ds_tensor qt = qview(bufs[0], hd, nh, n);
+                ds_tensor kh = ds_tensor_3d(bufs[1], DS_TYPE_F32, hd, nkv, n);
+                e->gpu->ops.attn_prologue(e->gpu, &qt, &kh, &y[2], &wqn, &wkn, 1e-6f, pos, 64,
+                                          1e7f, &kct, &vct, row0);
                 const uint64_t takes = ds_cuda_part_takes(e->gpu) - t0;
                 const uint64_t reduces = ds_cuda_part_reduces(e->gpu) - r0;
-                for (int i = 0; i < 8; i++) {
-                    const int64_t m = i == 7 ? C * (K - 1) : len[i] * n;
-                    down(e, got[defer][i], bufs[i], (size_t)m * 4);
+                for (int i = 0; i < 3; i++) {
+                    got[defer][i] = xmalloc((size_t)(len[i] * n) * 4);
+                    down(e, got[defer][i], bufs[i], (size_t)(len[i] * n) * 4);
                     dfree(e, bufs[i]);
                 }
-                // (not deferred: each weight type's launch reduces at once, 1 or 2 launches)
-                if (defer ? takes != 4 || reduces != 0 : takes != 0 || reduces == 0) {
-                    fail_msg("conv held back %s n=%lld defer %d: %llu takes, %llu reduces",
+                for (int i = 0; i < 2; i++) {
+                    cache[defer][i] = xmalloc(cb);
+                    down(e, cache[defer][i], cd[i], cb);
+                    dfree(e, cd[i]);
+                }
+                if (defer ? takes != 3 || reduces != 0 : takes != 0 || reduces == 0) {
+                    fail_msg("prologue held back %s n=%lld defer %d: %llu takes, %llu reduces",
                              ds_type_name(types[ti][0]), (long long)n, defer,
                              (unsigned long long)takes, (unsigned long long)reduces);
                 }
             }
-            for (int i = 0; i < 8; i++) {
+            static const char *names[3] = {"q and gate", "k", "v"};
+            for (int i = 0; i < 3; i++) {
                 char what[96];
-                snprintf(what, sizeof(what), "conv held back %s n=%lld%s%s: %s",
-                         ds_type_name(types[ti][0]), (long long)n, cs[ci].tree ? " tree" : "",
-                         cs[ci].upd ? " update" : "", names[i]);
-                expect_bitwise(what, got[1][i], got[0][i], i == 7 ? C * (K - 1) : len[i] * n);
+                snprintf(what, sizeof(what), "prologue held back %s n=%lld %s: %s",
+                         ds_type_name(types[ti][0]), (long long)n, ds_type_name(ct), names[i]);
+                expect_bitwise(what, got[1][i], got[0][i], len[i] * n);
             }
-            if (cs[ci].upd) { // (the window moved)
-                assert_true(memcmp(got[1][7], win, (size_t)(C * (K - 1)) * 4) != 0);
+            assert_memory_equal(cache[1][0], cache[0][0], cb);
+            assert_memory_equal(cache[1][1], cache[0][1], cb);
+            for (int d = 0; d < 2; d++) {
+                for (int i = 0; i < 3; i++) free(got[d][i]);
+                free(cache[d][0]), free(cache[d][1]);
             }
+            free(cache0);
         }
-        dfree(e, wqd), dfree(e, wzd), dfree(e, wbd), dfree(e, wad);
+        dfree(e, wqd), dfree(e, wkd), dfree(e, wvd);
     }
     ds_cuda_set_part_defer(e->gpu, true);
-    ds_cuda_set_conv_take(e->gpu, false);
-    for (int d = 0; d < 2; d++) {
-        for (int i = 0; i < 8; i++) free(got[d][i]);
-    }
-    dfree(e, xd), dfree(e, wd), dfree(e, dtd), dfree(e, Ad);
-    free(xh), free(w), free(win), free(dt), free(A);
+    dfree(e, xd), dfree(e, wnd);
+    free(xh), free(wn);
 }
 
 static void test_gdn_gates(void **state) {
@@ -3140,7 +3133,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_attention_gate),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_conv_silu),      cmocka_unit_test(test_conv_silu_gates),
-        cmocka_unit_test(test_conv_held_back), cmocka_unit_test(test_gdn_gates),
+        cmocka_unit_test(test_prologue_held_back), cmocka_unit_test(test_gdn_gates),
         cmocka_unit_test(test_gated_delta),    cmocka_unit_test(test_deltanet_replay),
         cmocka_unit_test(test_dyn_conv),
         cmocka_unit_test(test_gated_delta_prefill),

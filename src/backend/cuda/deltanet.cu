@@ -5,7 +5,7 @@
 // never depends on the batch size (DESIGN.md §4.2). Calls common.cuh. Called through the op
 // table. Spec: backend.h, target-qwen35.md §2.4.
 //   conv_silu bytes: n*C*(K+1)*4; flops: 2*n*C*K.
-#include "backend/cuda/matmul_staged.cuh"
+#include "backend/cuda/common.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_ops.h"
@@ -17,22 +17,15 @@ enum { CONV_MAX_K = 16 };
 // ---- gates ---------------------------------------------------------------------------------------
 
 // beta and g of value head h of row t (gdn_gates), alone or in conv_silu's launch (cb > 0 conv
-// blocks come first there). pb / pa: b's / alpha's held-back split partials where the conv's
-// launch took them (p set; matmul_staged.cu "held-back reduce"): their sums are read and stored.
+// blocks come first there).
 struct gates_args {
     ds_cu_rows beta, g, b, alpha;
     const float *dt, *A;
-    ds_cu_part pb, pa;
 };
 __device__ __forceinline__ void gates_one(const gates_args &a, int64_t t, int64_t h) {
     if (h >= a.b.ne0) return;
-    float *br = ds_cu_row(a.b, t), *ar = ds_cu_row(a.alpha, t);
-    const float bv = a.pb.p ? ds_cu_part_at(a.pb, t, h) : br[h];
-    const float av = a.pa.p ? ds_cu_part_at(a.pa, t, h) : ar[h];
-    if (a.pb.p) br[h] = bv;
-    if (a.pa.p) ar[h] = av;
-    ds_cu_row(a.beta, t)[h] = ds_cu_sigmoid(bv);
-    const float x = __fadd_rn(av, a.dt[h]);
+    ds_cu_row(a.beta, t)[h] = ds_cu_sigmoid(ds_cu_row(a.b, t)[h]);
+    const float x = __fadd_rn(ds_cu_row(a.alpha, t)[h], a.dt[h]);
     const float sp = x > 20.0f ? x : log1pf(expf(x));
     ds_cu_row(a.g, t)[h] = __fmul_rn(a.A[h], sp);
 }
@@ -44,13 +37,11 @@ __device__ __forceinline__ void gates_one(const gates_args &a, int64_t t, int64_
 // GATES: blocks blockIdx.y >= cb compute row t's gates instead (conv_silu_gates: one launch).
 // KT: the kernel width when known at compile time (4, Qwen3.5's), so the row pointers and taps
 // stay in registers (0: K at run time, the arrays in local memory -- 128 bytes of stack).
-// PT: x's held-back split partials (px): the batch rows' inputs are read as their sums, and the
-// thread of row t stores row t's (the x the reduce would have written).
-template <bool UPD, bool GATES, int KT, bool PT>
-__device__ __forceinline__ void conv_body(float *out, int64_t o_nb1, char *x, int64_t x_nb1,
-                                          const float *w, char *win, int64_t win_nb1,
-                                          const int32_t *parent, int64_t C, int K_rt, int cb,
-                                          const gates_args &ga, const ds_cu_part &px) {
+template <bool UPD, bool GATES, int KT>
+static __global__ __launch_bounds__(256) void conv_silu_kernel(
+    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
+    int64_t win_nb1, const int32_t *parent, int64_t C, int K_rt, int cb, gates_args ga) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
     constexpr int KA = KT > 0 ? KT : CONV_MAX_K; // array sizes
     const int K = KT > 0 ? KT : K_rt;
     const int64_t t = blockIdx.x;
@@ -61,55 +52,46 @@ __device__ __forceinline__ void conv_body(float *out, int64_t o_nb1, char *x, in
     const int64_t ch = (int64_t)blockIdx.y * 256 + threadIdx.x;
     if (ch >= C) return;
     const float *in[KA];
-    int64_t rx[KA]; // (PT) input j's row of the batch, or -1: a window row
-    in[K - 1] = (const float *)(x + t * x_nb1), rx[K - 1] = t;
+    in[K - 1] = (const float *)(x + t * x_nb1);
     int64_t cur = t, wi = K - 2; // next window row once the history in the batch ends
 #pragma unroll
     for (int j = K - 2; j >= 0; j--) {
         const int64_t prev = cur < 0 ? -1 : parent ? parent[cur] : cur - 1;
         if (cur >= 0 && prev >= 0) {
-            in[j] = (const float *)(x + prev * x_nb1), rx[j] = prev;
+            in[j] = (const float *)(x + prev * x_nb1);
             cur = prev;
         } else {
             cur = -1;
-            in[j] = (const float *)(win + (wi--) * win_nb1), rx[j] = -1;
+            in[j] = (const float *)(win + (wi--) * win_nb1);
         }
     }
     float s = 0.0f, v[KA];
 #pragma unroll
     for (int j = 0; j < K; j++) {
-        v[j] = PT && rx[j] >= 0 ? ds_cu_part_at(px, rx[j], ch) : in[j][ch];
+        v[j] = in[j][ch];
         s = __fadd_rn(s, __fmul_rn(w[ch * K + j], v[j]));
     }
     out[t * o_nb1 + ch] = ds_cu_silu(s);
-    if (PT) ((float *)(x + t * x_nb1))[ch] = v[K - 1];
     if (UPD) {
 #pragma unroll
         for (int j = 0; j + 1 < K; j++) ((float *)(win + j * win_nb1))[ch] = v[j + 1];
     }
 }
-template <bool UPD, bool GATES, int KT>
-static __global__ __launch_bounds__(256) void conv_silu_kernel(
-    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, char *win,
-    int64_t win_nb1, const int32_t *parent, int64_t C, int K_rt, int cb, gates_args ga) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    conv_body<UPD, GATES, KT, false>(out, o_nb1, (char *)x, x_nb1, w, win, win_nb1, parent, C,
-                                     K_rt, cb, ga, ds_cu_part{});
-}
 
-// Chains (no parents, K = 4, the window updated after the launch if at all) R rows a thread: a
-// thread takes one channel of R consecutive rows, loading the R + 3 inputs and its 4 taps once,
-// so each input is read once instead of by 4 rows' threads; the same products and sums in the
-// same order as conv_silu_kernel: bitwise its rows. Input s of the chain is x's row s, or window
-// row K - 1 + s for s < 0. GATES: blocks blockIdx.y >= cb compute the gates of their R rows.
-// PT: x's held-back split partials (px) are read instead of x, and the thread stores its rows'
-// sums into x (the x the reduce would have written).
-template <int R, bool GATES, bool PT>
-__device__ __forceinline__ void conv_rows_body(float *out, int64_t o_nb1, char *x, int64_t x_nb1,
-                                               const float *w, const char *win, int64_t win_nb1,
-                                               int64_t n, int64_t C, int cb, const gates_args &ga,
-                                               const ds_cu_part &px) {
-    constexpr int K = 4;
+// Prompt-sized chains (no parents, K = 4, the window updated after the launch if at all): a
+// thread takes one channel of CONV_ROWS consecutive rows, loading the CONV_ROWS + 3 inputs and
+// its 4 taps once, so each input is read once instead of by 4 rows' threads; the same products
+// and sums in the same order as conv_silu_kernel: bitwise its rows. Input s of the chain is x's
+// row s, or window row K - 1 + s for s < 0. GATES: blocks blockIdx.y >= cb compute the gates of
+// their CONV_ROWS rows. (One thread per channel and row ran the 8K prompt's conv at ~30% of
+// the bandwidth.)
+enum { CONV_ROWS = 8 };
+template <bool GATES>
+static __global__ __launch_bounds__(256) void conv_rows_kernel(
+    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, const char *win,
+    int64_t win_nb1, int64_t n, int64_t C, int cb, gates_args ga) {
+    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
+    constexpr int K = 4, R = CONV_ROWS;
     const int64_t t0 = (int64_t)blockIdx.x * R;
     if (GATES && (int)blockIdx.y >= cb) {
         const int64_t h = (int64_t)(blockIdx.y - cb) * 256 + threadIdx.x;
@@ -125,9 +107,8 @@ __device__ __forceinline__ void conv_rows_body(float *out, int64_t o_nb1, char *
     for (int m = 0; m < R + K - 1; m++) { // input s = t0 - (K - 1) + m
         const int64_t s = t0 - (K - 1) + m;
         v[m] = s < 0 ? ((const float *)(win + (K - 1 + s) * win_nb1))[ch]
-               : s >= n ? 0.0f
-               : PT     ? ds_cu_part_at(px, s, ch)
-                        : ((const float *)(x + s * x_nb1))[ch];
+               : s < n ? ((const float *)(x + s * x_nb1))[ch]
+                       : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < R; k++) {
@@ -136,114 +117,32 @@ __device__ __forceinline__ void conv_rows_body(float *out, int64_t o_nb1, char *
 #pragma unroll
         for (int j = 0; j < K; j++) s = __fadd_rn(s, __fmul_rn(wt[j], v[k + j]));
         out[(t0 + k) * o_nb1 + ch] = ds_cu_silu(s);
-        if (PT) ((float *)(x + (t0 + k) * x_nb1))[ch] = v[k + K - 1]; // (row t0 + k's input)
     }
 }
 
-// conv_silu_gates of rows whose input projection's reduce was held back (K = 4, the window
-// updated after the launch if at all): x's partials (px) and b's / alpha's (ga.pb / ga.pa, where
-// that projection split them) are added here, and blocks blockIdx.y >= cb + gb run the reduce
-// of the rest of its group (the z gate: rest.n_red blocks of 256 rows for each column, in
-// blockIdx.x-fastest order), one launch fewer per DeltaNet layer of a verify. R = 1: a thread
-// per (row, channel), parents followed (conv_body); R = PT_ROWS: a chain, a thread per channel
-// of R consecutive rows (conv_rows_body), which adds each input's partials once, not once per
-// tap.
-enum { PT_ROWS = 4 };
-template <int R>
-static __global__ __launch_bounds__(256) void conv_silu_part_kernel(
-    float *out, int64_t o_nb1, char *x, int64_t x_nb1, const float *w, char *win,
-    int64_t win_nb1, const int32_t *parent, int64_t n, int64_t C, int cb, int gb, gates_args ga,
-    ds_cu_part px, const __grid_constant__ mmqs_group rest) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    if ((int)blockIdx.y >= cb + gb) {
-        const int64_t i = (int64_t)(blockIdx.y - cb - gb) * gridDim.x + blockIdx.x;
-        if (i >= (int64_t)rest.n_red * n) return;
-        mmqs_reduce_block(rest, (int)(i / n), (int)(i % n), (int)n);
-        return;
-    }
-    if constexpr (R == 1) {
-        conv_body<false, true, 4, true>(out, o_nb1, x, x_nb1, w, win, win_nb1, parent, C, 4, cb,
-                                        ga, px);
-    } else {
-        conv_rows_body<R, true, true>(out, o_nb1, x, x_nb1, w, win, win_nb1, n, C, cb, ga, px);
-    }
-}
-
-// Prompt-sized chains: conv_rows_body of CONV_ROWS rows a thread. (One thread per channel and
-// row ran the 8K prompt's conv at ~30% of the bandwidth.)
-enum { CONV_ROWS = 8 };
-template <bool GATES>
-static __global__ __launch_bounds__(256) void conv_rows_kernel(
-    float *out, int64_t o_nb1, const char *x, int64_t x_nb1, const float *w, const char *win,
-    int64_t win_nb1, int64_t n, int64_t C, int cb, gates_args ga) {
-    ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    conv_rows_body<CONV_ROWS, GATES, false>(out, o_nb1, (char *)x, x_nb1, w, win, win_nb1, n, C,
-                                            cb, ga, ds_cu_part{});
-}
-
-// Takes the held-back reduce of x's projection for conv_silu_part_kernel (false: nothing taken):
-// x's partials into *px, b's and alpha's (gt[2], gt[3]) into gv, the rest of the group into
-// *rest (rest->n_red = 0 where nothing remains or it may not run beside the conv).
-static bool conv_take_parts(ds_cuda_ctx *c, const ds_tensor *out, const ds_tensor *x,
-                            const ds_tensor *w, const ds_tensor *window,
-                            const ds_tensor *const *gt, ds_cu_part *px, gates_args *gv,
-                            mmqs_group *rest) {
-    if (!ds_cuda_part_take(c, x, px)) return false;
-    ds_cuda_part_take(c, gt[2], &gv->pb);
-    ds_cuda_part_take(c, gt[3], &gv->pa);
-    const ds_tensor *touched[10] = {out, x, w, window, gt[0], gt[1], gt[2], gt[3], gt[4], gt[5]};
-    memset(rest, 0, sizeof(*rest)); // (every byte set: the launch's graph signature hashes it)
-    if (!ds_cuda_part_take_rest(c, touched, 10, rest)) memset(rest, 0, sizeof(*rest));
-    return true;
-}
-
-// conv_silu, and with ga the gates in the same launch (conv_silu_gates; gt: its tensors beta,
-// g, b, alpha, dt_bias, ssm_a).
+// conv_silu, and with ga the gates in the same launch (conv_silu_gates).
 static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_tensor *x,
                      const ds_tensor *w, ds_tensor *window, const int32_t *parent,
-                     bool update_window, const gates_args *ga, const ds_tensor *const *gt) {
+                     bool update_window, const gates_args *ga) {
     ds_cuda_ctx *c = ds_cuda_of(be);
+    if (!ds_cuda_alive(c, op)) return;
     const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
-    const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
-    const bool rows_kernel = !parent && K == 4 && n >= 64; // (a prompt chunk: conv_rows_kernel)
-    // (before alive, which would launch the held-back reduce of x's projection)
-    gates_args gv = ga ? *ga : gates_args{};
-    ds_cu_part px = {};
-    mmqs_group rest;
-    const bool took = c->conv_take && ga && K == 4 && !in_kernel && !rows_kernel &&
-                      x->nb[0] == 4 && conv_take_parts(c, out, x, w, window, gt, &px, &gv, &rest);
-    if (!ds_cuda_alive(c, op)) {
-        ds_cuda_part_done(c);
-        return;
-    }
     DS_ASSERT(K >= 1 && K <= CONV_MAX_K && w->ne[1] == C && window->ne[0] == C &&
               window->ne[1] == K - 1 && out->ne[0] == C && out->ne[1] == n);
     DS_ASSERT(w->type == DS_TYPE_F32 && w->nb[1] == (size_t)K * 4 && x->nb[0] == 4 &&
               out->nb[0] == 4 && window->nb[0] == 4 && out->nb[1] % 4 == 0);
     DS_ASSERT(!update_window || !parent);
-    if (n == 0) { // (never after a take: it needs n == the staged launch's columns >= 2)
-        ds_cuda_part_done(c);
-        return;
-    }
+    if (n == 0) return;
     const int32_t *par_d = NULL;
     if (parent) {
         par_d = (const int32_t *)ds_cuda_stage(c, parent, (size_t)n * 4);
-        if (!par_d) { // (a step graph's ring too small: gbad, the step runs again eagerly)
-            ds_cuda_part_done(c);
-            return;
-        }
+        if (!par_d) return;
     }
     const int cb = (int)((C + 255) / 256), gb = ga ? (int)((ga->b.ne0 + 255) / 256) : 0;
     dim3 grid((unsigned)n, (unsigned)(cb + gb));
-    if (took) {
-        if (!parent) grid.x = (unsigned)((n + PT_ROWS - 1) / PT_ROWS);
-        grid.y += (unsigned)(((int64_t)rest.n_red * n + grid.x - 1) / grid.x);
-        ds_cu_launch(c, parent ? conv_silu_part_kernel<1> : conv_silu_part_kernel<PT_ROWS>, grid,
-                     256, 0, (float *)out->data, (int64_t)(out->nb[1] / 4), (char *)x->data,
-                     (int64_t)x->nb[1], (const float *)w->data, (char *)window->data,
-                     (int64_t)window->nb[1], par_d, n, C, cb, gb, gv, px, rest);
-        ds_cuda_part_done(c);
-    } else if (rows_kernel) { // (a prompt chunk: CONV_ROWS rows per thread)
+    const bool in_kernel = update_window && n == 1; // one row: each thread owns its channel
+    const gates_args gv = ga ? *ga : gates_args{};
+    if (!parent && K == 4 && n >= 64) { // (a prompt chunk: CONV_ROWS rows per thread)
         grid.x = (unsigned)((n + CONV_ROWS - 1) / CONV_ROWS);
         ds_cu_launch(c, ga ? conv_rows_kernel<true> : conv_rows_kernel<false>, grid, 256, 0,
                      (float *)out->data, (int64_t)(out->nb[1] / 4), (const char *)x->data,
@@ -282,14 +181,10 @@ static void conv_run(ds_backend *be, const char *op, ds_tensor *out, const ds_te
     }
 }
 
-extern "C" void ds_cuda_set_conv_take(ds_backend *be, bool on) {
-    ds_cuda_of(be)->conv_take = on;
-}
-
 extern "C" void ds_cuda_conv_silu(ds_backend *be, ds_tensor *out, const ds_tensor *x,
                                   const ds_tensor *w, ds_tensor *window, const int32_t *parent,
                                   bool update_window) {
-    conv_run(be, "conv_silu", out, x, w, window, parent, update_window, NULL, NULL);
+    conv_run(be, "conv_silu", out, x, w, window, parent, update_window, NULL);
 }
 
 // ---- gates: gdn_gates alone, and conv_silu_gates -------------------------------------------------
@@ -332,8 +227,7 @@ extern "C" void ds_cuda_conv_silu_gates(ds_backend *be, ds_tensor *out, const ds
                                         const ds_tensor *ssm_a) {
     const gates_args ga = gates_of(beta, g, b, alpha, dt_bias, ssm_a);
     DS_ASSERT(b->ne[1] == x->ne[1]);
-    const ds_tensor *gt[6] = {beta, g, b, alpha, dt_bias, ssm_a};
-    conv_run(be, "conv_silu_gates", out, x, w, window, parent, update_window, &ga, gt);
+    conv_run(be, "conv_silu_gates", out, x, w, window, parent, update_window, &ga);
 }
 
 // ---- DFlash 2 dynamic conv -----------------------------------------------------------------------

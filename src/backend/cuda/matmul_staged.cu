@@ -677,10 +677,29 @@ mmq_staged_kernel(const __grid_constant__ mmqs_group g) {
     if (g.follow) ds_cu_grid_join();
 }
 
+// Matrix M's split partials as the ops that read them see them (quant.cuh ds_cu_part).
+__host__ __device__ inline ds_cu_part mmqs_part_of(const mmqs_group &g, const mmqs_mat &M) {
+    return {M.part, M.n_out, (int64_t)g.a.ncols * M.n_out, M.ks};
+}
+
+// y = sum over splits of the partials, in split order (blockIdx.x: the group's 256-row blocks of
+// matrices with ks > 1).
 static __global__ __launch_bounds__(256) void mmq_staged_reduce_kernel(
     const __grid_constant__ mmqs_group g) {
     ds_cu_grid_wait(); // (programmatic dependent launch: see common.cuh)
-    mmqs_reduce_block(g, blockIdx.x, blockIdx.y, gridDim.y);
+    const int bx = blockIdx.x;
+    int m = 0;
+#pragma unroll
+    for (int j = 1; j < MMV_MAX_MATS; j++) {
+        m = j < g.n && g.m[j].n_red > 0 && bx >= g.m[j].red0 ? j : m;
+    }
+    const mmqs_mat &M = g.m[m];
+    const int64_t row = (int64_t)(bx - M.red0) * 256 + threadIdx.x;
+    if (row >= M.n_out) return;
+    const ds_cu_part q = mmqs_part_of(g, M);
+    for (int c = blockIdx.y; c < g.a.ncols; c += gridDim.y) {
+        M.y[c * M.y_nb1 + row] = ds_cu_part_at(q, c, row);
+    }
 }
 
 static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
@@ -696,12 +715,10 @@ static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
 // FFN gate and up (one launch fewer), and the residual add + RMSNorm of an output projection
 // (norm.cu part_sums_kernel: two launches instead of reduce, norm and preparation). (That norm
 // taking the partials in its one-block-per-row kernel measured slower: 27B verify N = 16 13.58 /
-// 13.39 -> 14.28 / 14.05 ms, 16 blocks reading all the partials.) The DeltaNet conv + gates of
-// a verify (deltanet.cu) takes its input projection's qkv, b and alpha, and runs the reduce of
-// the rest of the group (the z gate) as extra blocks of its launch (ds_cuda_part_take_rest).
-// Whatever the op does not take is launched by its ds_cuda_alive, as is any pending reduce
-// before another op, a copy, a read, a scratch growth, a sync, a free or the end of a step: an
-// op never sees stale y.
+// 13.39 -> 14.28 / 14.05 ms, 16 blocks reading all the partials.) And the attention prologue of
+// a verify (prologue.cu) takes q's, k's and v's. Whatever the op does not take is launched by
+// its ds_cuda_alive, as is any pending reduce before another op, a copy, a read, a scratch
+// growth, a sync, a free or the end of a step: an op never sees stale y.
 // The staged launch put the partials above room for a preparation of the outputs (prep_quant's
 // part_n), so the taking op's fused preparation cannot overwrite them.
 
@@ -748,32 +765,6 @@ bool ds_cuda_part_take(ds_cuda_ctx *c, const ds_tensor *y, ds_cu_part *o) {
         return true;
     }
     return false;
-}
-
-bool ds_cuda_part_take_rest(ds_cuda_ctx *c, const ds_tensor *const *touched, int n_touched,
-                            mmqs_group *rest) {
-    mmqs_group *g = c->part_pend;
-    if (!g || c->dead || g->n_red == 0) return false;
-    for (int i = 0; i < g->n; i++) {
-        const mmqs_mat &M = g->m[i];
-        if (M.n_red == 0) continue;
-        ds_tensor y = ds_tensor_2d(M.y, DS_TYPE_F32, M.n_out, g->a.ncols);
-        y.nb[1] = (size_t)M.y_nb1 * 4; // (ds_cu_spans_overlap reads ne and nb of dims 0, 1)
-        for (int j = 0; j < n_touched; j++) {
-            if (touched[j] && ds_cu_spans_overlap(&y, touched[j])) return false;
-        }
-    }
-    *rest = *g;
-    c->part_pend = NULL;
-    for (int i = 0; i < g->n; i++) {
-        const mmqs_mat &M = g->m[i];
-        if (M.n_red == 0) continue;
-        const uint8_t *lo = (const uint8_t *)M.part;
-        c->part_lo = c->part_held && c->part_lo < lo ? c->part_lo : lo;
-        c->part_held = true;
-        c->n_part_takes++;
-    }
-    return true;
 }
 
 void ds_cuda_part_done(ds_cuda_ctx *c) {

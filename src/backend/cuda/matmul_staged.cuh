@@ -66,40 +66,6 @@ struct mmqs_group {
     int keep;
 };
 
-// Matrix M's split partials as the ops that read them see them (quant.cuh ds_cu_part).
-__host__ __device__ inline ds_cu_part mmqs_part_of(const mmqs_group &g, const mmqs_mat &M) {
-    return {M.part, M.n_out, (int64_t)g.a.ncols * M.n_out, M.ks};
-}
-
-// Reduce block bx of group g (its 256-row blocks of matrices with ks > 1, in matrix order): y =
-// the sum over splits of the partials, in split order, for columns c0, c0 + cstep, ... One
-// thread per row; mmq_staged_reduce_kernel's blocks, and the extra blocks of an op that took
-// the rest of a held-back reduce (ds_cuda_part_take_rest).
-__device__ __forceinline__ void mmqs_reduce_block(const mmqs_group &g, int bx, int c0,
-                                                  int cstep) {
-    int m = 0;
-#pragma unroll
-    for (int j = 1; j < MMV_MAX_MATS; j++) {
-        m = j < g.n && g.m[j].n_red > 0 && bx >= g.m[j].red0 ? j : m;
-    }
-    const mmqs_mat &M = g.m[m];
-    const int64_t row = (int64_t)(bx - M.red0) * 256 + threadIdx.x;
-    if (row >= M.n_out) return;
-    const ds_cu_part q = mmqs_part_of(g, M);
-    for (int c = c0; c < g.a.ncols; c += cstep) {
-        M.y[c * M.y_nb1 + row] = ds_cu_part_at(q, c, row);
-    }
-}
-
-// After an op's ds_cuda_part_take calls, before its ds_cuda_alive: takes what remains of the
-// pending held-back reduce (a copy into *rest) for the op's own launch to run as extra blocks
-// (mmqs_reduce_block over rest->n_red blocks and every column): one launch fewer. The reduce
-// blocks run concurrently with the op's, so none of rest's outputs may overlap a tensor the op
-// reads or writes (`touched`, n_touched of them): false, nothing taken, where one does or where
-// nothing remains. ds_cuda_part_done after the launch, as for a take.
-bool ds_cuda_part_take_rest(ds_cuda_ctx *c, const ds_tensor *const *touched, int n_touched,
-                            mmqs_group *rest);
-
 // Bytes of split partials matrix (n_out rows) needs in a staged launch of a.ncols columns.
 size_t mmqs_part_bytes(const ds_cuda_ctx *c, const mm_args &a, int64_t n_out);
 // Adds matrix (w, n_out -> y) to a staged group whose a (prepared input, a.part: the partials

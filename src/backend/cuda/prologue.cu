@@ -2,8 +2,11 @@
 // k the RMSNorm with its weight, the NEOX RoPE of the first n_rot dims, in place, then the rows of
 // k and v stored into the K/V cache (F32, F16 or Q8_0: quant.cuh kv_put). Bitwise rmsnorm,
 // rope_neox and store_rows (the same arithmetic: norm.cuh, rope.cuh, quant.cuh), in one kernel
-// instead of six (a decode step of the 27B ran 80 such launches). Calls norm.cuh, rope.cuh,
-// quant.cuh. Called through the op table.
+// instead of six (a decode step of the 27B ran 80 such launches). A verify's prologue (2-63
+// rows) takes the held-back split-K reduce of q, k and v (matmul_staged.cu): it adds their
+// partials itself and stores the sums the reduce would have (the gate between q's heads too),
+// one launch fewer a layer (27B chain verify graph, H100: 9,723 -> 9,691 us). Calls norm.cuh,
+// rope.cuh, quant.cuh. Called through the op table.
 // Spec: backend.h (attn_prologue), target-qwen35.md §2.7-2.8.
 //   bytes: n*((n_head + n_kv)*hd*8 + n_kv*hd*(4 + 2*sizeof(cache)));  flops: ~n*(n_head+n_kv)*hd*6
 #include "backend/cuda/norm.cuh"
@@ -24,6 +27,11 @@ struct prologue_args {
     int64_t kc_nb1, vc_nb1;      // bytes per cache row
     int64_t row0;
     const int64_t *row0p;        // staged row0 inside a step graph (row0 is then 0)
+    // held-back reduces taken (prologue_kernel; p NULL: that tensor was written): q's rows of
+    // n_head heads q_gap elements apart (the gap, the attention's gate, is stored as it is), k's
+    // and v's; each element's sum is stored where the reduce would have stored it
+    ds_cu_part pq, pk, pv;
+    int64_t q_gap;
 };
 
 // grid (n, n_head + n_kv + v blocks), NT = norm_threads(hd) threads: block y < n_head normalises
@@ -41,12 +49,16 @@ static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
     const int64_t hd = a.q.ne0, crow = (a.row0p ? *a.row0p : a.row0) + t;
     if (y >= a.n_head + a.n_kv) { // v: NT * EPT elements of row t
         const int64_t n = a.v.ne0, i0 = (int64_t)(y - a.n_head - a.n_kv) * nt * EPT;
-        const float *vr = ds_cu_row(a.v, t);
+        float *vr = ds_cu_row(a.v, t);
         char *d = a.vc + crow * a.vc_nb1;
 #pragma unroll
         for (int k = 0; k < EPT; k++) {
             const int64_t i = i0 + tid + (int64_t)k * nt;
-            if (i < n) kv_put<KC>(d, i, vr[i]); // (i < n: whole warps where KC == 2)
+            if (i >= n) continue; // (whole warps where KC == 2)
+            float e;
+            if (a.pv.p) vr[i] = e = ds_cu_part_at(a.pv, t, i);
+            else e = vr[i];
+            kv_put<KC>(d, i, e);
         }
         return;
     }
@@ -54,14 +66,19 @@ static __global__ __launch_bounds__(256) void prologue_kernel(prologue_args a) {
     const int h = isq ? y : y - a.n_head;
     float *x = isq ? ds_cu_row(a.q, t * a.n_head + h) : ds_cu_row(a.k, t * a.n_kv + h);
     const float *w = isq ? a.wq : a.wk;
+    const ds_cu_part p = isq ? a.pq : a.pk;
+    const int64_t p0 = h * (isq ? hd + a.q_gap : hd); // (the head's first element in p's row)
     float v[EPT], wv[EPT];
 #pragma unroll
     for (int k = 0; k < EPT; k++) {
         const int64_t i = tid + (int64_t)k * nt;
         if (i < hd) {
-            v[k] = x[i];
+            v[k] = p.p ? ds_cu_part_at(p, t, p0 + i) : x[i];
             if (w) wv[k] = w[i];
         }
+    }
+    if (isq && p.p) { // (the gate after the head)
+        for (int64_t i = tid; i < a.q_gap; i += nt) x[hd + i] = ds_cu_part_at(p, t, p0 + hd + i);
     }
     double s = 0.0;
 #pragma unroll
@@ -191,13 +208,28 @@ static __global__ __launch_bounds__(32 * PRO_ROWS_WARPS) void prologue_rows_kern
     }
 }
 
-extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k,
-                                      const ds_tensor *v, const ds_tensor *wq,
-                                      const ds_tensor *wk, float eps, const int32_t *pos,
-                                      int n_rot, float base, ds_tensor *kc, ds_tensor *vc,
-                                      int64_t row0) {
-    ds_cuda_ctx *c = ds_cuda_of(be);
-    if (!ds_cuda_alive(c, "attn_prologue")) return;
+// Takes the held-back reduces of q's, k's and v's projections for prologue_kernel (false: none
+// taken): q's as the matmul wrote its rows, whole heads with the gap after each (the gate) too.
+static bool prologue_take(ds_cuda_ctx *c, const ds_tensor *q, const ds_tensor *k,
+                          const ds_tensor *v, ds_cu_part *pq, ds_cu_part *pk, ds_cu_part *pv) {
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = k->ne[1];
+    if (q->nb[0] != 4 || q->nb[1] % 4 != 0 || q->nb[1] < (size_t)hd * 4 || q->ne[3] != 1 ||
+        k->nb[0] != 4 || k->nb[1] != (size_t)hd * 4 || k->ne[2] != n || k->ne[3] != 1) {
+        return false;
+    }
+    ds_tensor qr = ds_tensor_2d(q->data, DS_TYPE_F32, (int64_t)(q->nb[1] / 4) * nh, n);
+    qr.nb[1] = q->nb[2];
+    ds_tensor kr = ds_tensor_2d(k->data, DS_TYPE_F32, hd * nkv, n);
+    kr.nb[1] = k->nb[2];
+    const bool a = ds_cuda_part_take(c, &qr, pq), b = ds_cuda_part_take(c, &kr, pk);
+    return ds_cuda_part_take(c, v, pv) || a || b;
+}
+
+// attn_prologue's asserts and launch.
+static void prologue_go(ds_cuda_ctx *c, ds_tensor *q, ds_tensor *k, const ds_tensor *v,
+                        const ds_tensor *wq, const ds_tensor *wk, float eps, const int32_t *pos,
+                        int n_rot, float base, ds_tensor *kc, ds_tensor *vc, int64_t row0,
+                        const ds_cu_part &pq, const ds_cu_part &pk, const ds_cu_part &pv) {
     const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = k->ne[1];
     DS_ASSERT(k->ne[0] == hd && k->ne[2] == n && v->ne[0] == hd * nkv && v->ne[1] == n);
     DS_ASSERT(q->type == DS_TYPE_F32 && k->type == DS_TYPE_F32 && v->type == DS_TYPE_F32);
@@ -221,6 +253,8 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
     a.wq = wq ? (const float *)wq->data : NULL, a.wk = wk ? (const float *)wk->data : NULL;
     a.eps = eps, a.base = base, a.n_rot = n_rot, a.n_head = (int)nh, a.n_kv = (int)nkv;
     a.pos = pos_d;
+    a.pq = pq, a.pk = pk, a.pv = pv;
+    a.q_gap = (int64_t)(q->nb[1] / 4) - hd;
     a.kc = (char *)kc->data, a.vc = (char *)vc->data;
     a.kc_nb1 = (int64_t)kc->nb[1], a.vc_nb1 = (int64_t)vc->nb[1];
     // inside a step graph row0 is staged (as store_rows does), so a replay stores at its own row
@@ -252,4 +286,20 @@ extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k
     else PROLOGUE_GO(8);
 #undef PROLOGUE_GO
     ds_cuda_launched(c, "attn_prologue");
+}
+
+extern "C" void ds_cuda_attn_prologue(ds_backend *be, ds_tensor *q, ds_tensor *k,
+                                      const ds_tensor *v, const ds_tensor *wq,
+                                      const ds_tensor *wk, float eps, const int32_t *pos,
+                                      int n_rot, float base, ds_tensor *kc, ds_tensor *vc,
+                                      int64_t row0) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    // (before alive, which would launch the held-back reduce of q's, k's and v's projections)
+    ds_cu_part pq = {}, pk = {}, pv = {};
+    const bool took = q->ne[2] >= 2 && q->ne[2] < PRO_ROWS_MIN &&
+                      prologue_take(c, q, k, v, &pq, &pk, &pv);
+    if (ds_cuda_alive(c, "attn_prologue")) {
+        prologue_go(c, q, k, v, wq, wk, eps, pos, n_rot, base, kc, vc, row0, pq, pk, pv);
+    }
+    if (took) ds_cuda_part_done(c);
 }
