@@ -87,6 +87,9 @@ typedef struct ds_backend_ops {
     // (optional; NULL: callers run add, then rmsnorm) xo = x + b, then y = rmsnorm(xo) * w with
     // rmsnorm's arithmetic: bitwise the two ops in one pass. xo, x, b, y {ne0, rows} f32; xo is
     // x (in place, the same view) or overlaps none of x, b, y; y must not alias x or b; w {ne0}.
+    // Where b is the output of the op just before (matmul, ffn_swiglu) and xo is not x, b may be
+    // left unwritten (CUDA: a prompt chunk's GEMM adds x in its epilogue; its rows are within
+    // the prefill GEMM's tolerance, not bitwise): callers read xo and y, never b, afterwards.
     void (*add_rmsnorm)(ds_backend *be, ds_tensor *y, ds_tensor *xo, const ds_tensor *x,
                         const ds_tensor *b, const ds_tensor *w, float eps);
     // y = x + b (same shape). In place allowed (y == x).

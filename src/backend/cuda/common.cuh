@@ -107,6 +107,11 @@ typedef struct ds_cuda_ctx {
     // weight shape, output type and prompt-width bucket (timed at its first use); gemm_lt_off:
     // ds_cuda_set_gemm_lt(false) (tests, A/B timing: every chunk through cublasGemmEx).
     void *cublaslt, *lt_ws;
+    // gemm.cu: a prefill GEMM held back for the residual add of the op after it (gemm_add:
+    // whether; ds_cuda_set_gemm_add, for tests and A/B timing)
+    struct gemm_pend *gemm_pend;
+    bool gemm_add;
+    uint64_t n_gemm_adds; // (taken: ds_cuda_gemm_adds, for tests)
     struct gemm_algo *lt_algos;
     int n_lt_algos, cap_lt_algos;
     bool gemm_lt_off;

@@ -516,6 +516,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->fa_wg = true;
     c->mmv_staged = true;
     c->part_defer = true;
+    c->gemm_add = true;
     c->att_buf = (attn_args *)calloc(1, sizeof(attn_args)); // (NULL: combines never held back)
     c->prep_fuse = true;
     c->prep_last = -1;

@@ -77,6 +77,10 @@ uint64_t ds_cuda_part_reduces(ds_backend *be);
 // attention.cu: attention chunk combines held back and taken by the sigmoid gate after them
 // (under the same switch, ds_cuda_set_part_defer).
 uint64_t ds_cuda_attn_takes(ds_backend *be);
+// gemm.cu: whether a prompt chunk's output projection adds the residual in its GEMM's epilogue
+// when add_rmsnorm follows (on by default; rows within the GEMM's tolerance either way).
+void ds_cuda_set_gemm_add(ds_backend *be, bool on);
+uint64_t ds_cuda_gemm_adds(ds_backend *be); // (how many add_rmsnorm took)
 // elem.cu (MoE)
 void ds_cuda_moe_route(ds_backend *be, int32_t *ids, float *w, const ds_tensor *logits,
                        int64_t k);

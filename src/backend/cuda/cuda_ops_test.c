@@ -653,6 +653,84 @@ static void test_gemm_lt(void **state) {
     free(x), free(a), free(b);
 }
 
+// A prompt chunk's output projection with the residual added in its GEMM's epilogue (gemm.cu):
+// matmul (and ffn_swiglu's down GEMM) then add_rmsnorm into the other residual buffer take it
+// (ds_cuda_gemm_adds counts), and xo and y are within f32 rounding of the same ops with the add
+// in the norm (ds_cuda_set_gemm_add off), the same bits on a second run; in place (xo is x), or
+// with b read in between, nothing is taken and the rows are bitwise those without.
+static void test_gemm_residual(void **state) {
+    ENV(state);
+    const int64_t E = 512, F = 768, n = DS_CUDA_GEMM_LT_MIN_ROWS + 76;
+    float *xh = xmalloc((size_t)(E * n) * 4), *hh = xmalloc((size_t)(F * n) * 4);
+    float *wn = xmalloc((size_t)E * 4);
+    fill_u(e, xh, E * n, 2.0f), fill_u(e, hh, F * n, 1.0f), fill_u(e, wn, E, 1.0f);
+    void *xd = up(e, xh, (size_t)(E * n) * 4), *hd = up(e, hh, (size_t)(F * n) * 4);
+    void *wnd = up(e, wn, (size_t)E * 4);
+    void *bd = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
+    void *xod = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
+    void *yd = e->gpu->ops.alloc(e->gpu, (size_t)(E * n) * 4);
+    void *gd = e->gpu->ops.alloc(e->gpu, (size_t)(F * n) * 4);
+    void *ud = e->gpu->ops.alloc(e->gpu, (size_t)(F * n) * 4);
+    ds_tensor xt = ds_tensor_2d(xd, DS_TYPE_F32, E, n), ht = ds_tensor_2d(hd, DS_TYPE_F32, F, n);
+    ds_tensor bt = ds_tensor_2d(bd, DS_TYPE_F32, E, n), xot = ds_tensor_2d(xod, DS_TYPE_F32, E, n);
+    ds_tensor yt = ds_tensor_2d(yd, DS_TYPE_F32, E, n), wnt = ds_tensor_1d(wnd, DS_TYPE_F32, E);
+    ds_tensor gt = ds_tensor_2d(gd, DS_TYPE_F32, F, n), ut = ds_tensor_2d(ud, DS_TYPE_F32, F, n);
+    static const ds_type types[] = {DS_TYPE_Q4_K, DS_TYPE_Q8_0};
+    const size_t eb = (size_t)(E * n) * 4;
+    float *ref[2], *got[2], *b = xmalloc(eb);
+    for (int i = 0; i < 2; i++) ref[i] = xmalloc(eb), got[i] = xmalloc(eb);
+    ds_cuda_prefill_mode(e->gpu, true);
+    for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
+        ds_tensor wd, wgt, wut, wdt;
+        void *wdd = up_weights(e, types[ti], F, E, &wd); // (h -> E)
+        void *wgd = up_weights(e, types[ti], E, F, &wgt), *wud = up_weights(e, types[ti], E, F, &wut);
+        void *wdd2 = up_weights(e, types[ti], F, E, &wdt);
+        for (int ffn = 0; ffn < 2; ffn++) {
+            // mode 0: the add in the norm (reference); 1, 2: taken (twice: the same bits);
+            // 3: in place (xo is x: not taken); 4: b read before the norm (not taken)
+            for (int mode = 0; mode < 5; mode++) {
+                ds_cuda_set_gemm_add(e->gpu, mode != 0);
+                e->gpu->ops.write(e->gpu, xd, xh, eb);
+                const uint64_t a0 = ds_cuda_gemm_adds(e->gpu);
+                if (ffn) {
+                    e->gpu->ops.ffn_swiglu(e->gpu, &bt, &gt, &ut, &wgt, &wut, &wdt, &xt);
+                } else {
+                    e->gpu->ops.matmul(e->gpu, &bt, &wd, &ht);
+                }
+                if (mode == 4) down(e, b, bd, eb);
+                ds_tensor *xo = mode == 3 ? &xt : &xot;
+                e->gpu->ops.add_rmsnorm(e->gpu, &yt, xo, &xt, &bt, &wnt, 1e-6f);
+                const uint64_t took = ds_cuda_gemm_adds(e->gpu) - a0;
+                char what[96];
+                snprintf(what, sizeof(what), "gemm residual %s%s mode %d",
+                         ds_type_name(types[ti]), ffn ? " ffn" : "", mode);
+                if (took != (mode == 1 || mode == 2 ? 1u : 0u)) {
+                    fail_msg("%s: %llu takes", what, (unsigned long long)took);
+                }
+                float **o = mode == 0 ? ref : got;
+                down(e, o[0], xo->data, eb), down(e, o[1], yd, eb);
+                if (mode == 0) continue;
+                if (mode >= 3) {
+                    expect_bitwise(what, got[0], ref[0], E * n);
+                    expect_bitwise(what, got[1], ref[1], E * n);
+                } else {
+                    expect_rel_l2(what, got[0], ref[0], E * n, 1e-5);
+                    expect_rel_l2(what, got[1], ref[1], E * n, 1e-5);
+                }
+                if (mode == 1) memcpy(b, got[0], eb); // (mode 2: the same bits)
+                if (mode == 2) expect_bitwise(what, got[0], b, E * n);
+            }
+        }
+        dfree(e, wdd), dfree(e, wgd), dfree(e, wud), dfree(e, wdd2);
+    }
+    ds_cuda_set_gemm_add(e->gpu, true);
+    ds_cuda_prefill_mode(e->gpu, false);
+    dfree(e, xd), dfree(e, hd), dfree(e, wnd), dfree(e, bd), dfree(e, xod), dfree(e, yd);
+    dfree(e, gd), dfree(e, ud);
+    for (int i = 0; i < 2; i++) free(ref[i]), free(got[i]);
+    free(xh), free(hh), free(wn), free(b);
+}
+
 // The dense SwiGLU FFN (backend.h ffn_swiglu). In a prompt chunk (prefill mode, >= 65 rows) it
 // runs on bf16 intermediates (gemm.cu ds_cuda_ffn_prefill): against the dequantized weights in
 // double it is within the GEMM's tolerance (each of gate, up and their SwiGLU rounded to bf16 on
@@ -3119,7 +3197,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_multi_follow),
         cmocka_unit_test(test_held_back_reduce),  cmocka_unit_test(test_matmul_27b),
         cmocka_unit_test(test_matmul_gemm),    cmocka_unit_test(test_ffn_swiglu),
-        cmocka_unit_test(test_gemm_lt),
+        cmocka_unit_test(test_gemm_lt), cmocka_unit_test(test_gemm_residual),
         cmocka_unit_test(test_gemm_dequant),
         cmocka_unit_test(test_matmul_split_repeat),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_add_rmsnorm), cmocka_unit_test(test_gated_rmsnorm),

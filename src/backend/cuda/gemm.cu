@@ -222,7 +222,8 @@ enum { GEMM_LT_WS = 32 << 20, GEMM_LT_CANDS = 8, GEMM_LT_REPS = 2 };
 struct gemm_algo {
     int64_t m, k, ldc, bucket;
     cudaDataType yt;
-    bool ok; // an algorithm was chosen (else cublasGemmEx)
+    bool acc; // y = A^T B + C (beta 1: the residual added in the epilogue)
+    bool ok;  // an algorithm was chosen (else cublasGemmEx)
     cublasLtMatmulAlgo_t algo;
 };
 
@@ -285,7 +286,7 @@ struct lt_call {
 // Chooses key's algorithm on the call's operands (gemm_lt's comment); false: none (the key then
 // stays on cublasGemmEx).
 static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, const void *B,
-                    void *y, int64_t n, int es) {
+                    const void *C, void *y, int64_t n, int es) {
     cublasLtHandle_t lt = (cublasLtHandle_t)c->cublaslt;
     cublasLtMatmulPreference_t pref = NULL;
     const size_t ws = GEMM_LT_WS;
@@ -315,7 +316,7 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
         cudaGetLastError();
         return false;
     }
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = C ? 1.0f : 0.0f;
     unsigned long long h0 = 0;
     float best = 0.0f, first = 0.0f;
     int bi = -1;
@@ -324,8 +325,9 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
         bool run = true;
         for (int r = 0; r <= GEMM_LT_REPS && run; r++) {
             if (r == 1) cudaEventRecord(e0, c->stream);
-            run = cublasLtMatmul(lt, lc.op, &one, A, lc.la, B, lc.lb, &zero, y, lc.lc, y, lc.lc,
-                                 &res[i].algo, c->lt_ws, ws, c->stream) == CUBLAS_STATUS_SUCCESS;
+            run = cublasLtMatmul(lt, lc.op, &one, A, lc.la, B, lc.lb, &beta, C ? C : y, lc.lc, y,
+                                 lc.lc, &res[i].algo, c->lt_ws, ws, c->stream) ==
+                  CUBLAS_STATUS_SUCCESS;
         }
         cudaEventRecord(e1, c->stream);
         cudaMemsetAsync(h, 0, sizeof(*h), c->stream);
@@ -348,9 +350,10 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     if (bi < 0) return false;
     ga.algo = res[bi].algo;
-    ds_log(DS_LOG_INFO, "cuda: GEMM %lld x %lld x %lld-row bucket (%s out): cuBLASLt algorithm "
+    ds_log(DS_LOG_INFO, "cuda: GEMM %lld x %lld x %lld-row bucket (%s out%s): cuBLASLt algorithm "
            "%d of %d, %.1f us against %.1f for its first choice (%.0f ms to choose)",
-           (long long)ga.m, (long long)ga.k, (long long)ga.bucket, es == 4 ? "f32" : "bf16", bi,
+           (long long)ga.m, (long long)ga.k, (long long)ga.bucket, es == 4 ? "f32" : "bf16",
+           C ? ", + C" : "", bi,
            n_res, best * 1e3 / GEMM_LT_REPS, first * 1e3 / GEMM_LT_REPS,
            (ds_time_now() - t0) * 1e3);
     return true;
@@ -359,9 +362,9 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
 // y = A^T B as gemm_mul's cuBLAS call, through cuBLASLt with the key's chosen algorithm; false:
 // not taken (narrow chunk, switched off, no algorithm for the key): the caller runs cublasGemmEx.
 static bool gemm_lt(ds_cuda_ctx *c, int64_t rows, int64_t n, int64_t n_in, const void *A,
-                    const void *B, void *y, cudaDataType yt, int64_t ldy) {
+                    const void *B, const void *C, void *y, cudaDataType yt, int64_t ldy) {
     if (c->gemm_lt_off || n < DS_CUDA_GEMM_LT_MIN_ROWS || c->dead) return false;
-    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)y) % 16 != 0) return false;
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)y) % 16 != 0) return false;
     if (!c->cublaslt) {
         cublasLtHandle_t lt;
         if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return false;
@@ -376,7 +379,8 @@ static bool gemm_lt(ds_cuda_ctx *c, int64_t rows, int64_t n, int64_t n_in, const
     gemm_algo *ga = NULL;
     for (int i = 0; i < c->n_lt_algos && !ga; i++) {
         gemm_algo &e = c->lt_algos[i];
-        if (e.m == rows && e.k == n_in && e.ldc == ldy && e.bucket == bucket && e.yt == yt) {
+        if (e.m == rows && e.k == n_in && e.ldc == ldy && e.bucket == bucket && e.yt == yt &&
+            e.acc == (C != NULL)) {
             ga = &e;
         }
     }
@@ -391,8 +395,8 @@ static bool gemm_lt(ds_cuda_ctx *c, int64_t rows, int64_t n, int64_t n_in, const
             c->lt_algos = na, c->cap_lt_algos = cap;
         }
         ga = &c->lt_algos[c->n_lt_algos++];
-        *ga = gemm_algo{rows, n_in, ldy, bucket, yt, false, {}};
-        ga->ok = lt_tune(c, *ga, lc, A, B, y, n, es);
+        *ga = gemm_algo{rows, n_in, ldy, bucket, yt, C != NULL, false, {}};
+        ga->ok = lt_tune(c, *ga, lc, A, B, C, y, n, es);
     }
     if (!ga->ok) return false;
     cublasLtMatmulHeuristicResult_t chk;
@@ -401,10 +405,10 @@ static bool gemm_lt(ds_cuda_ctx *c, int64_t rows, int64_t n, int64_t n_in, const
         chk.workspaceSize > GEMM_LT_WS) {
         return false; // (this width of the bucket: cublasGemmEx)
     }
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = C ? 1.0f : 0.0f;
     return cublas_ok(c, cublasLtMatmul((cublasLtHandle_t)c->cublaslt, lc.op, &one, A, lc.la, B,
-                                       lc.lb, &zero, y, lc.lc, y, lc.lc, &ga->algo, c->lt_ws,
-                                       GEMM_LT_WS, c->stream),
+                                       lc.lb, &beta, C ? C : y, lc.lc, y, lc.lc, &ga->algo,
+                                       c->lt_ws, GEMM_LT_WS, c->stream),
                      "cublasLtMatmul");
 }
 
@@ -420,11 +424,14 @@ extern "C" int ds_cuda_gemm_lt_tuned(ds_backend *be) {
 }
 
 // y (ncx columns of W's n_out rows, ldy elements apart, f32 or bf16: yt) = W · xb (bf16
-// [ncx][n_in]), tile by tile (wtile: g.tile_bytes of scratch where W is dequantized).
+// [ncx][n_in]) (+ r: f32 columns laid out as y, added in the GEMM's epilogue), tile by tile
+// (wtile: g.tile_bytes of scratch where W is dequantized).
 static bool gemm_mul(ds_cuda_ctx *c, cublasHandle_t h, const gemm_w &g, const void *xb,
-                     int64_t ncx, void *y, cudaDataType yt, int64_t ldy, uint4 *wtile) {
-    const float one = 1.0f, zero = 0.0f;
+                     int64_t ncx, void *y, cudaDataType yt, int64_t ldy, uint4 *wtile,
+                     const float *r = NULL) {
+    const float one = 1.0f, beta = r ? 1.0f : 0.0f;
     const size_t ysz = yt == CUDA_R_32F ? 4 : 2;
+    DS_ASSERT(!r || yt == CUDA_R_32F);
     for (int64_t r0 = 0; r0 < g.n_out; r0 += g.tile) {
         const int64_t rows = DS_MIN(g.tile, g.n_out - r0);
         const void *A = g.w + (size_t)r0 * g.nb1;
@@ -435,27 +442,114 @@ static bool gemm_mul(ds_cuda_ctx *c, cublasHandle_t h, const gemm_w &g, const vo
             A = wtile;
         }
         void *yr = (uint8_t *)y + (size_t)r0 * ysz;
-        if (gemm_lt(c, rows, ncx, g.n_in, A, xb, yr, yt, ldy)) continue;
+        if (gemm_lt(c, rows, ncx, g.n_in, A, xb, r ? r + r0 : NULL, yr, yt, ldy)) continue;
         if (c->dead) return false;
+        // (cublasGemmEx adds C in place: the tile's rows of r copied into y first)
+        if (r && !DS_CUDA_TRY(c, cudaMemcpy2DAsync(yr, (size_t)ldy * 4, r + r0, (size_t)ldy * 4,
+                                                  (size_t)rows * 4, (size_t)ncx,
+                                                  cudaMemcpyDeviceToDevice, c->stream))) {
+            return false;
+        }
         // column-major view: A^T (rows x n_in) times x (n_in x N) -> y (rows x N, ld ldy)
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)ncx,
                                          (int)g.n_in, &one, A, CUDA_R_16BF, (int)g.n_in, xb,
-                                         CUDA_R_16BF, (int)g.n_in, &zero, yr, yt, (int)ldy,
+                                         CUDA_R_16BF, (int)g.n_in, &beta, yr, yt, (int)ldy,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (!cublas_ok(c, st, "cublasGemmEx")) return false;
     }
     return true;
 }
 
+// ---- the residual added in the epilogue of a prompt chunk's output projection ----------------
+// The model adds each output projection (attention, DeltaNet, FFN down) to the residual stream in
+// the op after it, add_rmsnorm (xo = x + b, then the RMSNorm of xo): on a prompt chunk that op
+// read b and x and wrote xo besides its normalized rows and their bf16 copy (8K rows: ~33 ms of a
+// 27B prompt, session 55). So a prefill GEMM with an f32 output of one tile is held back
+// (ctx->gemm_pend): where the next op is add_rmsnorm of exactly that output into the other
+// residual buffer, the op takes it (ds_cuda_gemm_take_add) and the GEMM writes xo = W h + x
+// itself (the epilogue's beta = 1 with C = x), so the op only normalizes xo; b is then never
+// written (backend.h add_rmsnorm). Anything else launches it as it was first (ds_cuda_part_flush
+// calls ds_cuda_gemm_flush: before any other op, a read, a copy, a sync or a scratch growth).
+struct gemm_pend {
+    bool on;
+    gemm_w g;
+    const void *xb; // the bf16 input columns (in scratch, or the FFN's bf16 intermediate)
+    int64_t ncx, ldy;
+    float *y;
+    uint4 *wtile;
+};
+
+// Holds y = W xb back (false: not held; the caller launches it).
+static bool gemm_hold(ds_cuda_ctx *c, const gemm_w &g, const void *xb, int64_t ncx, float *y,
+                      int64_t ldy, uint4 *wtile) {
+    // (only where cuBLASLt runs it: cublasGemmEx adds C in place, after a copy of it into y)
+    if (!c->gemm_add || c->gemm_lt_off || g.tile < g.n_out || ncx < DS_CUDA_GEMM_LT_MIN_ROWS ||
+        c->dead) {
+        return false;
+    }
+    DS_ASSERT(!c->part_pend && "a held GEMM beside a held-back reduce");
+    if (!c->gemm_pend) {
+        c->gemm_pend = (gemm_pend *)calloc(1, sizeof(gemm_pend));
+        if (!c->gemm_pend) return false;
+    }
+    DS_ASSERT(!c->gemm_pend->on);
+    *c->gemm_pend = gemm_pend{true, g, xb, ncx, ldy, y, wtile};
+    return true;
+}
+
+void ds_cuda_gemm_flush(ds_cuda_ctx *c) {
+    gemm_pend *p = c->gemm_pend;
+    if (!p || !p->on) return;
+    p->on = false;
+    cublasHandle_t h = c->dead ? NULL : gemm_handle(c);
+    if (h) gemm_mul(c, h, p->g, p->xb, p->ncx, p->y, CUDA_R_32F, p->ldy, p->wtile);
+    ds_cuda_launched(c, "matmul");
+}
+
+bool ds_cuda_gemm_take_add(ds_cuda_ctx *c, const ds_tensor *b, const ds_tensor *x,
+                           ds_tensor *xo) {
+    gemm_pend *p = c->gemm_pend;
+    if (!p || !p->on || c->dead || b->data != p->y) return false;
+    const size_t ld = (size_t)p->ldy * 4;
+    const ds_tensor *t[3] = {b, x, xo};
+    for (int i = 0; i < 3; i++) {
+        if (t[i]->type != DS_TYPE_F32 || t[i]->ne[0] != p->g.n_out || t[i]->nb[0] != 4 ||
+            t[i]->nb[1] != ld || ds_cuda_nrows(t[i]) != p->ncx ||
+            (t[i]->ne[2] != 1 && t[i]->nb[2] != ld * (size_t)t[i]->ne[1]) ||
+            (t[i]->ne[3] != 1 && t[i]->nb[3] != t[i]->nb[2] * (size_t)t[i]->ne[2])) {
+            return false;
+        }
+    }
+    // (x is read as C, so not b, which is never written; xo is written while the GEMM still
+    // reads its input columns, the FFN's bf16 intermediate in a caller's buffer)
+    const ds_tensor xbt = ds_tensor_2d((void *)p->xb, DS_TYPE_BF16, p->g.n_in, p->ncx);
+    if (ds_cu_spans_overlap(xo, x) || ds_cu_spans_overlap(xo, b) || ds_cu_spans_overlap(x, b) ||
+        ds_cu_spans_overlap(xo, &xbt)) {
+        return false;
+    }
+    p->on = false;
+    c->n_gemm_adds++;
+    cublasHandle_t h = gemm_handle(c);
+    if (h) {
+        gemm_mul(c, h, p->g, p->xb, p->ncx, xo->data, CUDA_R_32F, p->ldy, p->wtile,
+                 (const float *)x->data);
+    }
+    ds_cuda_launched(c, "matmul");
+    return true;
+}
+
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
     DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
+    ds_cuda_gemm_flush(c); // (the scratch's columns and tile are the held GEMM's until it runs)
     cublasHandle_t h = gemm_handle(c);
     if (!h) return;
     const gemm_w g = gemm_w_of(c, wt, a.w, a.w_nb1, a.n_out, a.n_in);
     size_t sz_x;
     uint8_t *s = gemm_x(c, xs, a.n_in, ncx, g.tile_bytes, &sz_x);
     if (!s) return;
-    gemm_mul(c, h, g, s, ncx, a.y, CUDA_R_32F, a.y_nb1, (uint4 *)(s + sz_x));
+    uint4 *wtile = (uint4 *)(s + sz_x);
+    if (gemm_hold(c, g, s, ncx, a.y, a.y_nb1, wtile)) return;
+    gemm_mul(c, h, g, s, ncx, a.y, CUDA_R_32F, a.y_nb1, wtile);
 }
 
 // ---- the dense SwiGLU FFN of a prompt chunk (backend.h ffn_swiglu) -----------------------------
@@ -509,6 +603,7 @@ void ds_cuda_ffn_prefill(ds_cuda_ctx *c, ds_tensor *out, ds_tensor *g, ds_tensor
                          const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                          const ds_tensor *x) {
     DS_ASSERT(c->gmode == DS_CU_EAGER);
+    ds_cuda_gemm_flush(c);
     const int64_t n_in = x->ne[0], n = x->ne[1], n_ff = wg->ne[1];
     cublasHandle_t h = gemm_handle(c);
     if (!h) return;
@@ -533,7 +628,9 @@ void ds_cuda_ffn_prefill(ds_cuda_ctx *c, ds_tensor *out, ds_tensor *g, ds_tensor
     c->op_gen++; // (the scratch's prepared columns are overwritten by the down GEMM's tile)
     uint4 *wt = dw.tile_bytes ? (uint4 *)ds_cuda_scratch(c, dw.tile_bytes) : NULL;
     if (dw.tile_bytes && !wt) return;
-    gemm_mul(c, h, dw, g->data, n, out->data, CUDA_R_32F, (int64_t)(out->nb[1] / 4), wt);
+    const int64_t ldo = (int64_t)(out->nb[1] / 4);
+    if (gemm_hold(c, dw, g->data, n, (float *)out->data, ldo, wt)) return;
+    gemm_mul(c, h, dw, g->data, n, out->data, CUDA_R_32F, ldo, wt);
     ds_cuda_launched(c, c->prof ? ds_cuda_prof_label(c, "ffn_swiglu down") : "ffn");
 }
 
@@ -579,7 +676,7 @@ extern "C" double ds_cuda_gemm_tflops(ds_backend *be) {
         const bool lt = rep >= 6;
         if (lt && (c->gemm_lt_off || c->dead)) break;
         ok = cudaEventRecord(e0, c->stream) == cudaSuccess &&
-             ((lt && gemm_lt(c, S, S, S, a, b, y, CUDA_R_32F, S)) ||
+             ((lt && gemm_lt(c, S, S, S, a, b, NULL, y, CUDA_R_32F, S)) ||
               cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, a, CUDA_R_16BF, S, b,
                            CUDA_R_16BF, S, &zero, y, CUDA_R_32F, S, CUBLAS_COMPUTE_32F,
                            CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS) &&
@@ -677,6 +774,7 @@ extern "C" size_t ds_cuda_prefill_cache_bytes(ds_backend *be) {
 // upload), or all of them (p NULL). The stream is idle or about to free p: a GEMM that read a
 // copy has been queued before this, and cudaFree waits for it.
 void ds_cuda_gemm_cache_drop(ds_cuda_ctx *c, const void *p) {
+    ds_cuda_gemm_flush(c); // (a held GEMM may multiply a copy about to be freed)
     int k = 0;
     for (int i = 0; i < c->n_wcache; i++) {
         gemm_cached &e = c->wcache[i];
@@ -696,7 +794,19 @@ extern "C" void ds_cuda_prefill_cache_clear(ds_backend *be) {
     ds_cuda_gemm_cache_drop(c, NULL);
 }
 
+extern "C" void ds_cuda_set_gemm_add(ds_backend *be, bool on) {
+    ds_cuda_ctx *c = ds_cuda_of(be);
+    ds_cuda_gemm_flush(c);
+    c->gemm_add = on;
+}
+
+extern "C" uint64_t ds_cuda_gemm_adds(ds_backend *be) {
+    return ds_cuda_of(be)->n_gemm_adds;
+}
+
 void ds_cuda_gemm_free(ds_cuda_ctx *c) {
+    free(c->gemm_pend);
+    c->gemm_pend = NULL;
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     c->cublas = NULL;
     if (c->cublaslt) cublasLtDestroy((cublasLtHandle_t)c->cublaslt);

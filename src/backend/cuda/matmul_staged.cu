@@ -723,6 +723,7 @@ static void part_reduce(ds_cuda_ctx *c, const mmqs_group &g) {
 // part_n), so the taking op's fused preparation cannot overwrite them.
 
 void ds_cuda_part_flush(ds_cuda_ctx *c) {
+    ds_cuda_gemm_flush(c); // (a prompt chunk's, gemm.cu: never beside a held-back reduce)
     ds_cuda_attn_flush(c);
     if (!c->part_pend) return;
     mmqs_group *g = c->part_pend;

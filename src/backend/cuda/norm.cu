@@ -726,6 +726,9 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo,
                       ds_cu_rows_a16(xo) && ds_cu_rows_a16(y) && (uintptr_t)w->data % 16 == 0 &&
                       !ds_cu_spans_overlap(y, x) && !ds_cu_spans_overlap(y, b) &&
                       !ds_cu_spans_overlap(x, b) && ds_cuda_part_take(c, b, &bp);
+    // b a prompt chunk's output projection held back (gemm.cu): its GEMM writes xo = W h + x
+    const bool added = !took && !inplace && !ds_cu_spans_overlap(y, xo) &&
+                       ds_cuda_gemm_take_add(c, b, x, xo);
     if (!ds_cuda_alive(c, "add_rmsnorm")) {
         ds_cuda_part_done(c);
         return;
@@ -754,8 +757,18 @@ extern "C" void ds_cuda_add_rmsnorm(ds_backend *be, ds_tensor *y, ds_tensor *xo,
         return;
     }
     const ds_cu_rows yr = ds_cu_rows_of(y), xr = ds_cu_rows_of(x), br = ds_cu_rows_of(b);
-    const ds_cu_rows xov = ds_cu_rows_of(xo);
+    const ds_cu_rows xov = ds_cu_rows_of(xo), none = {};
     const float *wd = (const float *)w->data;
+    if (added) { // (xo written: rmsnorm's prompt paths over it)
+        if (norm_fusable(n, nt, rows) && ds_cuda_prep_fused(c, y, &qo)) {
+            norm_launch<false, false, true>(c, rows, nt, yr, xov, wd, none, eps, qo, none);
+        } else {
+            if (!ds_cuda_prep_fused_bf16(c, y, &qo)) qo = q8k_out{};
+            norm_launch<false, false, false>(c, rows, nt, yr, xov, wd, none, eps, qo, none);
+        }
+        ds_cuda_launched(c, "add_rmsnorm");
+        return;
+    }
     if (norm_units(c, n, nt, rows) && !ds_cu_spans_overlap(y, x) &&
         !ds_cu_spans_overlap(y, b)) { // (decode)
         if (!ds_cuda_prep_fused(c, y, &qo)) qo = q8k_out{};

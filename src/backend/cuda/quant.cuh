@@ -443,6 +443,13 @@ enum { DS_CUDA_PREP_BF16 = 64 };
 bool ds_cuda_gemm_wanted(const ds_cuda_ctx *c, ds_type wt, int64_t n_in, int ncols, bool moe);
 // y = W x through bf16 tiles and cuBLAS (a: w, w_nb1, n_out, n_in, ncols, y, y_nb1; dense only).
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx);
+// A held-back prefill GEMM (gemm.cu "the residual added in the epilogue"): add_rmsnorm takes it
+// before its ds_cuda_alive where b is exactly its output and xo another buffer laid out as b
+// (true: xo = W h + x launched, b never written; the op then only normalizes xo);
+// ds_cuda_gemm_flush launches it as it was (ds_cuda_part_flush calls it).
+bool ds_cuda_gemm_take_add(ds_cuda_ctx *c, const ds_tensor *b, const ds_tensor *x,
+                           ds_tensor *xo);
+void ds_cuda_gemm_flush(ds_cuda_ctx *c);
 // The dense SwiGLU FFN of a prompt chunk with bf16 intermediates (backend.h ffn_swiglu): whether
 // it applies (every matmul a prefill GEMM, g and u packed f32 rows), and the op.
 bool ds_cuda_ffn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *out, const ds_tensor *g,
