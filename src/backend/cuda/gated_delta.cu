@@ -32,6 +32,8 @@
 // Nsight (session 21, 16 rows) has the row loop at ~178 instructions per warp, 2.9 warps per
 // scheduler, issue slots 47% busy, and a 117-instruction loop faster alone (14.9 -> 13.6 us)
 // but slower in the step graph (11.0 -> 11.7 us): bench/RESULTS.md session 21.
+// Session 59: 16 or 4 lanes per value row instead of 8 were slower (H100, CUPTI, per layer:
+// chain verify 11.1-11.3 -> 14.9-15.9 / 12.3-13.3 us, decode 4.2 -> 5.6-5.8 / 4.1-4.4 us).
 //   bytes: 2*H_v*d_k*d_v*4 (state in/out per launch) + n*(conv_dim + H_v*(d_v+2))*4 (+ d_k*d_v*4
 //   per head per saved / reloaded tree branch)
 //   flops: ~6*n*H_v*d_k*d_v
