@@ -522,6 +522,7 @@ extern "C" dspec_status ds_backend_cuda_new(ds_backend **out, int device, dspec_
     c->prep_last = -1;
     if (!stage_alloc(c, STAGE_MIN)) {
         cudaStreamDestroy(c->stream);
+        ds_cuda_attn_free(c);
         free(be);
         free(c);
         return ds_err_set(err, DSPEC_ERR_DEVICE, "cuda: device %d: cannot allocate the %d-byte "
