@@ -482,8 +482,9 @@ struct gemm_pend {
 // Holds y = W xb back (false: not held; the caller launches it).
 static bool gemm_hold(ds_cuda_ctx *c, const gemm_w &g, const void *xb, int64_t ncx, float *y,
                       int64_t ldy, uint4 *wtile) {
-    // (only where cuBLASLt runs it: cublasGemmEx adds C in place, after a copy of it into y)
-    if (!c->gemm_add || c->gemm_lt_off || g.tile < g.n_out || ncx < DS_CUDA_GEMM_LT_MIN_ROWS ||
+    // (only where cuBLASLt runs it: cublasGemmEx adds C in place, after a copy of it into y;
+    // never while profiling, whose table charges each op the GPU time up to its own end)
+    if (!c->gemm_add || c->gemm_lt_off || c->prof || g.tile < g.n_out || ncx < DS_CUDA_GEMM_LT_MIN_ROWS ||
         c->dead) {
         return false;
     }
