@@ -681,10 +681,10 @@ static void test_gemm_residual(void **state) {
     for (int i = 0; i < 2; i++) ref[i] = xmalloc(eb), got[i] = xmalloc(eb);
     ds_cuda_prefill_mode(e->gpu, true);
     for (size_t ti = 0; ti < DS_ARRAY_LEN(types); ti++) {
-        ds_tensor wd, wgt, wut, wdt;
-        void *wdd = up_weights(e, types[ti], F, E, &wd); // (h -> E)
-        void *wgd = up_weights(e, types[ti], E, F, &wgt), *wud = up_weights(e, types[ti], E, F, &wut);
-        void *wdd2 = up_weights(e, types[ti], F, E, &wdt);
+        ds_tensor wd, wgt, wut;
+        void *wdd = up_weights(e, types[ti], F, E, &wd); // (h -> E; also the FFN's down)
+        void *wgd = up_weights(e, types[ti], E, F, &wgt);
+        void *wud = up_weights(e, types[ti], E, F, &wut);
         for (int ffn = 0; ffn < 2; ffn++) {
             // mode 0: the add in the norm (reference); 1, 2: taken (twice: the same bits);
             // 3: in place (xo is x: not taken); 4: b read before the norm (not taken)
@@ -693,7 +693,7 @@ static void test_gemm_residual(void **state) {
                 e->gpu->ops.write(e->gpu, xd, xh, eb);
                 const uint64_t a0 = ds_cuda_gemm_adds(e->gpu);
                 if (ffn) {
-                    e->gpu->ops.ffn_swiglu(e->gpu, &bt, &gt, &ut, &wgt, &wut, &wdt, &xt);
+                    e->gpu->ops.ffn_swiglu(e->gpu, &bt, &gt, &ut, &wgt, &wut, &wd, &xt);
                 } else {
                     e->gpu->ops.matmul(e->gpu, &bt, &wd, &ht);
                 }
@@ -721,7 +721,7 @@ static void test_gemm_residual(void **state) {
                 if (mode == 2) expect_bitwise(what, got[0], b, E * n);
             }
         }
-        dfree(e, wdd), dfree(e, wgd), dfree(e, wud), dfree(e, wdd2);
+        dfree(e, wdd), dfree(e, wgd), dfree(e, wud);
     }
     ds_cuda_set_gemm_add(e->gpu, true);
     ds_cuda_prefill_mode(e->gpu, false);

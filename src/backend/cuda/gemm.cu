@@ -353,8 +353,7 @@ static bool lt_tune(ds_cuda_ctx *c, gemm_algo &ga, lt_call &lc, const void *A, c
     ds_log(DS_LOG_INFO, "cuda: GEMM %lld x %lld x %lld-row bucket (%s out%s): cuBLASLt algorithm "
            "%d of %d, %.1f us against %.1f for its first choice (%.0f ms to choose)",
            (long long)ga.m, (long long)ga.k, (long long)ga.bucket, es == 4 ? "f32" : "bf16",
-           C ? ", + C" : "", bi,
-           n_res, best * 1e3 / GEMM_LT_REPS, first * 1e3 / GEMM_LT_REPS,
+           C ? ", + C" : "", bi, n_res, best * 1e3 / GEMM_LT_REPS, first * 1e3 / GEMM_LT_REPS,
            (ds_time_now() - t0) * 1e3);
     return true;
 }
@@ -484,8 +483,8 @@ static bool gemm_hold(ds_cuda_ctx *c, const gemm_w &g, const void *xb, int64_t n
                       int64_t ldy, uint4 *wtile) {
     // (only where cuBLASLt runs it: cublasGemmEx adds C in place, after a copy of it into y;
     // never while profiling, whose table charges each op the GPU time up to its own end)
-    if (!c->gemm_add || c->gemm_lt_off || c->prof || g.tile < g.n_out || ncx < DS_CUDA_GEMM_LT_MIN_ROWS ||
-        c->dead) {
+    if (!c->gemm_add || c->gemm_lt_off || c->prof || g.tile < g.n_out ||
+        ncx < DS_CUDA_GEMM_LT_MIN_ROWS || c->dead) {
         return false;
     }
     DS_ASSERT(!c->part_pend && "a held GEMM beside a held-back reduce");
@@ -541,7 +540,8 @@ bool ds_cuda_gemm_take_add(ds_cuda_ctx *c, const ds_tensor *b, const ds_tensor *
 
 void ds_cuda_gemm(ds_cuda_ctx *c, ds_type wt, const mm_args &a, const xsrc &xs, int64_t ncx) {
     DS_ASSERT(c->gmode == DS_CU_EAGER && ncx == a.ncols);
-    ds_cuda_gemm_flush(c); // (the scratch's columns and tile are the held GEMM's until it runs)
+    // (the op's ds_cuda_alive launched any held GEMM: the scratch is free for this one's columns)
+    DS_ASSERT(!c->gemm_pend || !c->gemm_pend->on);
     cublasHandle_t h = gemm_handle(c);
     if (!h) return;
     const gemm_w g = gemm_w_of(c, wt, a.w, a.w_nb1, a.n_out, a.n_in);
@@ -603,8 +603,7 @@ bool ds_cuda_ffn_prefill_wanted(const ds_cuda_ctx *c, const ds_tensor *out, cons
 void ds_cuda_ffn_prefill(ds_cuda_ctx *c, ds_tensor *out, ds_tensor *g, ds_tensor *u,
                          const ds_tensor *wg, const ds_tensor *wu, const ds_tensor *wd,
                          const ds_tensor *x) {
-    DS_ASSERT(c->gmode == DS_CU_EAGER);
-    ds_cuda_gemm_flush(c);
+    DS_ASSERT(c->gmode == DS_CU_EAGER && (!c->gemm_pend || !c->gemm_pend->on));
     const int64_t n_in = x->ne[0], n = x->ne[1], n_ff = wg->ne[1];
     cublasHandle_t h = gemm_handle(c);
     if (!h) return;
