@@ -33,7 +33,9 @@ static void usage(FILE *f) {
             "  --queue N                 requests waiting before 503 (default 64)\n"
             "  --cache-ram MB            prefix snapshot budget in MiB (default 2048, 0 = off)\n"
             "  --max-body BYTES          request body limit (default 16777216)\n"
-            "  --timeout S               idle connection timeout in seconds (default 600)\n"
+            "  --timeout S               close a connection that moves no bytes for S seconds\n"
+            "                            (idle keep-alive, stalled upload; not a generation in\n"
+            "                            progress; default 60, 0 = never)\n"
             "  -v, --verbose             log requests and debug detail\n"
             "request defaults (OpenAI fields override them):\n"
             "  -n, --max-tokens N        tokens per completion (default 0 = until end/context)\n");

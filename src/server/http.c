@@ -24,7 +24,7 @@ void ds_server_params_default(ds_server_params *p) {
     p->queue_max = 64;
     p->cache_ram_mb = 2048;
     p->max_body = (size_t)16 << 20;
-    p->timeout_s = 600;
+    p->timeout_s = 60;
 }
 
 // CORS (srv->p.cors_origin, lower case as browsers serialize origins): a response to a request
@@ -110,20 +110,23 @@ typedef struct route {
     const char *method, *path;
     ds_route_fn fn;
     bool public_; // no API key needed
+    bool prefix;  // the path and a non-empty rest (/v1/models/ID)
 } route;
 
 static const route k_routes[] = {
-    {"GET", "/health", ds_route_health, true},
-    {"GET", "/v1/health", ds_route_health, true},
-    {"GET", "/v1/models", ds_route_models, false},
-    {"GET", "/models", ds_route_models, false},
-    {"GET", "/metrics", ds_route_metrics, false},
-    {"POST", "/v1/chat/completions", ds_route_chat, false},
-    {"POST", "/chat/completions", ds_route_chat, false},
-    {"POST", "/v1/completions", ds_route_completions, false},
-    {"POST", "/completions", ds_route_completions, false},
-    {"POST", "/tokenize", ds_route_tokenize, false},
-    {"POST", "/detokenize", ds_route_detokenize, false},
+    {"GET", "/health", ds_route_health, true, false},
+    {"GET", "/v1/health", ds_route_health, true, false},
+    {"GET", "/v1/models", ds_route_models, false, false},
+    {"GET", "/models", ds_route_models, false, false},
+    {"GET", "/v1/models/", ds_route_models, false, true},
+    {"GET", "/models/", ds_route_models, false, true},
+    {"GET", "/metrics", ds_route_metrics, false, false},
+    {"POST", "/v1/chat/completions", ds_route_chat, false, false},
+    {"POST", "/chat/completions", ds_route_chat, false, false},
+    {"POST", "/v1/completions", ds_route_completions, false, false},
+    {"POST", "/completions", ds_route_completions, false, false},
+    {"POST", "/tokenize", ds_route_tokenize, false, false},
+    {"POST", "/detokenize", ds_route_detokenize, false, false},
 };
 
 typedef struct conn_ctx {
@@ -161,12 +164,15 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
     const route *match = NULL;
     bool path_known = false;
     char methods[32] = "";
+    // (HEAD is GET without the body, which libmicrohttpd leaves out)
+    const char *as = strcmp(method, "HEAD") ? method : "GET";
     for (size_t i = 0; i < DS_ARRAY_LEN(k_routes); i++) {
-        if (strcmp(url, k_routes[i].path)) continue;
+        const route *r = &k_routes[i];
+        const size_t n = strlen(r->path);
+        if (r->prefix ? strncmp(url, r->path, n) || !url[n] : strcmp(url, r->path)) continue;
         path_known = true;
-        snprintf(methods + strlen(methods), sizeof(methods) - strlen(methods), "%s, ",
-                 k_routes[i].method);
-        if (!strcmp(method, k_routes[i].method)) match = &k_routes[i];
+        snprintf(methods + strlen(methods), sizeof(methods) - strlen(methods), "%s, ", r->method);
+        if (!strcmp(as, r->method)) match = r;
     }
     if (!match && path_known && srv->p.cors_origin && !strcmp(method, "OPTIONS")) {
         strncat(methods, "OPTIONS", sizeof(methods) - strlen(methods) - 1);
@@ -193,7 +199,7 @@ static enum MHD_Result dispatch(ds_server *srv, struct MHD_Connection *c, const 
     cc->counted = true;
     atomic_fetch_add(&srv->n_open, 1);
     const char *body = cc->body.data ? cc->body.data : "";
-    return match->fn(srv, c, body, cc->body.len);
+    return match->fn(srv, c, url, body, cc->body.len);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -260,6 +266,13 @@ static void model_id(ds_server *srv) {
     if (n > 5 && !strcmp(srv->model_id + n - 5, ".gguf")) srv->model_id[n - 5] = '\0';
 }
 
+// Connections open at once (a thread each): the running and queued requests and 256 more, for
+// idle keep-alive clients and requests refused with 503. libmicrohttpd stops accepting at the
+// limit (new clients wait until a connection closes), so idle ones are closed after --timeout.
+static unsigned max_connections(const ds_server_params *p) {
+    return (unsigned)(p->queue_max + p->n_parallel + 256);
+}
+
 dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
     if (!p->ep.model_path) return ds_err_set(err, DSPEC_ERR_INVALID, "serve: no model (-m)");
     if (p->port < 0 || p->port > 65535) {
@@ -287,7 +300,7 @@ dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
                               0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->queue_max + 64),
+                              MHD_OPTION_CONNECTION_LIMIT, max_connections(p),
                               MHD_OPTION_END);
     dspec_status st = DSPEC_OK;
     if (!srv->d) {

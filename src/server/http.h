@@ -18,8 +18,8 @@ typedef struct ds_server {
 } ds_server;
 
 // A route: the body is complete (NUL-terminated); returns MHD_YES/MHD_NO from queuing a response.
-typedef enum MHD_Result (*ds_route_fn)(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                       size_t len);
+typedef enum MHD_Result (*ds_route_fn)(ds_server *srv, struct MHD_Connection *c,
+                                       const char *url, const char *body, size_t len);
 
 // Queues r (destroying the caller's reference) with the server's CORS headers, if any.
 enum MHD_Result ds_http_send(ds_server *srv, struct MHD_Connection *c, unsigned status,
@@ -33,20 +33,20 @@ enum MHD_Result ds_http_error(ds_server *srv, struct MHD_Connection *c, const ds
 const ds_http_err *ds_http_not_ready(ds_server *srv, ds_http_err *buf, const dspec_engine **e);
 
 // Routes.
-enum MHD_Result ds_route_chat(ds_server *srv, struct MHD_Connection *c, const char *body,
-                              size_t len);
-enum MHD_Result ds_route_completions(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                     size_t len);
-enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                size_t len);
-enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                size_t len);
-enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                 size_t len);
-enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                  size_t len);
-enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                    size_t len);
+enum MHD_Result ds_route_chat(ds_server *srv, struct MHD_Connection *c, const char *url,
+                              const char *body, size_t len);
+enum MHD_Result ds_route_completions(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                     const char *body, size_t len);
+enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *body, size_t len);
+enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *body, size_t len);
+enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                 const char *body, size_t len);
+enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                  const char *body, size_t len);
+enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                    const char *body, size_t len);
 
 // SSE body of a streaming job (takes a job reference; dropped when MHD frees the response).
 struct MHD_Response *ds_sse_response(ds_job *j);

@@ -49,6 +49,28 @@ char *ds_http_err_json(const ds_http_err *e) {
     return s;
 }
 
+void ds_oai_json_error(const json_error_t *je, ds_http_err *e) {
+    // (valid JSON that jansson refuses: a string with U+0000, which C strings cannot carry, and
+    // integers beyond 64 bits)
+    switch (json_error_code(je)) {
+    case json_error_null_character:
+    case json_error_null_byte_in_key:
+        ds_http_err_set(e, 400, "invalid_request_error", "invalid_value", NULL,
+                        "strings holding U+0000 (NUL) are not supported (line %d column %d)",
+                        je->line, je->column);
+        return;
+    case json_error_numeric_overflow:
+        ds_http_err_set(e, 400, "invalid_request_error", "invalid_value", NULL,
+                        "a number at line %d column %d is out of range (integers must fit in a "
+                        "signed 64-bit integer)", je->line, je->column);
+        return;
+    default:
+        ds_http_err_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+                        "request body is not valid JSON: %s at line %d column %d", je->text,
+                        je->line, je->column);
+    }
+}
+
 static bool bad(ds_http_err *e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool bad(ds_http_err *e, const char *param, const char *fmt, ...) {
@@ -162,6 +184,13 @@ static bool refuse_unsupported(json_t *o, ds_http_err *e) {
     v = json_object_get(o, "best_of");
     if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
         return bad(e, "best_of", "'best_of' must be 1 (this server returns one completion)");
+    }
+    v = json_object_get(o, "functions");
+    json_t *fc = json_object_get(o, "function_call");
+    if ((v && !json_is_null(v)) || (fc && !json_is_null(fc))) {
+        return bad(e, v && !json_is_null(v) ? "functions" : "function_call",
+                   "'functions' / 'function_call' (deprecated) are not supported by this "
+                   "server; use 'tools' / 'tool_choice'");
     }
     v = json_object_get(o, "suffix");
     if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0)) {
@@ -344,7 +373,11 @@ static bool parse_messages(ds_oai_req *r, ds_http_err *e) {
         }
         char cw[64];
         snprintf(cw, sizeof(cw), "%s.content", where);
-        if (!parse_content(r, json_object_get(m, "content"), cw, &cm->content, e)) return false;
+        json_t *content = json_object_get(m, "content");
+        if (!parse_content(r, content, cw, &cm->content, e)) return false;
+        if (!cm->content && strcmp(cm->role, "assistant")) { // (only an assistant turn may be
+            return bad(e, cw, "'%s' is required for role '%s'", cw, cm->role); // a call alone)
+        }
         json_t *rc = json_object_get(m, "reasoning_content");
         if (json_is_string(rc)) cm->reasoning_content = json_string_value(rc);
         else if (rc && !json_is_null(rc)) return bad(e, where, "'%s.reasoning_content' must be a string", where);
@@ -431,8 +464,14 @@ static bool parse_tools(ds_oai_req *r, ds_http_err *e) {
 static bool parse_prompt(ds_oai_req *r, ds_http_err *e) {
     json_t *p = json_object_get(r->root, "prompt");
     if (!p) return bad(e, "prompt", "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) {
-        p = json_array_get(p, 0); // ["text"]: one prompt
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
+        p = json_array_get(p, 0); // ["text"] or [[ids]]: one prompt
+    }
+    if (json_is_array(p) && (json_is_string(json_array_get(p, 0)) ||
+                             json_is_array(json_array_get(p, 0)))) {
+        return bad(e, "prompt", "'prompt' holds %zu prompts: batches are not supported by this "
+                   "server (send one request per prompt)", json_array_size(p));
     }
     if (json_is_string(p)) {
         r->prompt = json_string_value(p);
@@ -466,9 +505,7 @@ bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_ge
     r->root = json_loadb(body, len, 0, &je);
     bool ok;
     if (!r->root) {
-        ds_http_err_set(e, 400, "invalid_request_error", "invalid_json", NULL,
-                        "request body is not valid JSON: %s at line %d column %d", je.text,
-                        je.line, je.column);
+        ds_oai_json_error(&je, e);
         ok = false;
     } else if (!json_is_object(r->root)) {
         ok = bad(e, NULL, "request body must be a JSON object");

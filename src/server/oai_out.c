@@ -68,9 +68,31 @@ static json_t *lp_entry(const ds_oai_out *b, int32_t id, ds_str piece, float log
     return json_pack("{s:o, s:o, s:o}", "token", t, "logprob", lp_value(logprob), "bytes", bytes);
 }
 
-static int64_t utf8_chars(const char *s, size_t n) {
+// Code points of the text that a token's bytes start, as the detokenizer decodes the stream
+// (text.h: a valid character, or one U+FFFD per maximal ill-formed subpart): each is counted with
+// the token that holds its first byte. b->lp_pend keeps an unfinished character's bytes, already
+// counted with the token that began it.
+static int64_t lp_chars(ds_oai_out *b, const char *s, size_t n) {
+    uint8_t w[4];
     int64_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    size_t i = 0, np = (size_t)b->lp_n_pend;
+    while (i < n) {
+        size_t m = DS_MIN(n - i, sizeof(w) - np);
+        memcpy(w, b->lp_pend, np);
+        memcpy(w + np, s + i, m);
+        const int l = ds_utf8_seq_len(w, np + m);
+        const bool cont = np > 0; // the character began in an earlier piece: counted there
+        c += !cont;
+        if (l < 0) { // unfinished: wait for more bytes
+            memcpy(b->lp_pend, w, np + m);
+            b->lp_n_pend = (int)(np + m);
+            return c;
+        }
+        const size_t k = l > 0 ? (size_t)l : (size_t)ds_utf8_bad_len(w, np + m);
+        i += k - np; // (k >= np: a held prefix is part of the subpart that ends it)
+        np = 0;
+        b->lp_n_pend = 0;
+    }
     return c;
 }
 
@@ -89,7 +111,7 @@ dspec_status ds_oai_out_logprob(ds_oai_out *b, const ds_oai_logprob *lp, dspec_e
     bool ok = e && top;
     if (ok && b->o.kind == DS_OAI_COMPLETION) { // (text_offset: where its text starts)
         ok = json_object_set_new(e, "text_offset", json_integer(b->lp_offset)) == 0;
-        b->lp_offset += utf8_chars(lp->text.ptr, lp->text.len);
+        b->lp_offset += lp_chars(b, lp->text.ptr, lp->text.len);
     }
     if (!ok) {
         json_decref(e);

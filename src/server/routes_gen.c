@@ -213,12 +213,14 @@ fail:
     return ds_http_error(srv, c, &he);
 }
 
-enum MHD_Result ds_route_chat(ds_server *srv, struct MHD_Connection *c, const char *body,
-                              size_t len) {
+enum MHD_Result ds_route_chat(ds_server *srv, struct MHD_Connection *c, const char *url,
+                              const char *body, size_t len) {
+    (void)url;
     return generate(srv, c, body, len, DS_OAI_CHAT);
 }
 
-enum MHD_Result ds_route_completions(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                     size_t len) {
+enum MHD_Result ds_route_completions(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                     const char *body, size_t len) {
+    (void)url;
     return generate(srv, c, body, len, DS_OAI_COMPLETION);
 }

@@ -37,8 +37,9 @@ static enum MHD_Result send_json(ds_server *srv, struct MHD_Connection *c, int s
     return r;
 }
 
-enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                size_t len) {
+enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *body, size_t len) {
+    (void)url;
     (void)body;
     (void)len;
     ds_http_err he = {0};
@@ -52,14 +53,8 @@ enum MHD_Result ds_route_health(ds_server *srv, struct MHD_Connection *c, const 
     return send_json(srv, c, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                size_t len) {
-    (void)body;
-    (void)len;
-    ds_http_err he = {0};
-    const dspec_engine *e;
-    const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
-    if (nr) return ds_http_error(srv, c, nr);
+// The model object of /v1/models (and /v1/models/ID).
+static json_t *model_object(ds_server *srv, const dspec_engine *e) {
     const ds_model_hparams *hp = ds_model_hparams_get(ds_engine_model(e));
     const ds_drafter *d = ds_engine_drafter(e);
     json_t *meta = json_pack("{s:I, s:I, s:I, s:I, s:i, s:b, s:i}", "n_vocab",
@@ -71,14 +66,37 @@ enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const 
         json_object_set_new(meta, "draft_block_size",
                             json_integer(ds_drafter_config(d)->block_size));
     }
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", srv->model_id, "object", "model",
-                          "created", (json_int_t)srv->created, "owned_by", "dspec", "meta",
-                          meta ? meta : json_null());
-    return send_json(srv, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", srv->model_id, "object", "model",
+                     "created", (json_int_t)srv->created, "owned_by", "dspec", "meta",
+                     meta ? meta : json_null());
 }
 
-enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                 size_t len) {
+// GET /v1/models: the list of one model; GET /v1/models/ID: that model, or 404 for another id.
+enum MHD_Result ds_route_models(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *body, size_t len) {
+    (void)body;
+    (void)len;
+    ds_http_err he = {0};
+    const dspec_engine *e;
+    const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
+    if (nr) return ds_http_error(srv, c, nr);
+    const char *id = strstr(url, "models/");
+    if (!id) {
+        return send_json(srv, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data",
+                                                model_object(srv, e)));
+    }
+    id += strlen("models/");
+    if (strcmp(id, srv->model_id)) {
+        ds_http_err_set(&he, 404, "invalid_request_error", "model_not_found", "model",
+                        "model '%s' does not exist; this server has '%s'", id, srv->model_id);
+        return ds_http_error(srv, c, &he);
+    }
+    return send_json(srv, c, 200, model_object(srv, e));
+}
+
+enum MHD_Result ds_route_metrics(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                 const char *body, size_t len) {
+    (void)url;
     (void)body;
     (void)len;
     char *t = ds_metrics_text(&srv->metrics);
@@ -96,9 +114,7 @@ static json_t *parse_object(const char *body, size_t len, ds_http_err *he) {
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
     if (!o) {
-        ds_http_err_set(he, 400, "invalid_request_error", "invalid_json", NULL,
-                        "request body is not valid JSON: %s at line %d column %d", je.text,
-                        je.line, je.column);
+        ds_oai_json_error(&je, he);
     } else if (!json_is_object(o)) {
         json_decref(o);
         o = NULL;
@@ -121,8 +137,9 @@ static bool opt_bool(json_t *o, const char *k, bool def, bool *out, ds_http_err 
     return true;
 }
 
-enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                  size_t len) {
+enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                  const char *body, size_t len) {
+    (void)url;
     ds_http_err he = {0};
     const dspec_engine *e;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);
@@ -163,8 +180,9 @@ enum MHD_Result ds_route_tokenize(ds_server *srv, struct MHD_Connection *c, cons
     return ds_http_error(srv, c, &he);
 }
 
-enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, const char *body,
-                                    size_t len) {
+enum MHD_Result ds_route_detokenize(ds_server *srv, struct MHD_Connection *c, const char *url,
+                                    const char *body, size_t len) {
+    (void)url;
     ds_http_err he = {0};
     const dspec_engine *e;
     const ds_http_err *nr = ds_http_not_ready(srv, &he, &e);

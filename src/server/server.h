@@ -38,7 +38,7 @@ typedef struct ds_server_params {
     int queue_max;            // requests waiting for a session before 503 (default 64)
     int64_t cache_ram_mb;     // prefix snapshot budget in MiB (default 2048; 0 = off)
     size_t max_body;          // request body limit in bytes (default 16 MiB)
-    int timeout_s;            // idle connection timeout (default 600)
+    int timeout_s;            // idle connection timeout (default 60; 0 = none)
     const volatile sig_atomic_t *stop; // polled; nonzero = shut down (NULL: run forever)
     // Called once the socket is bound with the actual port (e.g. to print it). Optional.
     void (*on_listen)(const char *host, int port, void *user);

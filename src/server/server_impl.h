@@ -83,6 +83,9 @@ json_t *ds_json_string_lossy(const char *s, size_t n);
 bool ds_oai_parse(ds_oai_kind kind, const char *body, size_t len, const dspec_gen_params *defaults,
                   ds_oai_req *r, ds_http_err *e);
 void ds_oai_req_free(ds_oai_req *r);
+// The 400 for a body jansson could not load: invalid JSON, or valid JSON this server cannot
+// hold (U+0000 in a string, an integer beyond 64 bits), each with its own message.
+void ds_oai_json_error(const json_error_t *je, ds_http_err *e);
 
 // ---- incremental tool-call parser (tool_stream.c) --------------------------------------------------
 
@@ -169,6 +172,8 @@ typedef struct ds_oai_out {
     char *body;               // non-stream: the final JSON after ds_oai_out_finish
     json_t *lp;               // logprob entries not yet written (stream: since the last chunk)
     int64_t lp_offset;        // completions: text_offset of the next entry (code points)
+    uint8_t lp_pend[4];       // the bytes of an unfinished character before it (oai_out.c)
+    int lp_n_pend;
 } ds_oai_out;
 
 // One generated token's log-probabilities with the pieces (token bytes) resolved.

@@ -764,7 +764,14 @@ static void test_parse_chat(void **state) {
     assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": [1, 2, 3]}", &r, &e));
     assert_int_equal(r.n_prompt_ids, 3);
     ds_oai_req_free(&r);
+    assert_true(parse(DS_OAI_COMPLETION, "{\"prompt\": [[4, 5]]}", &r, &e)); // one prompt
+    assert_int_equal(r.n_prompt_ids, 2);
+    assert_int_equal(r.prompt_ids[1], 5);
+    ds_oai_req_free(&r);
 }
+
+// A chat body's opening: one user message (the cases add their fields after it).
+#define U0 "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]"
 
 static void test_parse_errors(void **state) {
     (void)state;
@@ -784,62 +791,73 @@ static void test_parse_errors(void **state) {
         {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
                       "{\"name\": \"f\", \"arguments\": \"[1]\"}}]}]}",
          "messages[0].tool_calls", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"max_tokens\": 0}", "max_tokens",
+        {DS_OAI_CHAT, U0 ", \"max_tokens\": 0}", "max_tokens",
          NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"top_p\": 2}", "top_p", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"n\": 2}", "n", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"stop\": [1]}", "stop", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"stop\": [\"a\", \"b\", \"c\", "
+        {DS_OAI_CHAT, U0 ", \"top_p\": 2}", "top_p", NULL},
+        {DS_OAI_CHAT, U0 ", \"n\": 2}", "n", NULL},
+        {DS_OAI_CHAT, U0 ", \"stop\": [1]}", "stop", NULL},
+        {DS_OAI_CHAT, U0 ", \"stop\": [\"a\", \"b\", \"c\", "
                       "\"d\", \"e\", \"f\", \"g\", \"h\", \"i\"]}", "stop", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", "tools", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": \"maybe\"}",
+        {DS_OAI_CHAT, U0 ", \"tools\": {}}", "tools", NULL},
+        {DS_OAI_CHAT, U0 ", \"tool_choice\": \"maybe\"}",
          "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": \"required\"}",
+        {DS_OAI_CHAT, U0 ", \"tool_choice\": \"required\"}",
          "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": {\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tool_choice\": {\"type\": "
                       "\"function\", \"function\": {\"name\": \"f\"}}}", "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tools\": [{\"type\": "
                       "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
                       "\"function\", \"function\": {\"name\": \"g\"}}}", "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tools\": [{\"type\": "
                       "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
                       "\"tool\", \"function\": {\"name\": \"f\"}}}", "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tools\": [{\"type\": "
                       "\"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": "
                       "\"function\"}}", "tool_choice", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tool_choice\": 1}", "tool_choice",
+        {DS_OAI_CHAT, U0 ", \"tool_choice\": 1}", "tool_choice",
          NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tools\": [{\"type\": "
                       "\"function\", \"function\": {\"name\": \"a>b\"}}]}", "tools", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"tools\": [{\"type\": "
+        {DS_OAI_CHAT, U0 ", \"tools\": [{\"type\": "
                       "\"function\", \"function\": {\"name\": \"\"}}]}", "tools", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"parallel_tool_calls\": 0}",
+        {DS_OAI_CHAT, U0 ", \"parallel_tool_calls\": 0}",
          "parallel_tool_calls", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"model\": 3}", "model", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": "
+        {DS_OAI_CHAT, U0 ", \"model\": 3}", "model", NULL},
+        {DS_OAI_CHAT, U0 ", \"chat_template_kwargs\": "
                       "{\"enable_thinking\": \"no\"}}", "enable_thinking", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": 1}", "logprobs",
+        {DS_OAI_CHAT, U0 ", \"logprobs\": 1}", "logprobs",
          NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+        {DS_OAI_CHAT, U0 ", \"logprobs\": true, "
                       "\"top_logprobs\": 21}", "top_logprobs", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+        {DS_OAI_CHAT, U0 ", \"logprobs\": true, "
                       "\"top_logprobs\": -1}", "top_logprobs", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"top_logprobs\": 2}",
+        {DS_OAI_CHAT, U0 ", \"top_logprobs\": 2}",
          "top_logprobs", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+        {DS_OAI_CHAT, U0 ", \"logprobs\": true, "
                       "\"return_tokens_as_token_ids\": 1}", "return_tokens_as_token_ids", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": -1}", "logprobs", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 6}", "logprobs", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": {}}", "prompt", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logit_bias\": {\"5\": 10}}",
+        {DS_OAI_CHAT, U0 ", \"logit_bias\": {\"5\": 10}}",
          "logit_bias", NULL},
-        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"response_format\": "
+        {DS_OAI_CHAT, U0 ", \"response_format\": "
                       "{\"type\": \"json_object\"}}", "response_format", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 2}", "best_of", NULL},
         {DS_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"y\"}", "suffix", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content", NULL},
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": null}]}",
+         "messages[0].content", NULL},
+        {DS_OAI_CHAT, U0 ", \"functions\": [{\"name\": \"f\"}]}", "functions", NULL},
+        {DS_OAI_CHAT, U0 ", \"function_call\": \"auto\"}", "function_call", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt", NULL},
+        {DS_OAI_COMPLETION, "{\"prompt\": [[1], [2]]}", "prompt", NULL},
+        // valid JSON that the server cannot hold: its own message, not "invalid JSON"
+        {DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", "",
+         "invalid_value"},
+        {DS_OAI_CHAT, U0 ", \"seed\": 18446744073709551615}", "", "invalid_value"},
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         ds_oai_req r;
@@ -907,16 +925,16 @@ static void test_parse_logprobs(void **state) {
     }
     ds_oai_req r;
     ds_http_err e;
-    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", &r, &e));
+    assert_true(parse(DS_OAI_CHAT, U0 "}", &r, &e));
     assert_false(r.logprobs);
     ds_oai_req_free(&r);
-    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": "
+    assert_true(parse(DS_OAI_CHAT, U0 ", \"logprobs\": "
                       "true, \"top_logprobs\": 20, \"return_tokens_as_token_ids\": true}", &r,
                       &e));
     assert_true(r.logprobs && r.tokens_as_ids);
     assert_int_equal(r.top_logprobs, 20);
     ds_oai_req_free(&r);
-    assert_true(parse(DS_OAI_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": "
+    assert_true(parse(DS_OAI_CHAT, U0 ", \"logprobs\": "
                       "false, \"top_logprobs\": 0}", &r, &e));
     assert_false(r.logprobs);
     ds_oai_req_free(&r);
@@ -1112,6 +1130,33 @@ static void test_logprobs_completion(void **state) {
     assert_int_equal(json_array_size(offs), 3);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(json_integer_value(json_array_get(offs, (size_t)i)), i ? 2 : 0);
+    }
+    json_decref(r);
+    ds_oai_out_free(&b);
+    // ill-formed bytes: the text has one U+FFFD per maximal ill-formed subpart (a stray
+    // continuation byte, an E0 that 80 cannot continue, then 80 itself), each counted with the
+    // token that holds its first byte (they once counted lead bytes only, and the offsets fell
+    // behind the text)
+    const char *bad[] = {"a", "\x82", "\xE0", "\x80" "b", "\xF0\x9F", "\x98", "\x80" "c"};
+    const int64_t bad_off[] = {0, 1, 2, 3, 5, 6, 6};
+    assert_int_equal(ds_oai_out_init(&b, &o, &err), DSPEC_OK);
+    assert_int_equal(ds_oai_out_begin(&b, &err), DSPEC_OK);
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
+        ds_oai_logprob x = {.id = (int32_t)i, .piece = {bad[i], strlen(bad[i])},
+                            .text = {bad[i], strlen(bad[i])}, .logprob = -1.0f};
+        assert_int_equal(ds_oai_out_logprob(&b, &x, &err), DSPEC_OK);
+    }
+    // the text the detokenizer streams for those bytes: a ? ? ? b (U+1F600 completed) c
+    const char *text = "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xF0\x9F\x98\x80" "c";
+    assert_int_equal(ds_oai_out_feed(&b, text, strlen(text), &err), DSPEC_OK);
+    st = stats_of(3, (int64_t)DS_ARRAY_LEN(bad), 0);
+    assert_int_equal(ds_oai_out_finish(&b, &st, &err), DSPEC_OK);
+    r = json_loads(b.body, 0, NULL);
+    c0 = json_array_get(json_object_get(r, "choices"), 0);
+    offs = json_object_get(json_object_get(c0, "logprobs"), "text_offset");
+    assert_int_equal(json_array_size(offs), DS_ARRAY_LEN(bad));
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
+        assert_int_equal(json_integer_value(json_array_get(offs, i)), bad_off[i]);
     }
     json_decref(r);
     ds_oai_out_free(&b);

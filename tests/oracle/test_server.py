@@ -11,7 +11,8 @@ is not loaded; logprobs / top_logprobs on a server with the bundled tiny target 
 logits` log-softmax, streaming == non-streaming, legacy completions shape, sampled runs; forced
 tool calls (tool_choice "required" / a named function) on the tiny target: a well-formed call,
 streamed tool-call deltas reassemble to the body's, logprobs ride with them, no call markup in
-content, tool_choice errors. Servers are always killed at the end; every wait is bounded."""
+content, tool_choice errors; idle connections neither lock clients out nor stay open past
+--timeout. Servers are always killed at the end; every wait is bounded."""
 import argparse
 import http.client
 import json
@@ -133,6 +134,7 @@ def err_of(data):
 def sdk_checks(client, dspec, model):
     models = client.models.list()
     R.check("models.list", [m.id for m in models] == ["m"], [m.id for m in models])
+    R.check("models.retrieve", client.models.retrieve("m").id == "m")
 
     # greedy determinism: speculative server == plain `dspec run`
     prompt = "def hello(self):\n    return"
@@ -337,6 +339,14 @@ def error_checks(port):
          "prompt"),
         ("completions prompt missing", "/v1/completions", {"max_tokens": 1}, 400, None,
          "prompt"),
+        ("completions batch of prompts", "/v1/completions", {"prompt": ["a", "b"]}, 400,
+         None, "prompt"),
+        ("user message without content", post, {"messages": [{"role": "user"}]}, 400, None,
+         "messages[0].content"),
+        ("deprecated functions", post, dict(ok_body, functions=[{"name": "f"}]), 400, None,
+         "functions"),
+        ("U+0000 in a string (valid JSON)", post,
+         {"messages": [{"role": "user", "content": "a\u0000b"}]}, 400, "invalid_value", None),
     ]
     for name, path, body, status, code, param in cases:
         st, _, d = raw(port, "POST", path, body)
@@ -378,6 +388,13 @@ def error_checks(port):
     R.check("error: unknown route -> 404", st == 404 and err_of(d).get("message"))
     st, _, d = raw(port, "GET", post)
     R.check("error: wrong method -> 405", st == 405 and err_of(d).get("message"))
+    st, _, d = raw(port, "GET", "/v1/models/other")
+    R.check("error: another model id -> 404", st == 404 and
+            err_of(d).get("code") == "model_not_found", f"{st} {d[:160]!r}")
+    for path in ("/health", "/v1/models"):
+        st, h, d = raw(port, "HEAD", path)
+        R.check(f"HEAD {path} -> 200, headers only", st == 200 and d == b"" and
+                h.get("Content-Type") == "application/json", f"{st} {h} {d[:60]!r}")
     for name, path, body, param in (
             ("top_logprobs 21", post, dict(ok_body, logprobs=True, top_logprobs=21),
              "top_logprobs"),
@@ -696,6 +713,36 @@ def tool_checks(client, port):
                 err_of(d).get("param") == "tool_choice", f"{st} {d[:160]!r}")
 
 
+def idle_checks(dspec, tiny, log):
+    """Idle connections do not lock clients out: with --queue 1 the server holds 258
+    connections (it once held 65, and clients past them waited for the 600 s timeout), so 200
+    sockets that never send a request leave /health answering at once; --timeout then closes
+    them."""
+    srv = Server(dspec, "-m", tiny, "-t", "1", "--parallel", "1", "--queue", "1",
+                 "--timeout", "5", log=log)
+    socks = []
+    try:
+        srv.wait_ready()
+        for _ in range(200):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=20))
+        t0 = time.monotonic()
+        st, _, _ = raw(srv.port, "GET", "/health", timeout=20)
+        dt = time.monotonic() - t0
+        R.check("200 idle connections: /health answers before they time out", st == 200 and
+                dt < 2.5, f"{st} after {dt:.1f} s")
+        closed = 0
+        for sk in socks:
+            try:
+                closed += sk.recv(1) == b""
+            except OSError:
+                pass
+        R.check("idle connections closed after --timeout", closed == 200, f"{closed} of 200")
+    finally:
+        for sk in socks:
+            sk.close()
+        srv.kill()
+
+
 def shutdown_checks(dspec, tiny, log):
     """SIGTERM with one stream running and a stream and a plain request queued: the running
     stream ends with an SSE error event and the chunked terminator, the queued ones with 503
@@ -808,6 +855,7 @@ def main():
                              (cors_checks, (a.dspec, srv.port, cold.port, lps.port)),
                              (logprob_checks, (lp_client, lps.port, a.dspec, tiny)),
                              (tool_checks, (lp_client, lps.port)),
+                             (idle_checks, (a.dspec, tiny, os.path.join(tmp, "idle.log"))),
                              (shutdown_checks, (a.dspec, tiny, os.path.join(tmp, "sd.log")))):
                 if time.monotonic() > DEADLINE:
                     R.check("time budget", False, f"{fn.__name__} not run")
