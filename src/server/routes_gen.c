@@ -43,9 +43,11 @@ static void save_points(ds_job *j, const ds_tok *tok) {
     if (j->n_ids - 1 > last_im) j->save_at[j->n_save++] = j->n_ids - 1;
 }
 
-// Prompt text -> token ids, with the context check.
+// Prompt text -> token ids, with the context check. A chat prompt (tags set) parses control
+// tokens only where the template wrote them; a completions prompt anywhere (the client formats
+// it, control tokens included).
 static bool prompt_ids(ds_job *j, const dspec_engine *e, const char *text, size_t len,
-                       ds_http_err *he) {
+                       const ds_chat_tags *tags, ds_http_err *he) {
     dspec_err err = {0};
     if (j->req.prompt_ids) {
         int64_t V = ds_tok_n_tokens(ds_engine_tok(e));
@@ -60,8 +62,10 @@ static bool prompt_ids(ds_job *j, const dspec_engine *e, const char *text, size_
         j->ids = j->req.prompt_ids;
         j->n_ids = j->req.n_prompt_ids;
         j->req.prompt_ids = NULL;
-    } else if (ds_tok_encode_alloc(ds_engine_tok(e), text, len, true, &j->ids, &j->n_ids,
-                                   &err) != DSPEC_OK) {
+    } else if ((tags ? ds_tok_encode_tagged(ds_engine_tok(e), text, len, tags->at, tags->n,
+                                            &j->ids, &j->n_ids, &err)
+                     : ds_tok_encode_alloc(ds_engine_tok(e), text, len, true, &j->ids,
+                                           &j->n_ids, &err)) != DSPEC_OK) {
         ds_http_err_set(he, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
         return false;
     }
@@ -118,6 +122,7 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     enum MHD_Result res;
     char *prompt = NULL, *opening = NULL;
     size_t plen = 0;
+    ds_chat_tags tags = {0};
     if (!ds_oai_parse(kind, body, len, &srv->p.gp, &j->req, &he)) goto fail;
     const json_t *seed = json_object_get(j->req.root, "seed");
     if (!srv->p.seed_fixed && (!seed || json_is_null(seed))) {
@@ -152,7 +157,8 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
         co.enable_thinking = j->req.enable_thinking;
         co.tools_json = j->req.tools_json;
         dspec_err err = {0};
-        if (ds_chat_render(j->req.msgs, j->req.n_msgs, &co, &prompt, &plen, &err) != DSPEC_OK) {
+        if (ds_chat_render_tagged(j->req.msgs, j->req.n_msgs, &co, &prompt, &plen, &tags,
+                                  &err) != DSPEC_OK) {
             ds_http_err_set(&he, 400, "invalid_request_error", "invalid_value", "messages",
                             "%s", err.msg);
             goto fail;
@@ -170,7 +176,8 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
         }
     }
     if (!prompt_ids(j, e, kind == DS_OAI_CHAT ? prompt : j->req.prompt,
-                    kind == DS_OAI_CHAT ? plen : j->req.prompt_len, &he)) {
+                    kind == DS_OAI_CHAT ? plen : j->req.prompt_len,
+                    kind == DS_OAI_CHAT ? &tags : NULL, &he)) {
         goto fail;
     }
     j->req.gp.parse_special = 1;
@@ -200,12 +207,14 @@ static enum MHD_Result generate(ds_server *srv, struct MHD_Connection *c, const 
     j->t_queued = ds_time_now();
     free(prompt);
     free(opening);
+    ds_chat_tags_free(&tags);
     res = respond(srv, c, j);
     ds_job_unref(j);
     return res;
 fail:
     free(prompt);
     free(opening);
+    ds_chat_tags_free(&tags);
     ds_job_unref(j);
     pthread_mutex_lock(&srv->metrics.mu);
     srv->metrics.requests_error++;

@@ -81,6 +81,21 @@ void ds_chat_opts_default(ds_chat_opts *o);
 dspec_status ds_chat_render(const ds_chat_msg *msgs, int64_t n_msgs, const ds_chat_opts *opts,
                             char **out, size_t *out_len, dspec_err *err);
 
+// Byte offsets (ascending) at which the template itself wrote a control token (<|im_start|>,
+// <|im_end|>) into a rendering, as opposed to the same text inside a message, a tool schema or
+// a call: ds_tok_encode_tagged parses control tokens only there, so that a message cannot open
+// a turn of its own.
+typedef struct ds_chat_tags {
+    int64_t *at;
+    int64_t n, cap;
+} ds_chat_tags;
+void ds_chat_tags_free(ds_chat_tags *t);
+
+// ds_chat_render that also fills *tags (free with ds_chat_tags_free; empty on failure).
+dspec_status ds_chat_render_tagged(const ds_chat_msg *msgs, int64_t n_msgs,
+                                   const ds_chat_opts *opts, char **out, size_t *out_len,
+                                   ds_chat_tags *tags, dspec_err *err);
+
 // Same into a caller buffer of cap bytes (NUL included). *out_len always receives the length the
 // rendering needs (without the NUL), also when cap is too small, which returns DSPEC_ERR_INVALID
 // ("buffer too small: need N bytes") and leaves buf untouched.

@@ -43,6 +43,7 @@ typedef struct render {
     json_t *tools;     // parsed tools_json or NULL
     const char *instr; // Qwen3.8 reasoning instruction, "" if none
     ds_chat_buf out;
+    ds_chat_tags *tags; // where the template wrote its control tokens, or NULL
 } render;
 
 #define TRY(expr)                                                                                  \
@@ -55,6 +56,20 @@ typedef struct render {
 
 static dspec_status put(render *r, const char *s, dspec_err *err) {
     return ds_chat_buf_puts(&r->out, s, err);
+}
+
+// A literal that opens with a control token (<|im_start|>, <|im_end|>): its offset is recorded.
+static dspec_status put_tag(render *r, const char *s, dspec_err *err) {
+    ds_chat_tags *t = r->tags;
+    if (t && t->n == t->cap) {
+        int64_t cap = t->cap ? 2 * t->cap : 16;
+        int64_t *at = realloc(t->at, (size_t)cap * sizeof(int64_t));
+        if (!at) return ds_err_set(err, DSPEC_ERR_NOMEM, "chat: out of memory (tags)");
+        t->at = at;
+        t->cap = cap;
+    }
+    if (t) t->at[t->n++] = (int64_t)r->out.len;
+    return put(r, s, err);
 }
 
 static dspec_status put_sv(render *r, ds_chat_sv s, dspec_err *err) {
@@ -144,7 +159,7 @@ static dspec_status render_system(render *r, dspec_err *err) {
     ds_chat_sv sys = has_sys ? content_trimmed(&r->msgs[0]) : sv("");
     bool qwen38 = r->o->flavor == DS_CHAT_QWEN38;
     if (r->tools && json_array_size(r->tools) > 0) {
-        TRY(put(r, IM_START "system\n", err));
+        TRY(put_tag(r, IM_START "system\n", err));
         if (qwen38 && r->instr[0]) {
             TRY(put(r, r->instr, err));
             TRY(put(r, "\n\n", err));
@@ -159,13 +174,13 @@ static dspec_status render_system(render *r, dspec_err *err) {
             TRY(put(r, "\n\n", err));
             TRY(put_sv(r, sys, err));
         }
-        return put(r, IM_END "\n", err);
+        return put_tag(r, IM_END "\n", err);
     }
     if (!qwen38) {
         if (has_sys) {
-            TRY(put(r, IM_START "system\n", err));
+            TRY(put_tag(r, IM_START "system\n", err));
             TRY(put_sv(r, sys, err));
-            TRY(put(r, IM_END "\n", err));
+            TRY(put_tag(r, IM_END "\n", err));
         }
         return DSPEC_OK;
     }
@@ -173,13 +188,13 @@ static dspec_status render_system(render *r, dspec_err *err) {
     if (!sys.n && !r->instr[0]) {
         return DSPEC_OK;
     }
-    TRY(put(r, IM_START "system\n", err));
+    TRY(put_tag(r, IM_START "system\n", err));
     TRY(put(r, r->instr, err));
     if (sys.n && r->instr[0]) {
         TRY(put(r, "\n\n", err));
     }
     TRY(put_sv(r, sys, err));
-    return put(r, IM_END "\n", err);
+    return put_tag(r, IM_END "\n", err);
 }
 
 // The last user message that is not a bare <tool_response> block ("the last user query").
@@ -273,7 +288,7 @@ static dspec_status render_assistant(render *r, int64_t i, int64_t lqi, dspec_er
     reasoning = ds_chat_py_strip(reasoning);
 
     bool keep_think = i > lqi || (qwen38 && r->o->preserve_thinking);
-    TRY(put(r, IM_START "assistant\n", err));
+    TRY(put_tag(r, IM_START "assistant\n", err));
     if (keep_think) {
         TRY(put(r, "<think>\n", err));
         TRY(put_sv(r, reasoning, err));
@@ -297,7 +312,7 @@ static dspec_status render_assistant(render *r, int64_t i, int64_t lqi, dspec_er
         TRY(render_arguments(r, i, k, tc->arguments, err));
         TRY(put(r, "</function>\n</tool_call>", err));
     }
-    return put(r, IM_END "\n", err);
+    return put_tag(r, IM_END "\n", err);
 }
 
 static dspec_status render_messages(render *r, int64_t lqi, dspec_err *err) {
@@ -311,9 +326,9 @@ static dspec_status render_messages(render *r, int64_t lqi, dspec_err *err) {
             }
             break;
         case ROLE_USER:
-            TRY(put(r, IM_START "user\n", err));
+            TRY(put_tag(r, IM_START "user\n", err));
             TRY(put_sv(r, content_trimmed(m), err));
-            TRY(put(r, IM_END "\n", err));
+            TRY(put_tag(r, IM_END "\n", err));
             break;
         case ROLE_ASSISTANT:
             TRY(render_assistant(r, i, lqi, err));
@@ -321,13 +336,13 @@ static dspec_status render_messages(render *r, int64_t lqi, dspec_err *err) {
         case ROLE_TOOL:
             // consecutive tool results share one user turn
             if (i > 0 && r->roles[i - 1] != ROLE_TOOL) {
-                TRY(put(r, IM_START "user", err));
+                TRY(put_tag(r, IM_START "user", err));
             }
             TRY(put(r, "\n<tool_response>\n", err));
             TRY(put_sv(r, content_trimmed(m), err));
             TRY(put(r, "\n</tool_response>", err));
             if (i == r->n - 1 || r->roles[i + 1] != ROLE_TOOL) {
-                TRY(put(r, IM_END "\n", err));
+                TRY(put_tag(r, IM_END "\n", err));
             }
             break;
         }
@@ -347,7 +362,7 @@ static dspec_status render_all(render *r, dspec_err *err) {
     TRY(last_query_index(r, &lqi, err));
     TRY(render_messages(r, lqi, err));
     if (r->o->add_generation_prompt) {
-        TRY(put(r, IM_START "assistant\n", err));
+        TRY(put_tag(r, IM_START "assistant\n", err));
         TRY(put(r, r->o->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n", err));
     }
     // an empty rendering still returns a valid (empty) string
@@ -369,9 +384,25 @@ void ds_chat_opts_default(ds_chat_opts *o) {
 
 dspec_status ds_chat_render(const ds_chat_msg *msgs, int64_t n_msgs, const ds_chat_opts *opts,
                             char **out, size_t *out_len, dspec_err *err) {
+    return ds_chat_render_tagged(msgs, n_msgs, opts, out, out_len, NULL, err);
+}
+
+void ds_chat_tags_free(ds_chat_tags *t) {
+    if (t) {
+        free(t->at);
+        memset(t, 0, sizeof(*t));
+    }
+}
+
+dspec_status ds_chat_render_tagged(const ds_chat_msg *msgs, int64_t n_msgs,
+                                   const ds_chat_opts *opts, char **out, size_t *out_len,
+                                   ds_chat_tags *tags, dspec_err *err) {
     *out = NULL;
     if (out_len) {
         *out_len = 0;
+    }
+    if (tags) {
+        memset(tags, 0, sizeof(*tags));
     }
     if (!msgs && n_msgs > 0) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "chat: msgs is NULL with n_msgs=%" PRId64, n_msgs);
@@ -385,7 +416,7 @@ dspec_status ds_chat_render(const ds_chat_msg *msgs, int64_t n_msgs, const ds_ch
         return ds_err_set(err, DSPEC_ERR_INVALID, "chat: unknown template flavor %d",
                           (int)opts->flavor);
     }
-    render r = {.msgs = msgs, .n = n_msgs, .o = opts};
+    render r = {.msgs = msgs, .n = n_msgs, .o = opts, .tags = tags};
     if (n_msgs > 0) {
         size_t bytes;
         if (ds_mul_ovf(&bytes, (size_t)n_msgs, sizeof(role)) || !(r.roles = malloc(bytes))) {
@@ -398,6 +429,7 @@ dspec_status ds_chat_render(const ds_chat_msg *msgs, int64_t n_msgs, const ds_ch
     json_decref(r.tools);
     if (st != DSPEC_OK) {
         ds_chat_buf_free(&r.out);
+        ds_chat_tags_free(tags);
         return st;
     }
     *out = r.out.data;

@@ -130,6 +130,15 @@ dspec_status ds_tok_encode_alloc(const ds_tok *tok, const char *text, size_t len
                                  bool parse_special, int32_t **ids, int64_t *n_out,
                                  dspec_err *err);
 
+// As ds_tok_encode_alloc with parse_special, except that CONTROL / UNKNOWN tokens are parsed
+// only where their text starts at one of the byte offsets ctl_at[0..n_ctl) (ascending; NULL =
+// none): elsewhere their text is tokenized as text (HF's split_special_tokens for that stretch).
+// USER_DEFINED tokens are parsed everywhere. For a chat rendering with ds_chat_tags: the
+// template's turn markers are control tokens, the same text inside a message is not.
+dspec_status ds_tok_encode_tagged(const ds_tok *tok, const char *text, size_t len,
+                                  const int64_t *ctl_at, int64_t n_ctl, int32_t **ids,
+                                  int64_t *n_out, dspec_err *err);
+
 // Concatenates ds_tok_piece(id, special) of ids[0..n) into out[0..cap) (raw bytes, not
 // NUL-terminated); *n_out gets the byte count. Too-small cap: DSPEC_ERR_INVALID with *n_out set
 // to the bytes needed. Ids out of range: DSPEC_ERR_INVALID naming the index.

@@ -31,11 +31,31 @@ static bool frag_push(frag_list *l, frag f) {
     return true;
 }
 
+// Whether a CONTROL / UNKNOWN token may be cut at byte `at`: anywhere without a list, else only
+// at the listed offsets (ascending).
+static bool ctl_allowed(const int64_t *ctl_at, int64_t n_ctl, size_t at) {
+    if (!ctl_at) {
+        return true;
+    }
+    int64_t lo = 0, hi = n_ctl;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ctl_at[mid] < (int64_t)at) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < n_ctl && ctl_at[lo] == (int64_t)at;
+}
+
 // Splits raw fragments on every special token, in the vocabulary's order (longest text first),
 // as llama.cpp does: each token cuts all its non-overlapping occurrences, left to right, in the
-// text not yet claimed by a longer token. CONTROL/UNKNOWN tokens only when parse_special.
+// text not yet claimed by a longer token. CONTROL/UNKNOWN tokens only when parse_special, and
+// then (ctl_at set) only where they start at a listed offset: elsewhere their text stays raw.
 static dspec_status partition(const ds_tok *tok, const char *text, size_t len, bool parse_special,
-                              frag_list *cur, dspec_err *err) {
+                              const int64_t *ctl_at, int64_t n_ctl, frag_list *cur,
+                              dspec_err *err) {
     frag_list nxt = {0};
     frag whole = {0, len, -1};
     if (!frag_push(cur, whole)) {
@@ -44,7 +64,8 @@ static dspec_status partition(const ds_tok *tok, const char *text, size_t len, b
     for (int64_t s = 0; s < tok->n_special; s++) {
         int32_t id = tok->special_ids[s];
         uint8_t ty = tok->types[id];
-        if (!parse_special && ty != DS_TOK_TYPE_USER_DEFINED) {
+        const bool user = ty == DS_TOK_TYPE_USER_DEFINED;
+        if (!parse_special && !user) {
             continue;
         }
         const char *st = tok->text_buf + tok->text_off[id];
@@ -54,12 +75,17 @@ static dspec_status partition(const ds_tok *tok, const char *text, size_t len, b
         for (int64_t f = 0; f < cur->n; f++) {
             frag fr = cur->v[f];
             bool ok = true;
-            while (fr.id < 0 && fr.len >= sl) {
-                const char *m = memmem(text + fr.off, fr.len, st, sl);
+            size_t from = fr.off; // (occurrences before it were left raw)
+            while (fr.id < 0 && fr.off + fr.len - from >= sl) {
+                const char *m = memmem(text + from, fr.off + fr.len - from, st, sl);
                 if (!m) {
                     break;
                 }
                 size_t at = (size_t)(m - text);
+                if (!user && !ctl_allowed(ctl_at, n_ctl, at)) {
+                    from = at + 1;
+                    continue;
+                }
                 frag left = {fr.off, at - fr.off, -1}, sp = {at, sl, id};
                 if (left.len > 0) {
                     ok = ok && frag_push(&nxt, left);
@@ -67,6 +93,7 @@ static dspec_status partition(const ds_tok *tok, const char *text, size_t len, b
                 ok = ok && frag_push(&nxt, sp);
                 fr.len -= at + sl - fr.off;
                 fr.off = at + sl;
+                from = fr.off;
                 changed = true;
             }
             if (fr.id >= 0 || fr.len > 0) {
@@ -104,11 +131,11 @@ static bool on_piece(void *p, const uint8_t *text, size_t len) {
 
 // Encodes into out, which has room for len ids.
 static dspec_status encode_into(const ds_tok *tok, const char *text, size_t len,
-                                bool parse_special, int32_t *out, int64_t *n_out,
-                                dspec_err *err) {
+                                bool parse_special, const int64_t *ctl_at, int64_t n_ctl,
+                                int32_t *out, int64_t *n_out, dspec_err *err) {
     frag_list frags = {0};
     enc_ctx c = {.tok = tok, .out = out, .err = err};
-    dspec_status st = partition(tok, text, len, parse_special, &frags, err);
+    dspec_status st = partition(tok, text, len, parse_special, ctl_at, n_ctl, &frags, err);
     for (int64_t f = 0; f < frags.n && !st; f++) {
         frag fr = frags.v[f];
         if (fr.id >= 0) {
@@ -134,7 +161,7 @@ dspec_status ds_tok_encode(const ds_tok *tok, const char *text, size_t len, bool
         return ds_err_set(err, DSPEC_ERR_INVALID, "tokenize: %zu bytes of text", len);
     }
     if (cap >= 0 && (uint64_t)cap >= len) {
-        return encode_into(tok, text, len, parse_special, ids, n_out, err);
+        return encode_into(tok, text, len, parse_special, NULL, 0, ids, n_out, err);
     }
     int32_t *tmp;
     int64_t n;
@@ -153,9 +180,9 @@ dspec_status ds_tok_encode(const ds_tok *tok, const char *text, size_t len, bool
     return DSPEC_OK;
 }
 
-dspec_status ds_tok_encode_alloc(const ds_tok *tok, const char *text, size_t len,
-                                 bool parse_special, int32_t **ids, int64_t *n_out,
-                                 dspec_err *err) {
+static dspec_status encode_alloc(const ds_tok *tok, const char *text, size_t len,
+                                 bool parse_special, const int64_t *ctl_at, int64_t n_ctl,
+                                 int32_t **ids, int64_t *n_out, dspec_err *err) {
     *ids = NULL;
     *n_out = 0;
     int32_t *buf = malloc(DS_MAX(len, 1) * sizeof(int32_t));
@@ -163,7 +190,7 @@ dspec_status ds_tok_encode_alloc(const ds_tok *tok, const char *text, size_t len
         return ds_err_set(err, DSPEC_ERR_NOMEM, "tokenize: %zu ids", len);
     }
     int64_t n;
-    dspec_status st = encode_into(tok, text, len, parse_special, buf, &n, err);
+    dspec_status st = encode_into(tok, text, len, parse_special, ctl_at, n_ctl, buf, &n, err);
     if (st || n == 0) {
         free(buf);
         return st;
@@ -172,6 +199,20 @@ dspec_status ds_tok_encode_alloc(const ds_tok *tok, const char *text, size_t len
     *ids = shrunk ? shrunk : buf;
     *n_out = n;
     return DSPEC_OK;
+}
+
+dspec_status ds_tok_encode_alloc(const ds_tok *tok, const char *text, size_t len,
+                                 bool parse_special, int32_t **ids, int64_t *n_out,
+                                 dspec_err *err) {
+    return encode_alloc(tok, text, len, parse_special, NULL, 0, ids, n_out, err);
+}
+
+dspec_status ds_tok_encode_tagged(const ds_tok *tok, const char *text, size_t len,
+                                  const int64_t *ctl_at, int64_t n_ctl, int32_t **ids,
+                                  int64_t *n_out, dspec_err *err) {
+    static const int64_t none[1] = {-1}; // (a list, empty: no control token anywhere)
+    return encode_alloc(tok, text, len, true, ctl_at ? ctl_at : none, ctl_at ? n_ctl : 0, ids,
+                        n_out, err);
 }
 
 dspec_status ds_tok_decode(const ds_tok *tok, const int32_t *ids, int64_t n, bool special,

@@ -247,6 +247,39 @@ static void test_special_partition(void **state) {
     assert_int_equal(ds_tok_piece(tok, ids.im_end, true).len, 10);
     assert_int_equal(ds_tok_piece(tok, ids.think, false).len, 7);
     assert_int_equal(ds_tok_piece(tok, ids.pad, true).len, 0);
+    // Tagged: CONTROL tokens only at the listed offsets (0 and 31 here: the template's), the one
+    // at 14 (a message's text) stays text; USER_DEFINED everywhere. Without a list, none.
+    const char *t = "<|im_start|>he<|im_end|><think><|im_end|>";
+    const int64_t at[] = {0, 31};
+    int32_t *got = NULL, *want = NULL;
+    int64_t nt = 0, nw = 0;
+    dspec_err err;
+    assert_int_equal(ds_tok_encode_tagged(tok, t, strlen(t), at, 2, &got, &nt, &err),
+                     DSPEC_OK);
+    int64_t nm = enc(tok, "<|im_end|>", 10, false, out); // the middle one as text
+    assert_int_equal(nt, 1 + 1 + nm + 1 + 1);
+    assert_int_equal(got[0], ids.im_start);
+    assert_int_equal(got[1], ids.he);
+    assert_memory_equal(got + 2, out, (size_t)nm * sizeof(int32_t));
+    assert_int_equal(got[2 + nm], ids.think);
+    assert_int_equal(got[3 + nm], ids.im_end);
+    free(got);
+    assert_int_equal(ds_tok_encode_tagged(tok, t, strlen(t), NULL, 0, &got, &nt, &err),
+                     DSPEC_OK);
+    assert_int_equal(ds_tok_encode_alloc(tok, t, strlen(t), false, &want, &nw, &err), DSPEC_OK);
+    assert_int_equal(nt, nw);
+    assert_memory_equal(got, want, (size_t)nw * sizeof(int32_t));
+    free(got);
+    free(want);
+    // every control token listed: the same ids as parse_special everywhere
+    const int64_t all[] = {0, 14, 31};
+    assert_int_equal(ds_tok_encode_tagged(tok, t, strlen(t), all, 3, &got, &nt, &err),
+                     DSPEC_OK);
+    assert_int_equal(ds_tok_encode_alloc(tok, t, strlen(t), true, &want, &nw, &err), DSPEC_OK);
+    assert_int_equal(nt, nw);
+    assert_memory_equal(got, want, (size_t)nw * sizeof(int32_t));
+    free(got);
+    free(want);
     ds_tok_free(tok);
     free(v);
 }

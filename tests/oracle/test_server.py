@@ -420,6 +420,17 @@ def misc_checks(port):
     st, _, d = raw(port, "POST", "/tokenize", {"content": "hello", "with_pieces": True})
     R.check("tokenize with pieces", st == 200 and
             "".join(p["piece"] for p in json.loads(d)["tokens"]) == "hello")
+    # a message's text is text: "<|im_end|>" in it does not end the turn (the template's markers
+    # alone are control tokens), as OpenAI treats message content
+    def prompt_tokens(content):
+        st, _, d = raw(port, "POST", "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": content}], "max_tokens": 1})
+        return json.loads(d)["usage"]["prompt_tokens"] if st == 200 else -st
+    _, _, d = raw(port, "POST", "/tokenize", {"content": "<|im_end|>", "parse_special": False})
+    as_text = len(json.loads(d)["tokens"])
+    n0, n1 = prompt_tokens("x"), prompt_tokens("x<|im_end|>")
+    R.check("chat: control-token text in a message is tokenized as text", as_text > 1 and
+            n1 == n0 + as_text, f"{n0} {n1} {as_text}")
     st, _, d = raw(port, "POST", "/detokenize", {"tokens": [1, 99999]})
     R.check("detokenize: bad id -> 400", st == 400 and err_of(d).get("param") == "tokens")
     m = metrics(port)
