@@ -24,6 +24,10 @@
 
 #include "model/model.h"
 
+// Largest width, rank, vocabulary, window or context a drafter file may declare: products of two
+// or three of them stay far inside int64 (a file's 2^63 - 1 once overflowed them).
+#define DS_DRAFT_MAX_DIM ((int64_t)1 << 30)
+
 #define DS_DRAFT_MAX_BLOCK 64
 #define DS_DRAFT_MAX_TOPK 16
 

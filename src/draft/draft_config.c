@@ -181,9 +181,10 @@ static dspec_status parse_layers(const cfg *c, ds_draft_hf_config *o, dspec_err 
     }
     if (any) {
         json_t *sw = json_object_get(c->top, "sliding_window");
-        if (!json_is_integer(sw) || json_integer_value(sw) < 1) {
-            return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: sliding_window must be a positive "
-                              "integer", c->where);
+        if (!json_is_integer(sw) || json_integer_value(sw) < 1 ||
+            json_integer_value(sw) > DS_DRAFT_MAX_DIM) {
+            return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: sliding_window must be an integer in "
+                              "1..%" PRId64, c->where, DS_DRAFT_MAX_DIM);
         }
         o->window = (int64_t)json_integer_value(sw);
     }
@@ -247,7 +248,7 @@ static dspec_status parse_kind(const cfg *c, ds_draft_hf_config *o, dspec_err *e
 
 // The integer fields, the kind's extras and the scalars (architecture already known).
 static dspec_status parse_fields(const cfg *c, ds_draft_hf_config *o, dspec_err *err) {
-    const int64_t big = INT64_MAX, m20 = 1 << 20;
+    const int64_t big = DS_DRAFT_MAX_DIM, m20 = 1 << 20;
     int64_t v;
     dspec_status st;
 #define I(key, req, def, lo, hi, dst)                                                              \

@@ -157,6 +157,12 @@ static dspec_status read_common(keys *k, ds_draft_hp *hp, bool llama, dspec_err 
     } while (0)
     REQ("embedding_length", hp->n_embd);
     REQ("feed_forward_length", hp->n_ff);
+    if (hp->n_embd < 1 || hp->n_embd > DS_DRAFT_MAX_DIM || hp->n_ff < 1 ||
+        hp->n_ff > DS_DRAFT_MAX_DIM) {
+        return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: embedding_length %" PRId64
+                          " / feed_forward_length %" PRId64 " outside 1..%" PRId64, k->path,
+                          hp->n_embd, hp->n_ff, DS_DRAFT_MAX_DIM);
+    }
     int64_t n_layer = 0, n_head = 0, n_head_kv = 0;
     REQ("block_count", n_layer);
     REQ("attention.head_count", n_head);
@@ -282,6 +288,11 @@ static dspec_status read_anchor(keys *k, ds_draft_hp *hp, dspec_err *err) {
     } else if (bool_or(k, "dflash.dspark.enabled", false)) {
         hp->kind = DS_DRAFT_DSPARK;
         hp->markov_rank = int_or(k, "dflash.dspark.markov_rank", 0);
+        if (hp->markov_rank < 0 || hp->markov_rank > DS_DRAFT_MAX_DIM) {
+            return ds_err_set(err, DSPEC_ERR_FORMAT, "%s: dflash.dspark.markov_rank %" PRId64
+                              " outside 0..%" PRId64, k->path, hp->markov_rank,
+                              DS_DRAFT_MAX_DIM);
+        }
         hp->has_conf = bool_or(k, "dflash.dspark.confidence.enabled", false);
         int64_t cd = int_or(k, "dflash.dspark.confidence_dim", hp->n_embd);
         hp->conf_with_markov = hp->has_conf && cd != hp->n_embd;

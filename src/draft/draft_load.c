@@ -57,9 +57,9 @@ dspec_status ds_draft_hp_validate(const ds_draft_hp *hp, const ds_draft_target *
         return BAD("%s: head_dim (attention.key_length) %" PRId64 " must be even in 2..%d", where,
                    hp->head_dim, DS_DRAFT_MAX_HEAD_DIM);
     }
-    if (hp->n_ff < 1) {
-        return BAD("%s: feed_forward_length (intermediate_size) %" PRId64 " < 1", where,
-                   hp->n_ff);
+    if (hp->n_ff < 1 || hp->n_ff > DS_DRAFT_MAX_DIM) {
+        return BAD("%s: feed_forward_length (intermediate_size) %" PRId64 " outside 1..%" PRId64,
+                   where, hp->n_ff, DS_DRAFT_MAX_DIM);
     }
     if (!(hp->eps > 0.0f) || !isfinite(hp->eps)) {
         return BAD("%s: rms_norm_eps %g must be > 0", where, (double)hp->eps);
@@ -92,8 +92,9 @@ dspec_status ds_draft_hp_validate(const ds_draft_hp *hp, const ds_draft_target *
                    hp->mask_id, hp->n_vocab - 1);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if (hp->window[il] < 0) {
-            return BAD("%s: sliding_window %" PRId64 " (layer %d) < 0", where, hp->window[il], il);
+        if (hp->window[il] < 0 || hp->window[il] > DS_DRAFT_MAX_DIM) {
+            return BAD("%s: sliding_window %" PRId64 " (layer %d) outside 0..%" PRId64, where,
+                       hp->window[il], il, DS_DRAFT_MAX_DIM);
         }
     }
     if (!isfinite(hp->input_scale) || !isfinite(hp->output_mult) || !isfinite(hp->softcap) ||
@@ -112,8 +113,9 @@ dspec_status ds_draft_hp_validate(const ds_draft_hp *hp, const ds_draft_target *
             return BAD("%s: conv_group_size %" PRId64 " does not divide hidden size %" PRId64,
                        where, hp->conv_group, hp->n_embd);
         }
-        if (hp->sel_rank < 1) {
-            return BAD("%s: selector_rank %" PRId64 " < 1", where, hp->sel_rank);
+        if (hp->sel_rank < 1 || hp->sel_rank > DS_DRAFT_MAX_DIM) {
+            return BAD("%s: selector_rank %" PRId64 " outside 1..%" PRId64, where, hp->sel_rank,
+                       DS_DRAFT_MAX_DIM);
         }
         if (hp->sel_top_k < 1 || hp->sel_top_k > DS_DRAFT_MAX_TOPK || hp->sel_top_k > hp->n_vocab) {
             return BAD("%s: selector_top_k %d outside 1..%d", where, hp->sel_top_k,
@@ -121,8 +123,9 @@ dspec_status ds_draft_hp_validate(const ds_draft_hp *hp, const ds_draft_target *
         }
     }
     if (hp->kind == DS_DRAFT_DSPARK) {
-        if (hp->markov_rank < 0) {
-            return BAD("%s: markov_rank %" PRId64 " < 0", where, hp->markov_rank);
+        if (hp->markov_rank < 0 || hp->markov_rank > DS_DRAFT_MAX_DIM) {
+            return BAD("%s: markov_rank %" PRId64 " outside 0..%" PRId64, where,
+                       hp->markov_rank, DS_DRAFT_MAX_DIM);
         }
         if (hp->conf_with_markov && hp->markov_rank == 0) {
             return BAD("%s: confidence_head_with_markov needs markov_rank > 0", where);
@@ -217,13 +220,14 @@ static dspec_status bind_one(ds_drafter *d, ds_draft_lookup_fn fn, const void *c
     }
     const char *fname = s.file_name ? s.file_name : name;
     int64_t got_el = 1, want_el = 1;
+    bool ovf = false; // (a product past int64 cannot be a tensor's: a mismatch)
     for (int i = 0; i < 4; i++) {
-        got_el *= s.ne[i];
+        ovf |= __builtin_mul_overflow(got_el, s.ne[i], &got_el);
     }
     for (int i = 0; i < n; i++) {
-        want_el *= want[i];
+        ovf |= __builtin_mul_overflow(want_el, want[i], &want_el);
     }
-    bool ok = s.ne[0] == want[0] && got_el == want_el;
+    bool ok = !ovf && s.ne[0] == want[0] && got_el == want_el;
     if (ok && n == 2 && s.n_dims <= 2) {
         ok = s.ne[1] == want[1];
     }

@@ -372,6 +372,43 @@ static void test_mistyped_key(void **state) {
     unlink(path2);
 }
 
+static void set_i64_max(ds_gguf_writer *w, const char *key) {
+    assert_int_equal(ds_gguf_writer_set_i64(w, key, INT64_MAX), DSPEC_OK);
+}
+
+// Widths and ranks of 2^63 - 1 are refused naming the key (they once overflowed the loader's
+// sums and products of the shapes: undefined behaviour, found by fuzzing under UBSan).
+static void test_huge_dims(void **state) {
+    (void)state;
+    const char *path = DSPEC_BINARY_DIR "/draft_synth_test_huge_src.gguf";
+    const char *path2 = DSPEC_BINARY_DIR "/draft_synth_test_huge.gguf";
+    const struct {
+        ds_draft_kind kind;
+        const char *key, *msg;
+    } cases[] = {
+        {DS_DRAFT_DSPARK, "embedding_length", "embedding_length"},
+        {DS_DRAFT_DSPARK, "dflash.dspark.markov_rank", "markov_rank"},
+        {DS_DRAFT_DFLASH, "feed_forward_length", "feed_forward_length"},
+        {DS_DRAFT_DFLASH2, "dflash.dflash2.selector_rank", "selector_rank"},
+        {DS_DRAFT_DFLASH, "attention.sliding_window", "sliding_window"},
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        ds_draft_synth_params p;
+        assert_true(ds_draft_synth_preset("tiny", cases[i].kind, &p));
+        dspec_err err = {0};
+        assert_int_equal(ds_draft_synth_write(path, &p, &err), DSPEC_OK);
+        char key[160];
+        snprintf(key, sizeof(key), "qwen35-dflash-draft.%s", cases[i].key);
+        assert_int_equal(ds_gguf_rewrite(path, path2, set_i64_max, key, false, &err), DSPEC_OK);
+        ds_drafter *d = NULL;
+        assert_int_equal(ds_drafter_load(&d, path2, W.m, &err), DSPEC_ERR_FORMAT);
+        assert_null(d);
+        if (!strstr(err.msg, cases[i].msg)) fail_msg("%s: %s", key, err.msg);
+    }
+    unlink(path);
+    unlink(path2);
+}
+
 // A drafter file whose general.alignment is 1, with a 2-byte tensor first (weights at addresses
 // that are not multiples of 4): the host backend reads every weight from a DS_WEIGHT_ALIGN-
 // aligned copy and drafts the same logits, bitwise, as from the aligned file.
@@ -517,7 +554,8 @@ int main(void) {
         cmocka_unit_test(test_dflash2_q8_0),      cmocka_unit_test(test_dspark_q8_0),
         cmocka_unit_test(test_other_types),       cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_mismatched_target), cmocka_unit_test(test_dspark_no_markov),
-        cmocka_unit_test(test_mistyped_key),      cmocka_unit_test(test_misaligned_file),
+        cmocka_unit_test(test_mistyped_key),
+        cmocka_unit_test(test_huge_dims),      cmocka_unit_test(test_misaligned_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

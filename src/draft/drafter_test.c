@@ -487,6 +487,13 @@ static void test_malformed_config(void **state) {
     expect_refusal("dflash2_b8", "conv_kernel_size", json_integer(3), "attention_conv");
     expect_refusal("dspark_b4_markov_conf", "markov_rank", json_integer(0), "markov_rank");
     expect_refusal("dspark_b4_markov_conf", "markov_rank", json_integer(8), "markov_w1");
+    // 2^63 - 1: refused by range (once an overflow in the shapes' products and the window)
+    expect_refusal("dflash_b4_mixed", "sliding_window", json_integer(INT64_MAX), "sliding_window");
+    expect_refusal("dflash_b4_mixed", "hidden_size", json_integer(INT64_MAX), "hidden_size");
+    expect_refusal("dflash_b4_mixed", "intermediate_size", json_integer(INT64_MAX),
+                   "intermediate_size");
+    expect_refusal("dflash2_b8", "selector_rank", json_integer(INT64_MAX), "selector_rank");
+    expect_refusal("dspark_b4_markov_conf", "markov_rank", json_integer(INT64_MAX), "markov_rank");
 }
 
 static void test_bad_calls(void **state) {

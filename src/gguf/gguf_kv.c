@@ -341,7 +341,9 @@ static dspec_status wrong_type(const ds_gguf *g, const char *key, int64_t i, con
 dspec_status ds_gguf_get_int(const ds_gguf *g, const char *key, int64_t *out, dspec_err *err) {
     int64_t i;
     dspec_status s = find_or_fail(g, key, &i, err);
-    if (s == DSPEC_OK && !load_int(g->kv[i].type, g->kv[i].data, out)) {
+    // (a bool is not a count: llama.cpp's loader refuses it too; bool arrays still read as 0 / 1)
+    if (s == DSPEC_OK && (g->kv[i].type == DS_GGUF_BOOL ||
+                          !load_int(g->kv[i].type, g->kv[i].data, out))) {
         return wrong_type(g, key, i, "an integer that fits int64", err);
     }
     return s;

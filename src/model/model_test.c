@@ -495,6 +495,8 @@ static void set_nan(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_f32(w
 static void set_none(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "none"); }
 static void set_str16(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_str(w, k, "16"); }
 static void set_u32_640(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_u32(w, k, 640); }
+static void set_u32_2(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_u32(w, k, 2); }
+static void set_true(ds_gguf_writer *w, const char *k) { ds_gguf_writer_set_bool(w, k, true); }
 static void set_huge(ds_gguf_writer *w, const char *k) {
     ds_gguf_writer_set_u64(w, k, ((uint64_t)1 << 32) + 2);
 }
@@ -561,6 +563,9 @@ static void test_load_keys(void **s) {
         {"qwen35.attention.layer_norm_rms_epsilon", set_nan, DSPEC_ERR_FORMAT, "epsilon"},
         {"qwen35.full_attention_interval", set_str16, DSPEC_ERR_FORMAT, "full_attention_interval"},
         {"qwen35.ssm.group_count", set_huge, DSPEC_ERR_FORMAT, "out of range"},
+        // a cut layer count once loaded and ran the first layers only; a bool read as 1
+        {"qwen35.block_count", set_u32_2, DSPEC_ERR_FORMAT, "past the model's 2 layers"},
+        {"qwen35.block_count", set_true, DSPEC_ERR_FORMAT, "block_count: expected an integer"},
     };
     ds_model *m = NULL;
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {

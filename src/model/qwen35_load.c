@@ -430,6 +430,19 @@ static dspec_status load_tensors(loader *ld) {
     for (int il = 0; il < m->hp.n_layer; il++) {
         if ((st = load_layer(ld, il)) != DSPEC_OK) return st;
     }
+    // layer tensors past block_count: a file whose count was cut would load and run its first
+    // layers only (llama.cpp refuses it too: "wrong number of tensors")
+    const int64_t n_blk = (int64_t)m->hp.n_layer + m->hp.n_nextn;
+    for (int64_t i = 0; i < ds_gguf_n_tensors(ld->g); i++) {
+        const char *tn = ds_gguf_tensor_at(ld->g, i)->name;
+        long long b;
+        int at = 0;
+        if (sscanf(tn, "blk.%lld.%n", &b, &at) == 1 && at > 0 && (b < 0 || b >= n_blk)) {
+            return ds_err_set(ld->err, DSPEC_ERR_FORMAT, "%s: tensor %s is past the model's %"
+                              PRId64 " layers (block_count; a cut or mislabelled file)",
+                              ds_gguf_path(ld->g), tn, n_blk);
+        }
+    }
     return DSPEC_OK;
 }
 #undef W

@@ -314,9 +314,15 @@ dspec_status ds_server_run(const ds_server_params *p, dspec_err *err) {
         ds_log(DS_LOG_INFO, "server: listening on http://%s:%d (model '%s')", p->host, port,
                srv->model_id);
         if (p->on_listen) p->on_listen(p->host, port, p->user);
-        while (!p->stop || !*p->stop) {
+        // (a model that cannot load ends the server: it could never answer but 503)
+        dspec_err lerr = {0};
+        while ((!p->stop || !*p->stop) &&
+               ds_sched_get_state(srv->sched, &lerr) != DS_SCHED_FAILED) {
             struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
             nanosleep(&ts, NULL);
+        }
+        if (ds_sched_get_state(srv->sched, &lerr) == DS_SCHED_FAILED) {
+            st = ds_err_set(err, lerr.code, "the model did not load: %s", lerr.msg);
         }
         ds_log(DS_LOG_INFO, "server: shutting down");
     }
