@@ -175,8 +175,9 @@ static dspec_status py_scalar(ds_chat_buf *b, const json_t *v, const ds_chat_pyn
     switch (json_typeof(v)) {
     case JSON_INTEGER: {
         // a sentinel of ds_chat_py_loads: the literal's Python form (str() of inf: "inf",
-        // json.dumps: "Infinity")
+        // json.dumps: "Infinity"; nan: "NaN")
         const char *lit = ds_chat_pynums_find(nums, json_integer_value(v));
+        if (lit && !python_names && !strcmp(lit, "nan")) return ds_chat_buf_puts(b, "NaN", err);
         if (lit && !python_names && strstr(lit, "inf")) {
             return ds_chat_buf_puts(b, lit[0] == '-' ? "-Infinity" : "Infinity", err);
         }

@@ -1,6 +1,7 @@
 // chat_pyload.c: JSON text read as Python's json.loads reads it, where jansson alone would refuse
 // it: integers beyond 64 bits (Python ints have no bound) and reals beyond the double range
-// (Python: inf / -inf). The chat template renders tool-call arguments that a Python server
+// (Python: inf / -inf), and the literals NaN, Infinity and -Infinity, which json.loads takes
+// (Python: nan / inf / -inf). The chat template renders tool-call arguments that a Python server
 // (vLLM, SGLang, transformers) has parsed with json.loads, so these values must render as Python
 // writes them. Calls jansson. Called by chat_render.c and (through ds_chat_args_check) the
 // server's request parser.
@@ -77,7 +78,24 @@ static bool out_of_range(const char *tok, size_t n, bool integer, int64_t *value
 typedef struct lit_ref {
     size_t off, n;
     bool integer;
+    const char *py; // a NaN / Infinity literal: its Python str(); NULL for a number
 } lit_ref;
+
+// The NaN / Infinity literal at p (Python's json.loads extension of JSON): its length, 0 if p does
+// not start one; *py: its Python str().
+static size_t special_token(const char *p, const char **py) {
+    static const struct {
+        const char *json, *py;
+    } k[] = {{"NaN", "nan"}, {"Infinity", "inf"}, {"-Infinity", "-inf"}};
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+        const size_t n = strlen(k[i].json);
+        if (!strncmp(p, k[i].json, n)) {
+            *py = k[i].py;
+            return n;
+        }
+    }
+    return 0;
+}
 typedef struct scan {
     lit_ref *out;
     size_t n_out, cap_out;
@@ -108,6 +126,14 @@ static bool scan_numbers(const char *t, scan *s) {
             i++;
             continue;
         }
+        const char *py = NULL;
+        const size_t ns = special_token(t + i, &py);
+        if (ns) {
+            if (!grow((void **)&s->out, &s->cap_out, s->n_out, sizeof(*s->out))) return false;
+            s->out[s->n_out++] = (lit_ref){i, ns, false, py};
+            i += ns;
+            continue;
+        }
         bool integer;
         const size_t n = number_token(t + i, &integer);
         if (!n) {
@@ -117,7 +143,7 @@ static bool scan_numbers(const char *t, scan *s) {
         int64_t v = 0;
         if (out_of_range(t + i, n, integer, &v)) {
             if (!grow((void **)&s->out, &s->cap_out, s->n_out, sizeof(*s->out))) return false;
-            s->out[s->n_out++] = (lit_ref){i, n, integer};
+            s->out[s->n_out++] = (lit_ref){i, n, integer, NULL};
         } else if (integer) {
             if (!grow((void **)&s->vals, &s->cap_vals, s->n_vals, sizeof(*s->vals))) return false;
             s->vals[s->n_vals++] = v;
@@ -166,8 +192,9 @@ static char *rewrite(const char *text, const scan *s, int64_t base, ds_chat_pynu
         const int64_t key = base + (int64_t)k;
         // Python: an int keeps all its digits (JSON has no leading zeros: str == the literal); a
         // real past the double range is float('inf'): str() writes inf, json.dumps Infinity
-        char *lit = r->integer ? strndup(text + r->off, r->n)
-                               : strdup(text[r->off] == '-' ? "-inf" : "inf");
+        char *lit = r->py        ? strdup(r->py)
+                    : r->integer ? strndup(text + r->off, r->n)
+                                 : strdup(text[r->off] == '-' ? "-inf" : "inf");
         if (!lit) {
             free(out);
             return NULL;

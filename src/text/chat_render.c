@@ -40,7 +40,8 @@ typedef struct render {
     int64_t n;
     const ds_chat_opts *o;
     role *roles;       // [n]
-    json_t *tools;     // parsed tools_json or NULL
+    json_t *tools;     // parsed tools_json or NULL (as Python's json.loads reads it)
+    ds_chat_pynums tool_nums;
     const char *instr; // Qwen3.8 reasoning instruction, "" if none
     ds_chat_buf out;
     ds_chat_tags *tags; // where the template wrote its control tokens, or NULL
@@ -124,7 +125,9 @@ static dspec_status parse_tools(render *r, dspec_err *err) {
         return DSPEC_OK;
     }
     json_error_t je;
-    r->tools = json_loads(r->o->tools_json, JSON_REJECT_DUPLICATES, &je);
+    // (json.loads, as a Python server reads the request's tools: a uint64 bound or a key
+    // given twice in a schema renders as transformers renders it)
+    r->tools = ds_chat_py_loads(r->o->tools_json, &r->tool_nums, &je);
     if (!r->tools) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "chat: tools_json: %s at line %d column %d",
                           je.text, je.line, je.column);
@@ -167,7 +170,7 @@ static dspec_status render_system(render *r, dspec_err *err) {
         TRY(put(r, TOOLS_HEADER, err));
         for (size_t i = 0; i < json_array_size(r->tools); i++) {
             TRY(put(r, "\n", err));
-            TRY(ds_chat_py_json(&r->out, json_array_get(r->tools, i), err));
+            TRY(ds_chat_py_json_n(&r->out, json_array_get(r->tools, i), &r->tool_nums, err));
         }
         TRY(put(r, TOOLS_FOOTER, err));
         if (sys.n) {
@@ -427,6 +430,7 @@ dspec_status ds_chat_render_tagged(const ds_chat_msg *msgs, int64_t n_msgs,
     dspec_status st = render_all(&r, err);
     free(r.roles);
     json_decref(r.tools);
+    ds_chat_pynums_free(&r.tool_nums);
     if (st != DSPEC_OK) {
         ds_chat_buf_free(&r.out);
         ds_chat_tags_free(tags);

@@ -485,6 +485,39 @@ static void test_tool_call_big_numbers(void **state) {
     assert_int_equal(ds_chat_args_check("[1e400]", &err), DSPEC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "an array"));
     assert_int_equal(ds_chat_args_check("{\"a\": 1e400", &err), DSPEC_ERR_INVALID);
+    // NaN / Infinity / -Infinity, which json.loads takes (they were refused as invalid tokens):
+    // as transformers renders them, Python's str() alone or json.dumps inside a list
+    ds_chat_tool_call tn = {.name = "f", .arguments = "{\"w\": NaN, \"v\": [NaN, Infinity], "
+                                                      "\"u\": -Infinity, \"t\": \"NaN\"}"};
+    msgs[1].tool_calls = &tn;
+    static const char *const want_n[2] = {
+        "<parameter=w>\nnan\n</parameter>\n<parameter=v>\n[NaN, Infinity]\n</parameter>\n"
+        "<parameter=u>\n-inf\n</parameter>\n<parameter=t>\nNaN\n</parameter>\n",
+        "<parameter=w>\nNaN\n</parameter>\n<parameter=v>\n[NaN, Infinity]\n</parameter>\n"
+        "<parameter=u>\n-Infinity\n</parameter>\n<parameter=t>\nNaN\n</parameter>\n"};
+    for (int flavor = 0; flavor < 2; flavor++) {
+        ds_chat_opts o;
+        ds_chat_opts_default(&o);
+        o.flavor = flavor ? DS_CHAT_QWEN38 : DS_CHAT_QWEN35;
+        char *s;
+        assert_int_equal(ds_chat_render(msgs, 2, &o, &s, NULL, &err), DSPEC_OK);
+        if (!strstr(s, want_n[flavor])) fail_msg("flavor %d:\n%s", flavor, s);
+        free(s);
+    }
+    assert_int_equal(ds_chat_args_check(tn.arguments, &err), DSPEC_OK);
+    assert_int_equal(ds_chat_args_check("{\"a\": NaNx}", &err), DSPEC_ERR_INVALID);
+    // tool schemas are read the same way (they were refused: jansson's 64-bit integers, and
+    // duplicate keys): a uint64 bound, a real past the double range, a key given twice
+    ds_chat_opts o;
+    ds_chat_opts_default(&o);
+    o.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                   "{\"maximum\": 18446744073709551615, \"x\": 1e400, \"d\": 1, \"d\": 2}}}]";
+    char *r = NULL;
+    assert_int_equal(ds_chat_render(msgs, 1, &o, &r, NULL, &err), DSPEC_OK);
+    if (!strstr(r, "{\"maximum\": 18446744073709551615, \"x\": Infinity, \"d\": 2}")) {
+        fail_msg("%s", r);
+    }
+    free(r);
 }
 
 // Render a tool call, then parse the rendered assistant text back: name and arguments survive.
