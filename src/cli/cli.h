@@ -37,25 +37,34 @@ bool ds_cli_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ds_cli_float(const char *s, double *out);
 bool ds_cli_u64(const char *s, uint64_t *out);
 bool ds_cli_gib(const char *s, double *out);
+// A comma-separated list of integers in [lo, hi] ("1,2,4"; no empty entry, so no trailing comma:
+// "4," once read as "4"): the number of entries, the first cap of them stored in out (NULL: only
+// counted), or -1 when the list is malformed. A count above cap is the caller's to refuse.
+int64_t ds_cli_int_list(const char *s, int64_t lo, int64_t hi, int64_t *out, int64_t cap);
 // Whether writing `out` would overwrite an input: `in` itself, or, for a directory `in`, one of
 // the files a converter reads there (weights, configs, tokenizer files). The commands refuse
 // that before reading anything (cli_path.c).
 bool ds_cli_clobbers(const char *out, const char *in);
+// The same for a GGUF input `in`: the file, or any shard of the split set it opens (a file that
+// does not open as a GGUF: the file alone, the command reports why it does not open).
+bool ds_cli_clobbers_gguf(const char *out, const char *in);
 
 // cli_gen.c: the options `dspec run` and `dspec serve` share (-m, --draft, -c, -n, sampling,
 // speculative decoding, engine). ds_cli_gen_opt takes option a (value v: the next argument, or
 // NULL) into ep / gp: DS_CLI_OPT_FLAG (a alone taken), DS_CLI_OPT_VALUE (a and v taken),
 // DS_CLI_OPT_NONE (not a shared option), DS_CLI_OPT_ERROR (a missing value, a value that is not
-// the option's kind of number, or a bad --kv-type, reported as "dspec CMD: ..."). The help lines
-// of the sampling, speculative (but --draft / --no-spec) and engine options, for each command's
-// usage.
+// the option's kind of number, or a bad --kv-type, reported as "dspec CMD: ..."). *draft_opt is
+// set to a when a is an option only a drafter reads (--draft-block-size, --proposer, --ddtree-*,
+// --draft-conf-threshold), for ds_cli_gen_check. The help lines of the sampling, speculative
+// (but --draft / --no-spec) and engine options, for each command's usage.
 enum { DS_CLI_OPT_ERROR = -1, DS_CLI_OPT_NONE, DS_CLI_OPT_FLAG, DS_CLI_OPT_VALUE };
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
-                   dspec_gen_params *gp);
-// The shared options' values a command refuses before loading anything (negative sizes, an
-// unknown proposer: they were taken silently); false after printing why.
+                   dspec_gen_params *gp, const char **draft_opt);
+// The shared options' values a command refuses before loading anything (negative sizes or
+// temperature, an unknown proposer, a drafter's option draft_opt (NULL: none given) without
+// --draft: they were taken silently); false after printing why.
 bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
-                      const dspec_gen_params *gp);
+                      const dspec_gen_params *gp, const char *draft_opt);
 void ds_cli_sampling_help(FILE *f);
 void ds_cli_spec_help(FILE *f);
 void ds_cli_engine_help(FILE *f);

@@ -41,8 +41,16 @@ static bool set_f32(const char *v, float *dst, const char **want) {
     return true;
 }
 
+// The options only a drafter reads (--no-spec, --no-adaptive and --long-ctx are harmless
+// without one: scripts pass them to plain runs).
+static bool draft_only(const char *a) {
+    return IS("--draft-block-size") || IS("--proposer") || IS("--ddtree-budget") ||
+           IS("--ddtree-topk") || IS("--ddtree-raw") || IS("--draft-conf-threshold");
+}
+
 int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_params *ep,
-                   dspec_gen_params *gp) {
+                   dspec_gen_params *gp, const char **draft_opt) {
+    if (draft_only(a)) *draft_opt = a;
     if (gen_flag(a, ep, gp)) return DS_CLI_OPT_FLAG;
     // the options that take a value (a missing or malformed one is reported below, the command
     // then exits, so what it set does not matter)
@@ -97,11 +105,18 @@ int ds_cli_gen_opt(const char *cmd, const char *a, const char *v, dspec_engine_p
 #undef IS
 
 bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
-                      const dspec_gen_params *gp) {
+                      const dspec_gen_params *gp, const char *draft_opt) {
     if (ep->n_ctx < 0 || gp->max_tokens < 0 || ep->n_threads < 0 || ep->n_batch < 0 ||
-        gp->top_k < 0 || gp->draft_block_size < 0) {
-        fprintf(stderr, "dspec %s: --ctx, --max-tokens, --threads, --batch, --top-k and "
-                "--draft-block-size must be >= 0\n", cmd);
+        gp->top_k < 0 || gp->draft_block_size < 0 || gp->long_ctx_threshold < 0) {
+        fprintf(stderr, "dspec %s: --ctx, --max-tokens, --threads, --batch, --top-k, "
+                "--draft-block-size and --long-ctx must be >= 0\n", cmd);
+        return false;
+    }
+    // (the library reads a temperature <= 0 as greedy; on the command line a negative one is a
+    // typo, not a way to say 0)
+    if (gp->temperature < 0.0f) {
+        fprintf(stderr, "dspec %s: --temp must be >= 0 (0 = greedy), not %g\n", cmd,
+                (double)gp->temperature);
         return false;
     }
     const char *pr = gp->proposer;
@@ -111,12 +126,16 @@ bool ds_cli_gen_check(const char *cmd, const dspec_engine_params *ep,
                 "'%s'\n", cmd, pr);
         return false;
     }
+    if (draft_opt && !ep->draft_path) {
+        fprintf(stderr, "dspec %s: %s needs --draft\n", cmd, draft_opt);
+        return false;
+    }
     return true;
 }
 
 void ds_cli_sampling_help(FILE *f) {
     fprintf(f,
-            "  --temp T                  temperature (default 0 = greedy)\n"
+            "  --temp T                  temperature, >= 0 (default 0 = greedy)\n"
             "  --top-k K                 top-k (default 0 = off)\n"
             "  --top-p P                 top-p (default 1 = off)\n"
             "  --min-p P                 min-p (default 0 = off)\n"
@@ -143,7 +162,9 @@ void ds_cli_spec_help(FILE *f) {
             "                            --temp, below a fixed one, so a seed reproduces)\n"
             "  --draft-conf-threshold T  DSpark: cut proposals at the first confidence < T\n"
             "  --long-ctx N              past N context tokens verify at most W rows (default\n"
-            "                            8192; 0 = off); --long-ctx-width W (default 8)\n");
+            "                            8192; 0 = off); --long-ctx-width W (default 8)\n"
+            "  (--draft-block-size, --proposer, --ddtree-* and --draft-conf-threshold need\n"
+            "  --draft)\n");
 }
 
 void ds_cli_engine_help(FILE *f) {

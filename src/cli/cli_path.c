@@ -1,6 +1,7 @@
-// cli_path.c: output-path checks shared by the commands that write files (convert, tensor):
-// refusing an output that is one of the command's own inputs.
+// cli_path.c: output-path checks shared by the commands that write files (convert, tensor,
+// logits, synth): refusing an output that is one of the command's own inputs.
 #include "cli/cli.h"
+#include "gguf/gguf.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -49,5 +50,27 @@ bool ds_cli_clobbers(const char *out, const char *in) {
         }
     }
     closedir(d);
+    return hit;
+}
+
+bool ds_cli_clobbers_gguf(const char *out, const char *in) {
+    struct stat so;
+    if (stat(out, &so) != 0) { // (nothing there to overwrite: no need to open the input)
+        return false;
+    }
+    if (ds_cli_clobbers(out, in)) {
+        return true;
+    }
+    // the later shards of a split set are inputs too (loading maps them all)
+    ds_gguf *g = NULL;
+    dspec_err err;
+    if (ds_gguf_open(&g, in, &err) != DSPEC_OK) {
+        return false;
+    }
+    bool hit = false;
+    for (int k = 1; !hit && k < ds_gguf_n_shards(g); k++) {
+        hit = ds_cli_clobbers(out, ds_gguf_shard_path(g, k));
+    }
+    ds_gguf_close(g);
     return hit;
 }

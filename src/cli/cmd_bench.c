@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "            thread, weight bytes x rows / time;\n"
             "            then quantizer throughput in MB/s of f32 input.\n"
             "--n N       row length (multiple of 256, <= 2^30)  --rows R   weight rows (<= 2^30)\n"
-            "-t, --threads T  threads of the multi-threaded run\n"
+            "-t, --threads T  threads of the multi-threaded run (default 0: all CPUs)\n"
             "--time S    seconds per measurement (default 0.5)\n"
             "--type T    only this weight type (e.g. q4_K); may repeat\n");
 }
@@ -287,16 +287,6 @@ static int bench_kernels(const bench_opts *o) {
     return rc;
 }
 
-static bool parse_i64(const char *s, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || v <= 0) {
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 bool ds_cli_bench_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
@@ -311,7 +301,9 @@ int ds_cli_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--spec")) return ds_cli_bench_spec(argc, argv);
     }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model")) return ds_cli_bench_model(argc, argv);
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) {
+            return ds_cli_bench_model(argc, argv);
+        }
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -323,15 +315,15 @@ int ds_cli_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--kernels")) {
             kernels = true;
-        } else if (!strcmp(a, "--n") && v && parse_i64(v, &iv) && iv % DS_QK_K == 0 &&
-                   iv <= (int64_t)1 << 30) { // (buffer sizes in size_t: no overflow)
+        } else if (!strcmp(a, "--n") && ds_cli_int(v, 1, (int64_t)1 << 30, &iv) &&
+                   iv % DS_QK_K == 0) { // (<= 2^30: buffer sizes in size_t, no overflow)
             o.n = iv;
             i++;
-        } else if (!strcmp(a, "--rows") && v && parse_i64(v, &iv) && iv <= (int64_t)1 << 30) {
+        } else if (!strcmp(a, "--rows") && ds_cli_int(v, 1, (int64_t)1 << 30, &iv)) {
             o.rows = iv;
             i++;
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v && parse_i64(v, &iv) &&
-                   iv <= 4096) {
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) &&
+                   ds_cli_int(v, 0, 4096, &iv)) { // (0: all CPUs, as every other command)
             o.threads = (int)iv;
             i++;
         } else if (!strcmp(a, "--time") && ds_cli_float(v, &fv) && fv > 0 && fv < 3600) {

@@ -24,12 +24,13 @@ typedef struct bm_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspec bench --model FILE [options]\n"
+            "  -m, --model FILE target GGUF\n"
             "  --prompt N       prefill length (default 512)\n"
             "  --batch N        prefill chunk (default: the whole prompt in one chunk)\n"
             "  --decode N       decode steps timed (default 32; then greedy decoding, each\n"
             "                   token the last step's argmax: read to the host first, and\n"
             "                   left on the device for the next step queued ahead)\n"
-            "  --verify LIST    speculative batch sizes (default 1,2,4,8,16,24,32)\n"
+            "  --verify LIST    speculative batch sizes, at most 16 (default 1,2,4,8,16,24,32)\n"
             "  --reps N         timed repetitions per verify size, after one untimed warm-up\n"
             "                   that captures its step graph (default 5; median reported)\n"
             "  --accept K       rows committed after each verify (default 0; at most N): times\n"
@@ -395,7 +396,7 @@ int ds_cli_bench_model(int argc, char **argv) {
             o.no_graphs = 1;
         } else if (!strcmp(a, "--exact-prefill")) {
             o.exact_prefill = 1;
-        } else if (!strcmp(a, "--model") && v) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             o.model = v, i++;
         } else if (!strcmp(a, "--prefill-cache") && ds_cli_gib(v, &o.prefill_cache)) {
             i++;
@@ -417,17 +418,19 @@ int ds_cli_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-type") && v && ds_cli_kv_type(v, &o.kv)) {
             i++;
         } else if (!strcmp(a, "--verify") && v) {
-            o.n_verify = 0;
-            for (const char *s = v; *s && o.n_verify < 16;) {
-                char *end;
-                long x = strtol(s, &end, 10);
-                if (end == s || x <= 0 || x > 4096) {
-                    fprintf(stderr, "dspec bench: bad --verify list '%s'\n", v);
-                    return 2;
-                }
-                o.verify[o.n_verify++] = x;
-                s = *end == ',' ? end + 1 : end;
+            const int64_t n = ds_cli_int_list(v, 1, 4096, o.verify,
+                                              (int64_t)DS_ARRAY_LEN(o.verify));
+            if (n < 0) {
+                fprintf(stderr, "dspec bench: bad --verify list '%s' (sizes 1..4096, "
+                        "comma-separated)\n", v);
+                return 2;
             }
+            if (n > (int64_t)DS_ARRAY_LEN(o.verify)) { // (the rest were once dropped silently)
+                fprintf(stderr, "dspec bench: --verify takes at most %d sizes, not %" PRId64 "\n",
+                        (int)DS_ARRAY_LEN(o.verify), n);
+                return 2;
+            }
+            o.n_verify = (int)n;
             i++;
         } else {
             fprintf(stderr, "dspec bench: bad or incomplete option '%s'\n", a);

@@ -22,13 +22,17 @@ typedef struct bs_opts {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dspec bench --spec --model T.gguf --draft D --prompts FILE.json [options]\n"
+               "  -m, --model T    target GGUF\n"
+               "  --draft D        drafter (GGUF or HF directory)\n"
                "  FILE.json        {\"domain\": [[id, ...], ...], ...} prompt token ids per domain\n"
-               "  --blocks LIST    verify widths incl. the anchor (default: the drafter's)\n"
+               "  --blocks LIST    verify widths incl. the anchor, at most 8 (default: the\n"
+               "                   drafter's)\n"
                "  -n N             new tokens per prompt (default 256)\n"
                "  --max-prompts N  prompts per domain at most (default all)\n"
                "  --ddtree-budget N  verify DDTrees instead of chains\n"
                "  --temp T --seed S  sampled speculative decoding (default greedy)\n"
-               "  --device D       cpu (default), cuda or cuda:N;  -t N  CPU threads\n"
+               "  --device D       cpu (default), cuda or cuda:N\n"
+               "  -t, --threads N  CPU threads (default: all)\n"
                "  --no-cuda-graphs launch every kernel (no CUDA step graphs)\n"
                "  --exact-prefill  CUDA: prompts on the exact int8 kernels, not the bf16 GEMM\n"
                "  --prefill-cache GIB|all  CUDA: bf16 copies of the weights for prompts (run's)\n");
@@ -195,7 +199,7 @@ int ds_cli_bench_spec(int argc, char **argv) {
             o.exact_prefill = 1;
         } else if (!strcmp(a, "--spec")) {
             continue;
-        } else if (!strcmp(a, "--model") && v) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             o.model = v, i++;
         } else if (!strcmp(a, "--prefill-cache") && ds_cli_gib(v, &fv)) {
             o.prefill_cache = fv, i++;
@@ -219,16 +223,20 @@ int ds_cli_bench_spec(int argc, char **argv) {
         } else if (!strcmp(a, "--ddtree-budget") && ds_cli_int(v, 0, 4096, &iv)) {
             o.ddtree = (int)iv, i++;
         } else if (!strcmp(a, "--blocks") && v) {
-            for (const char *p = v; *p && o.n_blocks < 8;) {
-                char *end;
-                long x = strtol(p, &end, 10);
-                if (end == p || x < 2 || x > 64) {
-                    fprintf(stderr, "dspec bench: bad --blocks '%s'\n", v);
-                    return 2;
-                }
-                o.blocks[o.n_blocks++] = (int)x;
-                p = *end == ',' ? end + 1 : end;
+            const int64_t cap = (int64_t)DS_ARRAY_LEN(o.blocks);
+            int64_t w[DS_ARRAY_LEN(o.blocks)];
+            const int64_t n = ds_cli_int_list(v, 2, 64, w, cap);
+            if (n < 0) {
+                fprintf(stderr, "dspec bench: bad --blocks '%s' (widths 2..64, "
+                        "comma-separated)\n", v);
+                return 2;
             }
+            if (o.n_blocks + n > cap) { // (the rest were once dropped silently)
+                fprintf(stderr, "dspec bench: --blocks takes at most %d widths, not %" PRId64
+                        "\n", (int)cap, o.n_blocks + n);
+                return 2;
+            }
+            for (int64_t k = 0; k < n; k++) o.blocks[o.n_blocks++] = (int)w[k];
             i++;
         } else {
             fprintf(stderr, "dspec bench: bad or incomplete option '%s'\n", a);

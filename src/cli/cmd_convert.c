@@ -50,9 +50,8 @@ int ds_cli_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             o.progress = false;
         } else if (!strcmp(a, "--threads")) {
-            char *end = NULL;
-            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
-            if (i + 1 >= argc || !end || *end || n < 0 || n > 1024) {
+            int64_t n; // (strictly: "" was once read as 0, all CPUs)
+            if (!ds_cli_int(i + 1 < argc ? argv[i + 1] : NULL, 0, 1024, &n)) {
                 fprintf(stderr, "dspec convert: --threads needs an integer in [0, 1024]\n");
                 return 2;
             }

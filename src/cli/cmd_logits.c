@@ -27,33 +27,20 @@ static void usage(FILE *f) {
             "Without --out, prints the top-5 tokens of the last row and a checksum.\n");
 }
 
+// --tokens: a comma-separated list of ids in [0, INT32_MAX] (no empty entry) into *out (owned,
+// *n ids); -1 on a malformed or empty list, or out of memory.
 static int parse_tokens(const char *s, int32_t **out, int64_t *n) {
-    int64_t cap = 16, cnt = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    while (ids && *s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX) {
-            free(ids);
-            return -1;
-        }
-        if (cnt == cap) {
-            cap *= 2;
-            int32_t *nid = realloc(ids, (size_t)cap * sizeof(int32_t));
-            if (!nid) break;
-            ids = nid;
-        }
-        ids[cnt++] = (int32_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            free(ids);
-            return -1;
-        }
-    }
-    if (!ids || cnt == 0) { // (an empty list, or out of memory)
+    const int64_t cnt = ds_cli_int_list(s, 0, INT32_MAX, NULL, 0);
+    int64_t *wide = cnt > 0 ? malloc((size_t)cnt * sizeof(int64_t)) : NULL;
+    int32_t *ids = cnt > 0 ? malloc((size_t)cnt * sizeof(int32_t)) : NULL;
+    if (!wide || !ids) {
+        free(wide);
         free(ids);
         return -1;
     }
+    ds_cli_int_list(s, 0, INT32_MAX, wide, cnt);
+    for (int64_t i = 0; i < cnt; i++) ids[i] = (int32_t)wide[i];
+    free(wide);
     *out = ids;
     *n = cnt;
     return 0;
@@ -174,6 +161,16 @@ int ds_cli_logits(int argc, char **argv) {
     if (!o.model || !tok_arg) {
         usage(stderr);
         return 2;
+    }
+    // (before loading: the model is mapped, and writing over it destroyed it -- or, for
+    // --dump-hidden, crashed the run that reads it)
+    const char *outs[2][2] = {{"--out", o.out}, {"--dump-hidden", o.hidden}};
+    for (int k = 0; k < 2; k++) {
+        if (outs[k][1] && ds_cli_clobbers_gguf(outs[k][1], o.model)) {
+            fprintf(stderr, "dspec logits: %s %s is an input file (the model)\n", outs[k][0],
+                    outs[k][1]);
+            return 2;
+        }
     }
     if (parse_tokens(tok_arg, &o.tokens, &o.n_tokens) != 0) {
         fprintf(stderr, "dspec logits: --tokens must be comma-separated non-negative ids\n");

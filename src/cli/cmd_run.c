@@ -81,6 +81,7 @@ typedef struct run_opts {
 
 // Parses argv; returns -1 on --help, 0 on success, 2 on a usage error (message printed).
 static int parse(int argc, char **argv, run_opts *o) {
+    const char *draft_opt = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(s) (!strcmp(a, s))
@@ -90,7 +91,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (IS("--no-think")) { o->no_think = true; continue; }
         if (IS("--no-spec")) { o->no_spec = true; continue; }
         if (IS("--special")) { o->gp.parse_special = 1; continue; }
-        const int g = ds_cli_gen_opt("run", a, v, &o->ep, &o->gp);
+        const int g = ds_cli_gen_opt("run", a, v, &o->ep, &o->gp, &draft_opt);
         if (g == DS_CLI_OPT_ERROR) return 2;
         if (g == DS_CLI_OPT_VALUE) i++;
         if (g != DS_CLI_OPT_NONE) continue;
@@ -112,7 +113,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "dspec run: need -m MODEL and exactly one of -p PROMPT / -f FILE\n");
         return 2;
     }
-    if (!ds_cli_gen_check("run", &o->ep, &o->gp)) return 2;
+    if (!ds_cli_gen_check("run", &o->ep, &o->gp, draft_opt)) return 2;
     if ((o->system || o->no_think) && !o->chat) {
         fprintf(stderr, "dspec run: --system and --no-think need --chat\n");
         return 2;

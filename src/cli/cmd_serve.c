@@ -107,6 +107,7 @@ static const char *cors_origin(const char *v, char *buf, size_t cap) {
 // Returns -1 on --help, 0 on success, 2 on a usage error (message printed).
 static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
     static char cors[256]; // (the normalized --cors origin: lives as long as the server)
+    const char *draft_opt = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(s) (!strcmp(a, s))
@@ -114,7 +115,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         if (IS("-h") || IS("--help")) return -1;
         if (IS("--no-spec")) { p->gp.speculative = 0; continue; }
         if (IS("-v") || IS("--verbose")) { *verbose = true; continue; }
-        const int g = ds_cli_gen_opt("serve", a, v, &p->ep, &p->gp);
+        const int g = ds_cli_gen_opt("serve", a, v, &p->ep, &p->gp, &draft_opt);
         if (g == DS_CLI_OPT_ERROR) return 2;
         if (IS("--seed")) {
             p->seed_fixed = true;
@@ -151,7 +152,7 @@ static int parse(int argc, char **argv, ds_server_params *p, bool *verbose) {
         fprintf(stderr, "dspec serve: need -m MODEL\n");
         return 2;
     }
-    if (!ds_cli_gen_check("serve", &p->ep, &p->gp)) return 2;
+    if (!ds_cli_gen_check("serve", &p->ep, &p->gp, draft_opt)) return 2;
     return 0;
 }
 

@@ -22,7 +22,8 @@ static void usage(FILE *f) {
             "                  (shapes of the published Qwen3.5 models; tiny/100m for tests)\n"
             "  --mix MIX       %s (default q8_0): the\n"
             "                  per-tensor types llama-quantize would choose for that file type\n"
-            "  --layers N      override the number of layers (keeps every other shape)\n"
+            "  --layers N      override the number of layers, 1..%d (drafters 1..%d; keeps\n"
+            "                  every other shape)\n"
             "  --tokenizer F   copy the tokenizer.* keys of GGUF F (e.g. models/tiny-target-q8_0.gguf)\n"
             "                  so `dspec run` works on the file (vocabulary must fit the\n"
             "                  preset's; padded to it with [PAD<id>] tokens, as converted Qwen\n"
@@ -41,7 +42,7 @@ static void usage(FILE *f) {
             "  --seed S        random seed (default 1)\n"
             "  --pool N        distinct quantized rows per tensor shape, reused at random\n"
             "                  (default 256; 0 = every row fresh, slow for large models)\n",
-            ds_convert_ftype_names());
+            ds_convert_ftype_names(), DS_MODEL_MAX_LAYERS, DS_DRAFT_SYNTH_MAX_LAYERS);
 }
 
 static ds_type mix_type(void *ctx, const char *name, int n_dims, const int64_t ne[4], ds_type def) {
@@ -230,6 +231,14 @@ int ds_cli_synth(int argc, char **argv) {
         fprintf(stderr, "dspec synth: --tokenizer is for targets (drafters have none)\n");
         return 2;
     }
+    // (before reading them: the writer truncated OUT.gguf while the input was still mapped)
+    const char *ins[2][2] = {{"--target", target_file}, {"--tokenizer", tokenizer}};
+    for (int k = 0; out && k < 2; k++) {
+        if (ins[k][1] && ds_cli_clobbers_gguf(out, ins[k][1])) {
+            fprintf(stderr, "dspec synth: %s is an input file (%s)\n", out, ins[k][0]);
+            return 2;
+        }
+    }
     if (draft) {
         if (preset || !out || pool < 0) {
             fprintf(stderr, "dspec synth: --draft takes --target-preset (not --preset), a pool "
@@ -245,10 +254,24 @@ int ds_cli_synth(int argc, char **argv) {
     }
     ds_synth_params p;
     ds_convert_mix m = {0};
-    if (!preset || !out || !ds_synth_preset(preset, &p) ||
-        !ds_convert_ftype_from_name(mix, &m.ftype) || layers < 0 || layers > 512 || pool < 0) {
-        fprintf(stderr, "dspec synth: need a known --preset, a known --mix and OUT.gguf\n");
+    if (!preset || !out) {
+        fprintf(stderr, "dspec synth: need --preset NAME (or --draft KIND) and OUT.gguf\n");
         usage(stderr);
+        return 2;
+    }
+    // (one message each: a bad --layers once read "need a known --preset")
+    if (!ds_synth_preset(preset, &p)) {
+        fprintf(stderr, "dspec synth: --preset '%s' is not a known preset\n", preset);
+        return 2;
+    }
+    if (!ds_convert_ftype_from_name(mix, &m.ftype)) {
+        fprintf(stderr, "dspec synth: --mix '%s': expected one of %s\n", mix,
+                ds_convert_ftype_names());
+        return 2;
+    }
+    if (layers > DS_MODEL_MAX_LAYERS) { // (0: the preset's; --layers takes no negative value)
+        fprintf(stderr, "dspec synth: --layers %lld outside 1..%d\n", (long long)layers,
+                DS_MODEL_MAX_LAYERS);
         return 2;
     }
     if (layers > 0) p.n_layer = (int)layers;

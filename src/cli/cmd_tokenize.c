@@ -15,13 +15,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspec tokenize -m FILE.gguf [options] (-p TEXT | -f FILE | --batch)\n\n"
             "Tokenizes text with the GGUF's tokenizer (llama.cpp-compatible) and prints the ids.\n\n"
-            "  -m FILE.gguf   model or vocab-only GGUF\n"
+            "  -m, --model FILE.gguf\n"
+            "                 model or vocab-only GGUF\n"
             "  -p TEXT        text to tokenize\n"
             "  -f FILE        file to tokenize (raw bytes)\n"
             "  --special      parse special tokens (<|im_start|>, ...) in the text\n"
-            "  --ids-only     print only the ids, as [1, 2, 3]\n"
+            "  --ids-only     print only the ids, as [1, 2, 3] (not with --detok, --batch)\n"
             "  --detok        print decode(encode(text)) instead of ids (special text included)\n"
-            "  --bench N      encode N times and print bytes, tokens and MB/s on stderr\n"
+            "  --bench N      encode N times and print bytes, tokens and MB/s on stderr (not\n"
+            "                 with --batch)\n"
             "  --batch        read JSON lines from stdin: a string, or {\"text\": S} or\n"
             "                 {\"hex\": H} with optional \"special\": bool; write one line each:\n"
             "                 {\"ids\": [...]} (+ \"detok\" and \"stream\" as hex with --detok:\n"
@@ -247,7 +249,7 @@ int ds_cli_tokenize(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-m") && has_val) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
             model = argv[++i];
         } else if (!strcmp(a, "-p") && has_val) {
             prompt = argv[++i];
@@ -274,6 +276,17 @@ int ds_cli_tokenize(int argc, char **argv) {
     if (!model || (batch + (prompt != NULL) + (file != NULL)) != 1) {
         fprintf(stderr, "dspec tokenize: need -m and exactly one of -p, -f, --batch\n\n");
         usage(stderr);
+        return 2;
+    }
+    // (each was once ignored: --detok printed text whatever --ids-only asked, --batch wrote
+    // its JSON lines without timing or ids-only output)
+    if (ids_only && (detok || batch)) {
+        fprintf(stderr, "dspec tokenize: --ids-only does not go with %s\n",
+                detok ? "--detok (it prints text, not ids)" : "--batch (it writes JSON lines)");
+        return 2;
+    }
+    if (bench > 0 && batch) {
+        fprintf(stderr, "dspec tokenize: --bench does not go with --batch (it times -p / -f)\n");
         return 2;
     }
     dspec_err err;

@@ -2,9 +2,11 @@
 """`dspec run` end to end on a converted fixture model with a small byte-level BPE tokenizer:
 text out, greedy output == the argmax chain of `dspec logits`, chat prompts, seeded sampling is
 reproducible, and clear errors (missing file, not a model, prompt longer than the context);
-`dspec bench --model`, `--spec` and `--kernels` print their tables and reject bad input.
+`dspec bench --model`, `--spec` and `--kernels` print their tables and reject bad input; every
+command refuses an output that is one of its inputs and flags it would once have ignored.
 The tokenizer (built here, deterministic) also checks our ids against HF tokenizers."""
 import argparse
+import glob
 import numpy as np
 import json
 import os
@@ -137,6 +139,126 @@ def bench_checks(dspec, model, draft, tmp):
             "" if ok else out[-200:])
 
 
+def write_split(base):
+    """A two-shard GGUF split set written by gguf-py (two small tensors), or None without it."""
+    try:
+        import gguf
+    except ImportError:
+        return None
+    w = gguf.GGUFWriter(base, "qwen35", split_max_tensors=1)
+    for name in ("a", "b"):
+        w.add_tensor(name, np.ones((2, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shards = sorted(glob.glob(base[:-len(".gguf")] + "-*-of-*.gguf"))
+    return shards if len(shards) == 2 else None
+
+
+def cli_checks(dspec, model, hf, tmp):
+    """Flag handling of every command: an output path that is an input is refused before anything
+    is read, values and combinations that were once taken silently are refused (exit 2, one line
+    naming the flag), and aliases the README names work."""
+    def err_line(r):
+        return (r.stderr.decode(errors="replace").strip().splitlines() or [""])[0][:120]
+
+    def refused_run(*args):  # (an option taken again would serve or read stdin: no hang)
+        try:
+            return subprocess.run([dspec, *args], capture_output=True, timeout=20,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, -1, b"", b"timed out: not refused")
+
+    d = os.path.join(tmp, "cli")
+    os.makedirs(d, exist_ok=True)
+    victim = os.path.join(d, "victim.gguf")  # a copy of the model: a refusal must leave it whole
+    shutil.copyfile(model, victim)
+    with open(victim, "rb") as f:
+        want = f.read()
+    for name, args, needle in (
+            ("logits --out the model", ["logits", "-m", victim, "--tokens", "1,2", "--out", victim],
+             b"--out %s is an input file" % victim.encode()),
+            ("logits --dump-hidden the model",
+             ["logits", "-m", victim, "--tokens", "1,2", "--dump-hidden", victim],
+             b"--dump-hidden %s is an input file" % victim.encode()),
+            ("synth --draft --target the output",
+             ["synth", "--draft", "dflash", "--target", victim, victim], b"(--target)"),
+            ("synth --tokenizer the output",
+             ["synth", "--preset", "tiny", "--tokenizer", victim, victim], b"(--tokenizer)")):
+        r = refused_run(*args)
+        with open(victim, "rb") as f:
+            same = f.read() == want
+        R.check(f"refused: {name}", r.returncode == 2 and needle in r.stderr and same,
+                err_line(r))
+    shards = write_split(os.path.join(d, "sp.gguf"))
+    if shards:  # a later shard of a split set is an input too
+        r = refused_run("logits", "-m", shards[0], "--tokens", "1", "--out", shards[1])
+        R.check("refused: logits --out a later shard of -m's split set",
+                r.returncode == 2 and b"is an input file" in r.stderr, err_line(r))
+    else:
+        R.check("gguf-py available (a split set)", False)
+
+    long_list = ",".join(str(i) for i in range(1, 18))
+    refused = [
+        (["run", "-m", model, "-p", "x", "--temp", "-1"], b"--temp must be >= 0"),
+        (["serve", "-m", model, "--port", "0", "--temp", "-0.5"], b"--temp must be >= 0"),
+        (["run", "-m", model, "-p", "x", "--long-ctx", "-5"], b"--long-ctx must be >= 0"),
+        (["logits", "-m", model, "--tokens", "1,2,"], b"--tokens must be comma-separated"),
+        (["logits", "-m", model, "--tokens", "1,,2"], b"--tokens must be comma-separated"),
+        (["bench", "--model", model, "--verify", "4,"], b"bad --verify list '4,'"),
+        (["bench", "--model", model, "--verify", long_list], b"--verify takes at most 16 sizes"),
+        (["bench", "--spec", "--model", model, "--draft", model, "--prompts", "p.json",
+          "--blocks", "2,"], b"bad --blocks '2,'"),
+        (["bench", "--spec", "--model", model, "--draft", model, "--prompts", "p.json",
+          "--blocks", "2,3,4,5,6,7,8,9,10"], b"--blocks takes at most 8 widths"),
+        (["convert", "--threads", "", hf, os.path.join(d, "c.gguf")],
+         b"--threads needs an integer"),
+        (["tokenize", "-m", model, "-p", "x", "--ids-only", "--detok"],
+         b"--ids-only does not go with --detok"),
+        (["tokenize", "-m", model, "--batch", "--ids-only"],
+         b"--ids-only does not go with --batch"),
+        (["tokenize", "-m", model, "--batch", "--bench", "2"], b"--bench does not go with --batch"),
+        (["synth", "--preset", "tiny", "--layers", "600", os.path.join(d, "s.gguf")],
+         b"--layers 600 outside 1..512"),
+    ]
+    for opt in ("--ddtree-budget 4", "--ddtree-topk 2", "--draft-block-size 3",
+                "--draft-conf-threshold 0.5", "--proposer argmax", "--ddtree-raw"):
+        needle = b"%s needs --draft" % opt.split()[0].encode()
+        refused.append((["run", "-m", model, "-p", "x", *opt.split()], needle))
+        refused.append((["serve", "-m", model, "--port", "0", *opt.split()], needle))
+    for args, needle in refused:
+        r = refused_run(*args)
+        first = (r.stderr.splitlines() or [b""])[0]  # (the error line, then perhaps usage)
+        R.check(f"refused: {' '.join(a if a != model else 'M' for a in args[:9])}",
+                r.returncode == 2 and needle in first, err_line(r))
+
+    # accepted: --no-spec without a drafter (harmless), bench --kernels -t 0 (all CPUs, as every
+    # other command), the -m / --model aliases of bench and tokenize
+    r = run(dspec, "run", "-m", model, "-p", "x", "-n", "1", "--no-spec", ok=False)
+    R.check("run --no-spec without --draft: accepted", r.returncode == 0, err_line(r))
+    r = run(dspec, "bench", "--kernels", "--n", "256", "--rows", "16", "--time", "0.01",
+            "--type", "q8_0", "-t", "0", ok=False)
+    R.check("bench --kernels -t 0: all CPUs",
+            r.returncode == 0 and b"%d threads" % len(os.sched_getaffinity(0)) in r.stdout,
+            err_line(r) or r.stdout.decode(errors="replace")[:120])
+    r = run(dspec, "bench", "-m", model, "--prompt", "4", "--decode", "1", "--reps", "1",
+            "--verify", "1", "-t", "1", ok=False)
+    R.check("bench -m: the model benchmark",
+            r.returncode == 0 and b"prefill 4 tokens" in r.stdout, err_line(r))
+    ids = [run(dspec, "tokenize", flag, model, "-p", "hello", "--ids-only", ok=False)
+           for flag in ("-m", "--model")]
+    R.check("tokenize --model == -m", all(x.returncode == 0 for x in ids) and
+            ids[0].stdout == ids[1].stdout and ids[0].stdout.startswith(b"["), err_line(ids[1]))
+    # the help texts say so
+    for args, needle in ((("logits",), "(default f32)"), (("bench", "--spec"), "-t, --threads"),
+                         (("bench", "--model"), "-m, --model"), (("tokenize",), "-m, --model"),
+                         (("bench",), "(default 0: all CPUs)"),
+                         (("run",), "--ddtree-* and --draft-conf-threshold need")):
+        h = run(dspec, *args, "--help").stdout.decode()
+        R.check(f"{' '.join(args)} --help: {needle!r}", needle in h)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dspec", required=True)
@@ -150,6 +272,7 @@ def main():
         make_tokenizer(hf, 512)
         model = os.path.join(tmp, "m.gguf")
         run(a.dspec, "convert", hf, model, "--type", "f32")
+        cli_checks(a.dspec, model, hf, tmp)
 
         # tokenizer ids vs HF tokenizers on this vocabulary
         try:
