@@ -2,9 +2,16 @@
 // speculative decoding. It may call nothing; every layer under src/ implements a part of it.
 // Spec: ../shared/spec/DESIGN.md §2-3. This is the only public header.
 //
-// Usage (grows with the engine):
+// Usage (C99 or later, or C++):
 //     dspec_err err;
-//     if (dspec_init(&err) != DSPEC_OK) { fprintf(stderr, "%s\n", err.msg); }
+//     dspec_engine_params ep = {.model_path = "model.gguf", .draft_path = "draft.gguf"};
+//     dspec_engine *e;  dspec_session *s;
+//     if (dspec_engine_new(&e, &ep, &err) != DSPEC_OK) { fprintf(stderr, "%s\n", err.msg); ... }
+//     if (dspec_session_new(&s, e, &err) != DSPEC_OK) { ... }
+//     dspec_gen_params gp;  dspec_gen_params_default(&gp);
+//     dspec_generate(s, prompt, strlen(prompt), &gp, on_text, user, &stats, &err);
+//     dspec_session_free(s);  dspec_engine_free(e);
+// Link: `pkg-config --cflags --libs dspec` (libdspec.so, installed with `cmake --install`).
 //
 // Rules: every call that can fail returns dspec_status and takes `dspec_err *err` last (NULL allowed);
 // on failure err->msg says what failed, where, and expected vs got. The library never writes to
@@ -31,7 +38,8 @@ typedef enum dspec_status {
     DSPEC_ERR_NOMEM = 4,       // allocation failed (message gives the numbers)
     DSPEC_ERR_UNSUPPORTED = 5, // valid input we do not handle (yet)
     DSPEC_ERR_DEVICE = 6,      // accelerator error
-    DSPEC_ERR_CANCELED = 7,    // stopped by the caller
+    DSPEC_ERR_CANCELED = 7,    // reserved (a stop from the text callback returns DSPEC_OK with
+                               // dspec_gen_stats.stop_caller set)
 } dspec_status;
 
 #define DSPEC_ERR_MSG_LEN 256
@@ -68,18 +76,18 @@ typedef struct dspec_engine dspec_engine;
 typedef struct dspec_engine_params {
     const char *model_path;  // target GGUF (qwen35 / qwen35moe) with its tokenizer
     const char *draft_path;  // drafter GGUF or HF directory; NULL = plain decoding only
-    int n_threads;           // CPU threads (0 = all online CPUs)
+    int n_threads;           // CPU threads (0 = all online CPUs; negative: an error)
     const char *device;      // "cpu" (NULL), "cuda" or "cuda:N": where the model runs
-    int64_t n_ctx;           // context per session in tokens (0 = 4096)
+    int64_t n_ctx;           // context per session in tokens (0 = 4096; at most 2^24)
     int64_t n_batch;         // prefill chunk (0 = 256 on the CPU; CUDA: 8192, 4096, 2048 or
                              // 1024 rows, the widest whose activation buffers for n_sessions
                              // sessions take at most 1/8 of the device memory free after the
-                             // weights, below 2 n_ctx)
+                             // weights, below 2 n_ctx; at most 65536)
     int kv_f16;              // 1: F16 KV cache (llama.cpp's default), 0: F32
-    int kv_q8_0;             // 1: Q8_0 KV cache instead (K / V rows in 32-element blocks with an
-                             // fp16 scale, as llama.cpp's -ctk / -ctv q8_0: ~53% of F16's
-                             // memory; CUDA: heads of 64, 128 or 256, slower attention at long
-                             // contexts: README)
+    int kv_q8_0;             // 1: Q8_0 KV cache instead, with kv_f16 0 (K / V rows in 32-element
+                             // blocks with an fp16 scale, as llama.cpp's -ctk / -ctv q8_0:
+                             // ~53% of F16's memory; CUDA: heads of 64, 128 or 256, slower
+                             // attention at long contexts: README)
     int no_cuda_graphs;      // 1: CUDA launches every kernel of every step (no step graphs;
                              // same results, slower: for comparison and debugging)
     int exact_prefill;       // 1: CUDA prompt chunks on the exact int8 kernels (rows bitwise
@@ -107,6 +115,8 @@ typedef struct dspec_engine_params {
 // engine (or use `dspec serve`, whose scheduler steps several sessions of one engine together).
 // Callbacks must not call into the engine that called them.
 dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err);
+// Frees the engine. Sessions still alive keep it (and keep working) until the last of them is
+// freed, which releases it; no other call may name the engine after this one.
 void dspec_engine_free(dspec_engine *e);
 // Number of tokens `text` encodes to (parse_special: <|im_start|> etc. become control tokens).
 dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, size_t len,
@@ -137,18 +147,21 @@ typedef struct dspec_token_logprob {
 typedef void (*dspec_logprob_fn)(const dspec_token_logprob *lp, void *user);
 
 typedef struct dspec_gen_params {
-    int64_t max_tokens;      // generated tokens at most (0 = until end of generation / context)
+    int64_t max_tokens;      // generated tokens at most (0 = until end of generation / context;
+                             // negative: an error)
     float temperature;       // <= 0: greedy
-    int64_t top_k;           // 0 = off
+    int64_t top_k;           // 0 = off (negative: an error)
     float top_p;             // 1 = off
     float min_p;             // 0 = off
     float repeat_penalty;    // 1 = off
-    int64_t repeat_last_n;   // penalty window (-1 = all)
+    int64_t repeat_last_n;   // penalty window (-1 = all; a window past the context = all)
     float frequency_penalty;
     float presence_penalty;
     uint64_t seed;
     int speculative;         // 1: use the engine's drafter (lossless at any temperature)
-    int draft_block_size;    // verify width incl. the anchor (0 = the drafter's block size)
+    int draft_block_size;    // verify width incl. the anchor (0 = the drafter's block size, else
+                             // 2 .. 2x it). The speculative fields' ranges are checked with
+                             // or without a drafter.
     const char *proposer;    // "auto" (NULL), "argmax", "markov", "selector"
     int ddtree_budget;       // > 0: verify a DDTree of this many drafted nodes instead of a chain
     int ddtree_topk;         // DDTree candidates per depth (0 = min(budget, 8))
@@ -204,7 +217,8 @@ void dspec_session_free(dspec_session *s);
 // optional. Greedy speculative output equals plain greedy output token for token; sampled
 // speculative output has the target sampler's distribution. With temperature > 0, proposals are
 // drawn from the drafter's per-slot distributions (DSpark Markov / DFlash 2 selector conditionals
-// are used for greedy proposals only). Errors: prompt longer than the context, bad parameters.
+// are used for greedy proposals only). Errors: a prompt of n_ctx tokens or more (one slot stays
+// for the first generated token), bad parameters.
 dspec_status dspec_generate(dspec_session *s, const char *prompt, size_t len,
                             const dspec_gen_params *p, dspec_text_fn fn, void *user,
                             dspec_gen_stats *stats, dspec_err *err);

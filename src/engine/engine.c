@@ -16,6 +16,8 @@ struct dspec_engine {
     // held by a session's public calls (dspec_generate, session new / free): the backend's thread
     // pool and scratch are one per engine, so sessions on different threads take turns
     pthread_mutex_t mu;
+    int64_t n_sessions; // live sessions (under mu)
+    bool freed;         // dspec_engine_free came while sessions lived: the last one frees it
 };
 
 void ds_engine_lock(dspec_engine *e) {
@@ -53,10 +55,28 @@ static int64_t default_batch(const dspec_engine *e) {
                                   model_act_bytes, e->m);
 }
 
+static void engine_destroy(dspec_engine *e);
+
 dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err) {
     *out = NULL;
     if (!p || !p->model_path) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "engine: no model path");
+    }
+    // (values the engine once took silently: a negative count as its default, both caches)
+    if (p->n_ctx < 0 || p->n_ctx > DS_MAX_CTX || p->n_batch < 0 || p->n_batch > DS_MAX_BATCH ||
+        p->n_threads < 0 || p->n_sessions < 0) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "engine: n_ctx %lld (0..%lld, 0 = 4096) / "
+                          "n_batch %lld (0..%d, 0 = automatic) / n_threads %d / n_sessions %d "
+                          "(>= 0) out of range", (long long)p->n_ctx, (long long)DS_MAX_CTX,
+                          (long long)p->n_batch, DS_MAX_BATCH, p->n_threads, p->n_sessions);
+    }
+    if (p->kv_f16 && p->kv_q8_0) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "engine: kv_f16 and kv_q8_0 both set (one KV "
+                          "cache type)");
+    }
+    if (!(p->prefill_cache_gib >= 0.0)) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "engine: prefill_cache_gib %g must be >= 0",
+                          p->prefill_cache_gib);
     }
     dspec_engine *e = calloc(1, sizeof(*e));
     if (!e) return ds_err_set(err, DSPEC_ERR_NOMEM, "engine: out of memory");
@@ -93,21 +113,41 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
         if (st != DSPEC_OK) ds_err_prefix(err, "drafter: ");
     }
     if (st != DSPEC_OK) {
-        dspec_engine_free(e);
+        engine_destroy(e);
         return st;
     }
     *out = e;
     return DSPEC_OK;
 }
 
-void dspec_engine_free(dspec_engine *e) {
-    if (!e) return;
+static void engine_destroy(dspec_engine *e) {
     ds_drafter_free(e->d);
     ds_tok_free(e->tok);
     ds_model_free(e->m);
     ds_backend_free(e->be);
     pthread_mutex_destroy(&e->mu);
     free(e);
+}
+
+void dspec_engine_free(dspec_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    const bool later = e->n_sessions > 0;
+    e->freed = true;
+    pthread_mutex_unlock(&e->mu);
+    if (!later) engine_destroy(e);
+}
+
+void ds_engine_session_added(dspec_engine *e) {
+    e->n_sessions++;
+}
+
+bool ds_engine_session_removed(dspec_engine *e) {
+    return --e->n_sessions == 0 && e->freed;
+}
+
+void ds_engine_destroy(dspec_engine *e) {
+    engine_destroy(e);
 }
 
 dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, size_t len,

@@ -38,6 +38,12 @@
 // backend); the server's scheduler steps its sessions from one thread and does not take it.
 void ds_engine_lock(dspec_engine *e);
 void ds_engine_unlock(dspec_engine *e);
+// Live-session bookkeeping, under the engine's lock: a session made / freed. When removed
+// returns true, the engine was freed while sessions lived and this was the last: the caller,
+// after unlocking, calls ds_engine_destroy.
+void ds_engine_session_added(dspec_engine *e);
+bool ds_engine_session_removed(dspec_engine *e);
+void ds_engine_destroy(dspec_engine *e);
 const ds_tok *ds_engine_tok(const dspec_engine *e);
 const ds_model *ds_engine_model(const dspec_engine *e);
 const ds_drafter *ds_engine_drafter(const dspec_engine *e);

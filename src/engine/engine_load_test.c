@@ -1,7 +1,9 @@
 // engine_load_test.c: a model whose tokenizer and token_embd disagree on the vocabulary size is
 // refused at load, naming both (it once loaded and failed midway through a run: "detok stream:
 // id 5569 outside [0, 4096)" or a sampled id outside the tokenizer). The bundled tiny target
-// rewritten with its token list cut to 4,096 of its 8,192 rows.
+// rewritten with its token list cut to 4,096 of its 8,192 rows. Also: engine and generation
+// parameters once taken silently (or checked only after terabyte allocations) are refused up
+// front, and an engine freed before its sessions lives until the last one is freed.
 #include "dspec.h"
 #include "gguf/gguf.h"
 
@@ -10,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,9 +124,103 @@ static void test_vocab_mismatch(void **state) {
     unlink(out);
 }
 
+static const char *k_tiny = DSPEC_SOURCE_DIR "/models/tiny-target-q8_0.gguf";
+
+static void test_bad_params(void **state) {
+    (void)state;
+    const struct {
+        dspec_engine_params p;
+        const char *msg;
+    } cases[] = {
+        {{.n_ctx = -1}, "n_ctx -1"},
+        {{.n_ctx = (int64_t)1 << 40}, "n_ctx 1099511627776"},
+        {{.n_batch = (int64_t)1 << 40}, "n_batch 1099511627776"},
+        {{.n_threads = -2}, "n_threads -2"},
+        {{.n_sessions = -1}, "n_sessions -1"},
+        {{.kv_f16 = 1, .kv_q8_0 = 1}, "both set"},
+        {{.prefill_cache_gib = NAN}, "prefill_cache_gib"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dspec_engine_params ep = cases[i].p;
+        ep.model_path = k_tiny;
+        dspec_engine *e = NULL;
+        dspec_err err = {0};
+        assert_int_equal(dspec_engine_new(&e, &ep, &err), DSPEC_ERR_INVALID);
+        assert_null(e);
+        if (!strstr(err.msg, cases[i].msg)) fail_msg("case %zu: %s", i, err.msg);
+    }
+    // generation parameters: refused on an engine without a drafter too (the drafter's were
+    // checked only where one was loaded)
+    dspec_engine_params ep = {.model_path = k_tiny, .n_threads = 1, .n_ctx = 64};
+    dspec_engine *e = NULL;
+    dspec_err err = {0};
+    assert_int_equal(dspec_engine_new(&e, &ep, &err), DSPEC_OK);
+    dspec_session *s = NULL;
+    assert_int_equal(dspec_session_new(&s, e, &err), DSPEC_OK);
+    for (int k = 0; k < 7; k++) {
+        dspec_gen_params gp;
+        dspec_gen_params_default(&gp);
+        const char *want = NULL;
+        switch (k) {
+        case 0: gp.max_tokens = -1, want = "max_tokens -1"; break;
+        case 1: gp.top_k = -1, want = "top_k -1"; break;
+        case 2: gp.proposer = "bogus", want = "bogus"; break;
+        case 3: gp.draft_block_size = 1, want = "draft_block_size 1"; break;
+        case 4: gp.draft_block_size = 1000, want = "draft_block_size 1000"; break;
+        case 5: gp.ddtree_budget = -1, want = "DDTree budget -1"; break;
+        case 6: gp.draft_conf_threshold = 2.0f, want = "threshold 2"; break;
+        }
+        assert_int_equal(dspec_generate(s, "hi", 2, &gp, NULL, NULL, NULL, &err),
+                         DSPEC_ERR_INVALID);
+        if (!strstr(err.msg, want)) fail_msg("case %d: %s", k, err.msg);
+    }
+    // a repeat window past the context: the whole context (it once asked for 2^52 bytes)
+    dspec_gen_params gp;
+    dspec_gen_params_default(&gp);
+    gp.max_tokens = 4;
+    gp.repeat_penalty = 1.1f;
+    gp.repeat_last_n = (int64_t)1 << 50;
+    dspec_gen_stats st;
+    assert_int_equal(dspec_generate(s, "hi", 2, &gp, NULL, NULL, &st, &err), DSPEC_OK);
+    assert_int_equal(st.n_gen, 4);
+    dspec_session_free(s);
+    dspec_engine_free(e);
+}
+
+static int count_text(const char *text, size_t len, void *user) {
+    (void)text;
+    *(size_t *)user += len;
+    return 0;
+}
+
+// dspec_engine_free before the sessions (a use-after-free once): the sessions keep working and
+// the last dspec_session_free releases the engine (the sanitizer build checks both).
+static void test_free_order(void **state) {
+    (void)state;
+    dspec_engine_params ep = {.model_path = k_tiny, .n_threads = 1, .n_ctx = 64};
+    dspec_engine *e = NULL;
+    dspec_err err = {0};
+    assert_int_equal(dspec_engine_new(&e, &ep, &err), DSPEC_OK);
+    dspec_session *a = NULL, *b = NULL;
+    assert_int_equal(dspec_session_new(&a, e, &err), DSPEC_OK);
+    assert_int_equal(dspec_session_new(&b, e, &err), DSPEC_OK);
+    dspec_engine_free(e);
+    dspec_gen_params gp;
+    dspec_gen_params_default(&gp);
+    gp.max_tokens = 3;
+    size_t n = 0;
+    assert_int_equal(dspec_generate(a, "def", 3, &gp, count_text, &n, NULL, &err), DSPEC_OK);
+    assert_true(n > 0);
+    dspec_session_free(a);
+    assert_int_equal(dspec_generate(b, "def", 3, &gp, count_text, &n, NULL, &err), DSPEC_OK);
+    dspec_session_free(b); // (the engine goes with it)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_mismatch),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_free_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,7 @@ static void session_free(dspec_session *s);
 dspec_status dspec_session_new(dspec_session **out, dspec_engine *e, dspec_err *err) {
     ds_engine_lock(e);
     dspec_status st = session_new(out, e, err);
+    if (st == DSPEC_OK) ds_engine_session_added(e);
     ds_engine_unlock(e);
     return st;
 }
@@ -159,7 +160,9 @@ void dspec_session_free(dspec_session *s) {
     dspec_engine *e = s->e;
     ds_engine_lock(e);
     session_free(s);
+    const bool last = ds_engine_session_removed(e);
     ds_engine_unlock(e);
+    if (last) ds_engine_destroy(e); // (dspec_engine_free came first)
 }
 
 // ---- snapshots ---------------------------------------------------------------------------------
@@ -287,7 +290,7 @@ static void emit_flush(emitter *em) {
 // ---- run setup -----------------------------------------------------------------------------------
 
 static dspec_status new_sampler(ds_sampler **out, const dspec_gen_params *p, int64_t V,
-                                dspec_err *err) {
+                                int64_t n_ctx, dspec_err *err) {
     ds_sample_params sp;
     ds_sample_params_default(&sp);
     sp.temperature = p->temperature;
@@ -295,7 +298,9 @@ static dspec_status new_sampler(ds_sampler **out, const dspec_gen_params *p, int
     sp.top_p = p->top_p;
     sp.min_p = p->min_p;
     sp.repeat_penalty = p->repeat_penalty;
-    sp.repeat_last_n = p->repeat_last_n;
+    // (a window past the context sees every token, as -1 does: its ring would only be larger;
+    // 2^50 once asked for 4 PB)
+    sp.repeat_last_n = p->repeat_last_n > n_ctx ? n_ctx : p->repeat_last_n;
     sp.frequency_penalty = p->frequency_penalty;
     sp.presence_penalty = p->presence_penalty;
     sp.seed = p->seed;
@@ -312,11 +317,13 @@ static ds_propose parse_proposer(const char *name, bool *ok) {
     return DS_PROPOSE_AUTO;
 }
 
-static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_params *p,
-                                      dspec_err *err) {
-    if (!s->dctx) {
-        return ds_err_set(err, DSPEC_ERR_INVALID, "speculative decoding needs a drafter "
-                          "(the engine's draft_path; dspec --draft)");
+// The speculative parameters' ranges, drafter or not (a value out of range is an error on every
+// engine, not only on one that would read it).
+static dspec_status check_spec_ranges(const dspec_gen_params *p, dspec_err *err) {
+    if (p->draft_block_size < 0 || p->draft_block_size == 1 ||
+        p->draft_block_size > DS_DRAFT_MAX_BLOCK) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "draft_block_size %d: 0 (the drafter's) or "
+                          "2..%d", p->draft_block_size, DS_DRAFT_MAX_BLOCK);
     }
     if (!(p->draft_conf_threshold >= 0.0f && p->draft_conf_threshold < 1.0f)) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "draft confidence threshold %g outside [0, 1)",
@@ -329,11 +336,22 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
                           DS_DDTREE_MAX_NODES, p->ddtree_topk, DS_DDTREE_MAX_K);
     }
     bool ok;
-    ds_propose how = parse_proposer(p->proposer, &ok);
+    parse_proposer(p->proposer, &ok);
     if (!ok) {
         return ds_err_set(err, DSPEC_ERR_INVALID, "unknown proposer '%s' (auto, argmax, markov, "
                           "selector)", p->proposer);
     }
+    return DSPEC_OK;
+}
+
+static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_params *p,
+                                      dspec_err *err) {
+    if (!s->dctx) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "speculative decoding needs a drafter "
+                          "(the engine's draft_path; dspec --draft)");
+    }
+    bool ok;
+    ds_propose how = parse_proposer(p->proposer, &ok);
     // no silent fallback: a proposer the drafter has no head for is an error
     const ds_draft_config *dc = ds_drafter_config(ds_engine_drafter(s->e));
     if ((how == DS_PROPOSE_MARKOV && !dc->has_markov) ||
@@ -393,8 +411,13 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
                       .t_start = ds_time_now(), .max_tokens = r->p.max_tokens,
                       .ignore_eos = r->p.ignore_eos != 0};
     r->stats.n_prompt = req->n;
-    dspec_status st = r->spec ? check_spec_params(s, &r->p, err) : DSPEC_OK;
-    if (st == DSPEC_OK && (r->p.top_logprobs < 0 || r->p.top_logprobs > DSPEC_MAX_TOP_LOGPROBS)) {
+    dspec_status st = check_spec_ranges(&r->p, err);
+    if (st == DSPEC_OK && r->spec) st = check_spec_params(s, &r->p, err);
+    if (st == DSPEC_OK && (r->p.max_tokens < 0 || r->p.top_k < 0)) {
+        st = ds_err_set(err, DSPEC_ERR_INVALID, "max_tokens %" PRId64 " / top_k %" PRId64
+                        " must be >= 0 (0 = no limit / off)", r->p.max_tokens, r->p.top_k);
+    } else if (st == DSPEC_OK &&
+               (r->p.top_logprobs < 0 || r->p.top_logprobs > DSPEC_MAX_TOP_LOGPROBS)) {
         st = ds_err_set(err, DSPEC_ERR_INVALID, "top_logprobs %d outside [0, %d]",
                         r->p.top_logprobs, DSPEC_MAX_TOP_LOGPROBS);
     } else if (st == DSPEC_OK && req->n <= 0) {
@@ -404,7 +427,7 @@ dspec_status ds_gen_begin(dspec_session *s, const ds_gen_req *req, dspec_err *er
                         "context of %" PRId64 " tokens", req->n, ds_state_n_ctx(s->st));
     }
     int64_t V = ds_model_hparams_get(ds_engine_model(s->e))->n_vocab;
-    if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, err);
+    if (st == DSPEC_OK) st = new_sampler(&r->smp, &r->p, V, ds_state_n_ctx(s->st), err);
     if (st == DSPEC_OK) { // a row's top logits where they decide the token (sample.h)
         r->top_m = ds_sample_top_plan(r->smp, DS_TOPK_MAX, &r->top_wide);
         if (r->p.logprob_fn) r->top_m = 0; // (the log-probs need the whole row)

@@ -85,6 +85,9 @@ int ds_model_matmul_weights(const ds_model *m, const ds_tensor **out, int cap);
 
 // ---- state ---------------------------------------------------------------------------------------
 
+// The largest context and prompt chunk a state takes (ds_state_new refuses more).
+#define DS_MAX_CTX ((int64_t)1 << 24)
+#define DS_MAX_BATCH 65536
 typedef struct ds_state_params {
     int64_t n_ctx;          // KV capacity in tokens (0 = 4096)
     int64_t n_batch;        // prefill chunk (rows per internal forward; 0 = 256)

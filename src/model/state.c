@@ -114,10 +114,11 @@ dspec_status ds_state_new(ds_state **out, const ds_model *m, const ds_state_para
     st->m = m;
     st->p = params_or_defaults(p);
     dspec_status s = DSPEC_OK;
-    if (st->p.n_ctx > (int64_t)1 << 24 || st->p.n_batch > 65536 || st->p.n_verify > 4096) {
-        s = ds_err_set(err, DSPEC_ERR_INVALID, "state: n_ctx %" PRId64 " / n_batch %" PRId64
-                       " / n_verify %" PRId64 " out of range", st->p.n_ctx, st->p.n_batch,
-                       st->p.n_verify);
+    if (st->p.n_ctx > DS_MAX_CTX || st->p.n_batch > DS_MAX_BATCH || st->p.n_verify > 4096) {
+        const ds_state_params q = st->p;
+        free(st); // (before any buffer: sized by these, they once took terabytes first)
+        return ds_err_set(err, DSPEC_ERR_INVALID, "state: n_ctx %" PRId64 " / n_batch %" PRId64
+                          " / n_verify %" PRId64 " out of range", q.n_ctx, q.n_batch, q.n_verify);
     }
     if (s == DSPEC_OK && st->p.kv_type == DS_TYPE_Q8_0 && hp->head_dim % 32 != 0) {
         s = ds_err_set(err, DSPEC_ERR_UNSUPPORTED, "state: a Q8_0 KV cache needs heads of whole "
