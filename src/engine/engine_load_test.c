@@ -216,8 +216,41 @@ static void test_free_order(void **state) {
     dspec_session_free(b); // (the engine goes with it)
 }
 
+// DDTree: a budget past the session's verify rows is refused (it was capped at 63 silently), and
+// the per-position counts name the positions the tree reached (a budget of 1 verifies position 1
+// only; the drafter's deeper slots were counted as tried and rejected).
+static void test_tree_budget(void **state) {
+    (void)state;
+    dspec_engine_params ep = {.model_path = k_tiny, .n_threads = 1, .n_ctx = 256,
+                              .draft_path = DSPEC_SOURCE_DIR "/models/tiny-dspark-g7-q8_0.gguf"};
+    dspec_engine *e = NULL;
+    dspec_err err = {0};
+    assert_int_equal(dspec_engine_new(&e, &ep, &err), DSPEC_OK);
+    dspec_session *s = NULL;
+    assert_int_equal(dspec_session_new(&s, e, &err), DSPEC_OK);
+    dspec_gen_params gp;
+    dspec_gen_params_default(&gp);
+    gp.adaptive = 0;
+    gp.max_tokens = 24;
+    gp.ddtree_budget = 64;
+    assert_int_equal(dspec_generate(s, "def", 3, &gp, NULL, NULL, NULL, &err),
+                     DSPEC_ERR_INVALID);
+    if (!strstr(err.msg, "at most 63")) fail_msg("%s", err.msg);
+    gp.ddtree_budget = 1;
+    dspec_gen_stats st;
+    assert_int_equal(dspec_generate(s, "def", 3, &gp, NULL, NULL, &st, &err), DSPEC_OK);
+    assert_true(st.spec_steps > 0);
+    // (a step with no room to propose, the run's last, verifies its root alone)
+    assert_true(st.pos_tried[0] > 0 && st.pos_tried[0] <= st.spec_steps);
+    assert_true(st.pos_accepted[0] <= st.pos_tried[0]);
+    assert_int_equal(st.pos_tried[1], 0);
+    dspec_session_free(s);
+    dspec_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tree_budget),
         cmocka_unit_test(test_vocab_mismatch),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_free_order),

@@ -350,6 +350,14 @@ static dspec_status check_spec_params(const dspec_session *s, const dspec_gen_pa
         return ds_err_set(err, DSPEC_ERR_INVALID, "speculative decoding needs a drafter "
                           "(the engine's draft_path; dspec --draft)");
     }
+    // (a tree's nodes and its root are verify rows of the session's state: more once capped
+    // the tree silently)
+    const int64_t max_nodes = ds_state_n_verify(s->st) - 1;
+    if (p->ddtree_budget > max_nodes) {
+        return ds_err_set(err, DSPEC_ERR_INVALID, "DDTree budget %d: at most %" PRId64 " nodes "
+                          "(the verify's rows, the root included, are %" PRId64 ")",
+                          p->ddtree_budget, max_nodes, max_nodes + 1);
+    }
     bool ok;
     ds_propose how = parse_proposer(p->proposer, &ok);
     // no silent fallback: a proposer the drafter has no head for is an error

@@ -129,7 +129,11 @@ dspec_status ds_spec_step_tree(ds_spec *s, int64_t max_out, int64_t max_prop, in
     *n_out = n_path;
     ds_spec_count_step(s, s->tree.n_nodes - 1, n_path - 1);
     for (int64_t i = 1; i < n_path; i++) s->stats.pos_accepted[i - 1]++;
-    for (int64_t d = 0; d < DS_SPEC_MAX_SLOTS && d < n_depth; d++) s->stats.pos_tried[d]++;
+    // (positions the tree reaches: a budget smaller than the drafter's depth verifies fewer, and
+    // counting the drafter's depths showed them as rejected)
+    int32_t tree_depth = 0;
+    for (int64_t i = 0; i < s->tree.n_nodes; i++) tree_depth = DS_MAX(tree_depth, s->tree.depth[i]);
+    for (int64_t d = 0; d < DS_SPEC_MAX_SLOTS && d < tree_depth; d++) s->stats.pos_tried[d]++;
     return DSPEC_OK;
 }
 
