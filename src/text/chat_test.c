@@ -192,7 +192,7 @@ static void test_render_tags(void **state) {
     assert_int_equal(markers, t.n + 3); // the two of the user's text, the system's one
     for (int64_t i = 0; i < t.n; i++) {
         assert_true(t.at[i] < a || t.at[i] >= b);
-        assert_true(strncmp(out + t.at[i] - 9, "be brief ", 9) != 0);
+        assert_true(t.at[i] < 9 || strncmp(out + t.at[i] - 9, "be brief ", 9) != 0);
     }
     char *plain = NULL;
     assert_int_equal(ds_chat_render(m, 2, &o, &plain, NULL, &err), DSPEC_OK);
