@@ -319,9 +319,7 @@ struct wv_iq4_xs {
             ls[j] -= 32;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const uint32_t w = word(4 * j + k);
-                v[j][2 * k] = iq4_lut(w);
-                v[j][2 * k + 1] = iq4_lut(w >> 16);
+                iq4_lut(word(4 * j + k), v[j][2 * k], v[j][2 * k + 1]);
             }
         }
         int acc = 0;

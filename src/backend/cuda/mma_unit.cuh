@@ -190,8 +190,8 @@ __device__ __forceinline__ void ksum_add(float (&acc)[4], float dA, float dmA, f
 // 6-bit scale minus 32.
 __device__ __forceinline__ void iq4_group(const raw_iq4_xs &A, const raw_iq4_xs &B, int ib,
                                           uint32_t (&a)[4], int &lsA, int &lsB) {
-    a[0] = iq4_lut(A.q[ib]), a[2] = iq4_lut(A.q[ib] >> 16);
-    a[1] = iq4_lut(B.q[ib]), a[3] = iq4_lut(B.q[ib] >> 16);
+    iq4_lut(A.q[ib], a[0], a[2]);
+    iq4_lut(B.q[ib], a[1], a[3]);
     const int sh = 4 * (ib & 1), sl = 8 * (ib >> 1);
     const uint32_t shA = A.h.x >> 16, shB = B.h.x >> 16; // (scales_h)
     lsA = ((int)(((A.h.y >> sl) >> sh) & 0xfu) | (int)(((shA >> (2 * ib)) & 3u) << 4)) - 32;

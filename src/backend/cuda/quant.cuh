@@ -326,13 +326,19 @@ __device__ __forceinline__ uint32_t q6_x4(uint32_t src, int ls, uint32_t qh, int
     return ((lo & 0x3C3C3C3Cu) | (hi & 0xC0C0C0C0u)) ^ 0x80808080u;
 }
 
-// IQ4_XS code book lookup of 4 nibbles (the low 16 bits of s) -> 4 int8 values.
-__device__ __forceinline__ uint32_t iq4_lut(uint32_t s) {
+// IQ4_XS code book lookup of the 8 nibbles of s: lo = the int8 values of the low 4 (bits 0-15),
+// hi = those of the high 4. Per 4 nibbles, byte_perm picks each one's value from the book's
+// lower half (nibble & 7 among -127 .. -10) and from its upper half (1 .. 113), then bit 3 of the
+// nibble picks between the two. The selectors of both halves come from one mask and one shift of
+// the whole word (byte_perm reads the low 16 bits of its selector; bit 3 of a selector nibble
+// would replicate the byte's sign, so every selector nibble here is below 8).
+__device__ __forceinline__ void iq4_lut(uint32_t s, uint32_t &lo, uint32_t &hi) {
     const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu; // -127 -104 -83 -65 | -49 -35 -22 -10
     const uint32_t t2 = 0x26190D01u, t3 = 0x71594535u; //    1   13  25  38 |  53  69  89 113
-    uint32_t sel = s & 0x7777u;
-    uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
-    return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
+    const uint32_t sel = s & 0x77777777u, pick = 0x32103210u | ((s & 0x88888888u) >> 1);
+    const uint32_t s1 = sel >> 16, p1 = pick >> 16;
+    lo = __byte_perm(__byte_perm(t0, t1, sel), __byte_perm(t2, t3, sel), pick);
+    hi = __byte_perm(__byte_perm(t0, t1, s1), __byte_perm(t2, t3, s1), p1);
 }
 
 // dp4a GEMV for N <= MMV_MAX_COLS dense columns (matmul_vec.cu) over a group of up to
