@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Numerical study: the gated delta rule over a prompt in chunks (WY form) against the row-by-row
-recurrence, with the chunk's matrix products at f64, f32, tf32, bf16 and split-tf32 precision.
+recurrence, with the chunk's matrix products at f64, f32, tf32, f16, bf16 and split-tf32 precision.
 
 Question it answered: which tensor-core precision the chunked prefill kernel for the DeltaNet
 layers (src/backend/cuda/gated_delta_chunk.cu: tf32; split tf32 until session 41) can use and
@@ -43,6 +43,15 @@ def rnd_bf16(x):
     return b.astype(np.uint32).view(np.float32)
 
 
+def rnd_f16(x):
+    """Rounds float32 values to IEEE half (10 explicit mantissa bits, 5 exponent bits), nearest
+    even; a value past the half range raises (the kernel would compute an infinity)."""
+    h = np.asarray(x, dtype=np.float32).astype(np.float16)
+    if not np.all(np.isfinite(h)):
+        raise OverflowError("an operand past the f16 range")
+    return h.astype(np.float32)
+
+
 def mm(a, b, mode):
     """a @ b as a tensor-core kernel would: inputs rounded per mode, f32 accumulation (emulated
     in f64, which only makes the accumulation more exact than the hardware's)."""
@@ -51,8 +60,8 @@ def mm(a, b, mode):
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     if mode == "f32":
         return (a32.astype(np.float64) @ b32.astype(np.float64)).astype(np.float32)
-    if mode in ("tf32", "bf16"):
-        r = rnd_tf32 if mode == "tf32" else rnd_bf16
+    if mode in ("tf32", "bf16", "f16"):
+        r = {"tf32": rnd_tf32, "bf16": rnd_bf16, "f16": rnd_f16}[mode]
         return (r(a32).astype(np.float64) @ r(b32).astype(np.float64)).astype(np.float32)
     if mode == "3xtf32":  # hi * hi + hi * lo + lo * hi
         ah, bh = rnd_tf32(a32), rnd_tf32(b32)
@@ -106,7 +115,7 @@ def rel_l2(a, b):
 def report(name, q, k, v, beta, g, s0, chunk):
     ro, rs = recurrent(q, k, v, beta, g, s0)
     print(f"{name}, {q.shape[0]} rows, chunks of {chunk}, d_k {k.shape[1]}, d_v {v.shape[1]}:")
-    for mode in ("f64", "f32", "3xtf32", "tf32", "bf16"):
+    for mode in ("f64", "f32", "3xtf32", "tf32", "f16", "bf16"):
         co, cs = chunked(q, k, v, beta, g, s0, chunk, mode)
         print(f"  {mode:7s} out rel L2 {rel_l2(co, ro):.2e}   final state {rel_l2(cs, rs):.2e}")
 
