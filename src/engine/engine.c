@@ -55,8 +55,6 @@ static int64_t default_batch(const dspec_engine *e) {
                                   model_act_bytes, e->m);
 }
 
-static void engine_destroy(dspec_engine *e);
-
 dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, dspec_err *err) {
     *out = NULL;
     if (!p || !p->model_path) {
@@ -113,14 +111,14 @@ dspec_status dspec_engine_new(dspec_engine **out, const dspec_engine_params *p, 
         if (st != DSPEC_OK) ds_err_prefix(err, "drafter: ");
     }
     if (st != DSPEC_OK) {
-        engine_destroy(e);
+        ds_engine_destroy(e);
         return st;
     }
     *out = e;
     return DSPEC_OK;
 }
 
-static void engine_destroy(dspec_engine *e) {
+void ds_engine_destroy(dspec_engine *e) {
     ds_drafter_free(e->d);
     ds_tok_free(e->tok);
     ds_model_free(e->m);
@@ -135,7 +133,7 @@ void dspec_engine_free(dspec_engine *e) {
     const bool later = e->n_sessions > 0;
     e->freed = true;
     pthread_mutex_unlock(&e->mu);
-    if (!later) engine_destroy(e);
+    if (!later) ds_engine_destroy(e);
 }
 
 void ds_engine_session_added(dspec_engine *e) {
@@ -144,10 +142,6 @@ void ds_engine_session_added(dspec_engine *e) {
 
 bool ds_engine_session_removed(dspec_engine *e) {
     return --e->n_sessions == 0 && e->freed;
-}
-
-void ds_engine_destroy(dspec_engine *e) {
-    engine_destroy(e);
 }
 
 dspec_status dspec_engine_count_tokens(const dspec_engine *e, const char *text, size_t len,
